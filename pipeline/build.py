@@ -1,0 +1,154 @@
+"""A whole build: lock the output directory, run the DAG, publish a sealed snapshot, print the summary.
+
+Snapshot: builds/<version>-<YYYYMMDD>-<fp8>/ where fp8 starts the build fingerprint (the hash of every stage
+instance's fingerprint). Shards and the ledger are hard links to the sealed cache (no copy, never modified);
+manifest.json and reports/summary.json are written, then `_COMPLETE`, then the directory is renamed into place.
+A build whose fingerprint already has a snapshot publishes nothing new ("nothing to do").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cpp_data import __version__
+from cpp_data.pipeline.executors import ExecutorConfig
+from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
+from cpp_data.pipeline.outlock import OutputLock
+from cpp_data.pipeline.recipe import Recipe
+from cpp_data.pipeline.runner import Runner, hardlink_or_copy
+from cpp_data.pipeline.sources import LockedSource, write_lock
+from cpp_data.schemas.manifest import FORMAT, sha256_file
+
+
+@dataclass
+class BuildResult:
+    build_dir: Path | None
+    new_build: bool
+    summary: dict[str, Any]
+
+
+def find_build(out: Path, version: str, fp: str) -> Path | None:
+    for candidate in sorted((Path(out) / "builds").glob(f"{version}-*-{fp[:8]}")):
+        if is_sealed(candidate):
+            return candidate
+    return None
+
+
+def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
+    """Files seen, kept, refused by rule, duplicates, shards, bytes, time and throughput."""
+    collect = [a.counts for a in runner.artifacts("collect")]
+    ledger = runner.artifacts("ledger")[0].counts if runner.artifacts("ledger") else {}
+    shards = runner.artifacts("shards")[0].counts if runner.artifacts("shards") else {}
+    dedup = runner.artifacts("exact_dedup")[0].counts if runner.artifacts("exact_dedup") else {}
+    collected_bytes = sum(c.get("bytes_collected", 0) for c in collect)
+    stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
+    return {
+        "sources": len(collect),
+        "files_seen": sum(c.get("files_seen", 0) for c in collect),
+        "cpp_files_collected": sum(c.get("files_collected", 0) for c in collect),
+        "cpp_bytes_collected": collected_bytes,
+        "decisions": ledger.get("decisions", {}),
+        "refused_by_rule": ledger.get("reasons", {}),
+        "exact_duplicates": dedup.get("duplicates_removed", 0),
+        "exact_duplicate_bytes": dedup.get("duplicate_bytes", 0),
+        "largest_duplicate_clusters": dedup.get("largest_clusters", []),
+        "documents": shards.get("documents", 0),
+        "train_documents": shards.get("train_documents", 0),
+        "valid_documents": shards.get("valid_documents", 0),
+        "shards": shards.get("shards", 0),
+        "shard_bytes": shards.get("shard_bytes", 0),
+        "text_bytes": shards.get("text_bytes", 0),
+        "wall_seconds": round(seconds, 2),
+        "stage_seconds": round(stage_seconds, 2),
+        "throughput_mb_s": round(collected_bytes / 1e6 / stage_seconds, 2) if stage_seconds else None,
+    }
+
+
+def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -> str:
+    lines = ["", "build summary", "-------------"]
+    lines.append(f"  sources            {summary['sources']}")
+    lines.append(f"  files seen         {summary['files_seen']:,}")
+    d = summary["decisions"]
+    lines.append(f"  kept               {d.get('kept', 0):,}")
+    for rule, n in sorted(summary["refused_by_rule"].items(), key=lambda x: (-x[1], x[0])):
+        lines.append(f"    {rule:<36} {n:,}")
+    lines.append(f"  exact duplicates   {summary['exact_duplicates']:,} ({summary['exact_duplicate_bytes'] / 1e6:.1f} MB)")
+    lines.append(f"  documents          {summary['documents']:,} (train {summary['train_documents']:,}, "
+                 f"valid {summary['valid_documents']:,})")
+    lines.append(f"  shards             {summary['shards']} ({summary['shard_bytes'] / 1e6:.1f} MB on disk, "
+                 f"{summary['text_bytes'] / 1e6:.1f} MB of text)")
+    tp = summary["throughput_mb_s"]
+    lines.append(f"  time               {summary['wall_seconds']:.1f}s this run; stages {summary['stage_seconds']:.1f}s"
+                 + (f", {tp} MB/s of C/C++ collected" if tp else ""))
+    if build_dir:
+        lines.append(f"  build              {build_dir}{'' if new else '  (unchanged: nothing to do)'}")
+    return "\n".join(lines)
+
+
+def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary: dict) -> tuple[Path, bool]:
+    out, fp = runner.out, runner.build_fingerprint()
+    existing = find_build(out, recipe.version, fp)
+    if existing:
+        return existing, False
+    name = f"{recipe.version}-{datetime.now(timezone.utc):%Y%m%d}-{fp[:8]}"
+    final = out / "builds" / name
+    partial = final.with_name(name + ".partial")
+    if partial.exists():
+        import shutil
+
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    shards_art = runner.artifacts("shards")[0]
+    shard_files = json.loads((shards_art.path / "shards.json").read_text())["files"]
+    files = []
+    for entry in shard_files:
+        hardlink_or_copy(shards_art.path / entry["path"], partial / entry["path"])
+        files.append(entry)
+    ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
+    hardlink_or_copy(ledger_src, partial / "provenance" / "ledger.parquet")
+    import pyarrow.parquet as pq
+
+    files.append({"path": "provenance/ledger.parquet", "kind": "ledger", "split": None,
+                  "rows": pq.read_metadata(ledger_src).num_rows, "bytes": ledger_src.stat().st_size,
+                  "sha256": sha256_file(ledger_src)})
+    retrieved = {a.source: a.counts.get("retrieved_at") for a in runner.artifacts("collect")}
+    manifest = {
+        "format": FORMAT,
+        "build": name,
+        "build_fingerprint": fp,
+        "schema_generation": recipe.schema_generation,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpp_data_version": __version__,
+        "recipe": recipe.to_json(),
+        "sources": [{**asdict(s), "retrieved_at": retrieved.get(s.name)} for s in sources],
+        "stages": runner.stage_records(),
+        "tokenizer": None,
+        "files": files,
+        "totals": {k: summary[k] for k in ("documents", "train_documents", "valid_documents", "text_bytes")},
+    }
+    atomic_write_json(partial / "manifest.json", manifest)
+    atomic_write_json(partial / "reports" / "summary.json", summary)
+    seal(partial, final)
+    return final, True
+
+
+def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: ExecutorConfig,
+              only: str | None = None, from_stage: str | None = None, force: bool = False,
+              wait: bool = False, log=print) -> BuildResult:
+    out = Path(out)
+    t0 = time.monotonic()
+    with OutputLock(out, wait=wait):
+        write_lock(out / "sources.lock", sources)
+        runner = Runner(out, recipe, sources, executor, only=only, from_stage=from_stage, force=force)
+        runner.run(log=log)
+        if not runner.all_sealed():
+            return BuildResult(None, False, {})
+        summary = summarize(runner, time.monotonic() - t0)
+        build_dir, new = publish(runner, recipe, sources, summary)
+        atomic_write_text(out / "builds" / "LATEST", build_dir.name + "\n")
+    return BuildResult(build_dir, new, summary)

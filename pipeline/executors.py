@@ -1,0 +1,166 @@
+"""Running per-document work (datatrove pipeline steps) on datatrove's executors.
+
+- local: LocalPipelineExecutor, `workers` processes on this machine (the default).
+- ray: RayPipelineExecutor on the cluster at `ray_address`, or a local Ray started for the run.
+- slurm: SlurmPipelineExecutor; submits a job array and waits until every task has completed (the output
+  directory must be on a filesystem the compute nodes share).
+One datatrove task per input file; a task writes whole files named by its rank, and datatrove records finished
+ranks under `completions/`, so a killed stage reruns only its unfinished tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datatrove.executor import LocalPipelineExecutor
+from tqdm import tqdm
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    kind: str = "local"  # local | ray | slurm
+    workers: int = 2
+    ray_address: str | None = None
+    slurm: dict[str, Any] = field(default_factory=dict)  # partition, time, cpus_per_task, mem_per_cpu_gb, ...
+    progress: bool = True
+
+
+def quiet_datatrove() -> None:
+    """Keep datatrove's per-step INFO logging out of the terminal (it stays in each task's log file)."""
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING", format="{level}: {message}")
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker when its parent dies, so a killed build leaves no writer behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+class DieWithParent:
+    """A first pipeline step: binds the task's process to its parent's life, then passes data through."""
+
+    def __call__(self, data, rank: int = 0, world_size: int = 1):
+        _die_with_parent()
+        return data
+
+
+class QuietLocalExecutor(LocalPipelineExecutor):
+    """LocalPipelineExecutor whose tasks log to their log files only (local_rank 1 keeps stderr at ERROR)."""
+
+    def _run_for_rank(self, rank, local_rank=0, node_rank=-1):
+        try:
+            return super()._run_for_rank(rank, local_rank=1, node_rank=node_rank)
+        finally:
+            quiet_datatrove()  # datatrove's task logger teardown re-adds a DEBUG stderr handler
+
+
+def _progress(logging_dir: Path, tasks: int, label: str, enabled: bool) -> tuple[threading.Event, threading.Thread]:
+    stop = threading.Event()
+
+    def poll() -> None:
+        done_dir = logging_dir / "completions"
+        with tqdm(total=tasks, desc=label, unit="task", disable=not enabled, leave=False) as bar:
+            while not stop.wait(0.5):
+                n = len(os.listdir(done_dir)) if done_dir.is_dir() else 0
+                bar.update(n - bar.n)
+            n = len(os.listdir(done_dir)) if done_dir.is_dir() else 0
+            bar.update(n - bar.n)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    return stop, thread
+
+
+_ray_started_here = False
+
+
+def _ensure_ray(cfg: ExecutorConfig) -> None:
+    global _ray_started_here
+    import ray
+
+    if ray.is_initialized():
+        return
+    if cfg.ray_address:
+        ray.init(address=cfg.ray_address, log_to_driver=False, logging_level="WARNING")
+    else:
+        ray.init(num_cpus=cfg.workers, log_to_driver=False, logging_level="WARNING", include_dashboard=False)
+        _ray_started_here = True
+
+
+def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: Path, label: str):
+    """Build the datatrove executor for `cfg` (not yet run)."""
+    steps = [DieWithParent(), *pipeline]
+    if cfg.kind == "local":
+        return QuietLocalExecutor(steps, tasks=tasks, workers=min(cfg.workers, tasks), logging_dir=str(logging_dir))
+    if cfg.kind == "ray":
+        from datatrove.executor.ray import RayPipelineExecutor
+
+        _ensure_ray(cfg)
+        return RayPipelineExecutor(steps, tasks=tasks, workers=cfg.workers, logging_dir=str(logging_dir),
+                                   cpus_per_task=1, mem_per_cpu_gb=0.5)
+    if cfg.kind == "slurm":
+        from datatrove.executor.slurm import SlurmPipelineExecutor
+
+        opts = dict(cfg.slurm)
+        return SlurmPipelineExecutor(
+            steps, tasks=tasks, workers=cfg.workers if cfg.workers > 0 else -1,
+            time=opts.pop("time", "04:00:00"), partition=opts.pop("partition", "cpu"),
+            logging_dir=str(logging_dir), job_name=f"cpp-data-{label}".replace("[", "-").replace("]", ""),
+            venv_path=opts.pop("venv_path", os.environ.get("VIRTUAL_ENV")),
+            cpus_per_task=opts.pop("cpus_per_task", 1), mem_per_cpu_gb=opts.pop("mem_per_cpu_gb", 2),
+            sbatch_args=opts.pop("sbatch_args", None), **opts,
+        )
+    raise ValueError(f"unknown executor {cfg.kind!r}; use local, ray or slurm")
+
+
+def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: Path, label: str) -> dict[str, int]:
+    """Run `pipeline` as `tasks` datatrove tasks and return the merged step statistics as flat counts."""
+    if tasks == 0:
+        return {}
+    logging_dir = Path(logging_dir)
+    executor = make_executor(cfg, pipeline, tasks, logging_dir, label)
+    stop, thread = _progress(logging_dir, tasks, label, cfg.progress and cfg.kind != "slurm")
+    try:
+        executor.run()
+        if cfg.kind == "slurm":
+            while incomplete := executor.get_incomplete_ranks():
+                print(f"{label}: waiting for {len(incomplete)}/{tasks} Slurm tasks", file=sys.stderr)
+                time.sleep(30)
+    finally:
+        stop.set()
+        thread.join()
+        quiet_datatrove()  # datatrove re-adds its default stderr logger after in-process tasks
+    incomplete = executor.get_incomplete_ranks()
+    if incomplete:
+        raise RuntimeError(f"{label}: {len(incomplete)} of {tasks} tasks did not complete; see {logging_dir}/logs")
+    return collect_stats(logging_dir)
+
+
+def collect_stats(logging_dir: Path) -> dict[str, int]:
+    """Sum the per-task datatrove stats files into {"<step>.<stat>": total}."""
+    import json
+
+    totals: dict[str, int] = {}
+    for path in sorted((Path(logging_dir) / "stats").glob("*.json")):
+        for step in json.loads(path.read_text()):
+            name = step.get("name", "step")
+            for key, value in step.get("stats", {}).items():
+                total = value.get("total") if isinstance(value, dict) else value
+                if isinstance(total, (int, float)):
+                    totals[f"{name}.{key}"] = totals.get(f"{name}.{key}", 0) + total
+    return totals

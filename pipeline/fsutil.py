@@ -1,0 +1,52 @@
+"""Atomic writes and sealed directories: a reader never sees half a file or an unsealed directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+COMPLETE = "_COMPLETE"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory, fsync, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def seal(directory: Path, final: Path) -> None:
+    """Mark `directory` complete and move it to `final` in one rename (replacing an older `final`)."""
+    atomic_write_text(Path(directory) / COMPLETE, "")
+    final = Path(final)
+    old = None
+    if final.exists():
+        old = final.with_name(f"{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(directory, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def is_sealed(directory: Path) -> bool:
+    return (Path(directory) / COMPLETE).is_file()

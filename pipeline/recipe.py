@@ -1,0 +1,145 @@
+"""Recipes: one TOML data file per schema generation (pipeline/recipes/v2.toml .. v6.toml).
+
+A recipe names its schema generation, the stages it runs (in order) and their parameters:
+    schema_generation = "v6"
+    stages = ["collect", "filter", "license", "exact_dedup", "shards", "ledger"]
+    [params.filter]
+    max_line_length = 1000
+Parameters not given take the stage's defaults; unknown stages, unknown keys and mistyped values are errors
+that name the recipe file and the key. Every number of the reference design is a setting here, never a limit
+in code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, get_type_hints
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be used; one line naming the file and the problem."""
+
+
+@dataclass
+class Recipe:
+    version: str
+    schema_generation: str
+    description: str
+    stages: list[str]
+    params: dict[str, Any]  # stage name -> its Params dataclass instance
+    path: str
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "schema_generation": self.schema_generation,
+            "description": self.description,
+            "stages": self.stages,
+            "params": {k: dataclasses.asdict(v) for k, v in self.params.items()},
+            "path": self.path,
+            "sha256": self.sha256,
+        }
+
+
+def available_versions() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("cpp_data.pipeline.recipes").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def _coerce(where: str, key: str, value: Any, annotation: Any) -> Any:
+    origin = getattr(annotation, "__origin__", None)
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise RecipeError(f"{where}: {key} must be true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecipeError(f"{where}: {key} must be an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecipeError(f"{where}: {key} must be a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise RecipeError(f"{where}: {key} must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise RecipeError(f"{where}: {key} must be a list of strings")
+        return tuple(value)
+    return value
+
+
+def build_params(cls: type, values: dict[str, Any], where: str) -> Any:
+    """Instantiate a stage's Params dataclass from recipe values, checking names and types."""
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise RecipeError(f"{where}: unknown parameter(s) {unknown}; known: {sorted(names)}")
+    return cls(**{k: _coerce(where, k, v, hints[k]) for k, v in values.items()})
+
+
+def load_recipe(version: str | None = None, path: Path | None = None,
+                overrides: dict[str, dict[str, Any]] | None = None) -> Recipe:
+    """Load the recipe of a schema generation (or a recipe file) and build every stage's parameters."""
+    from cpp_data.stages import STAGES
+
+    if path is None:
+        if version not in available_versions():
+            raise RecipeError(f"no recipe for version {version!r}; available: {', '.join(available_versions())}")
+        res = resources.files("cpp_data.pipeline.recipes") / f"{version}.toml"
+        raw, where = res.read_bytes(), f"recipe {version} ({res})"
+    else:
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise RecipeError(f"{path}: cannot read recipe ({exc.strerror})") from None
+        where = str(path)
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"{where}: not valid TOML ({exc})") from None
+    generation = data.get("schema_generation")
+    if not isinstance(generation, str):
+        raise RecipeError(f"{where}: missing schema_generation")
+    stages = data.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise RecipeError(f"{where}: 'stages' must list the stages to run")
+    missing = [s for s in stages if s not in STAGES]
+    if missing:
+        raise RecipeError(
+            f"{where}: stage(s) {missing} are not implemented in this version of cpp-data "
+            f"(implemented: {', '.join(STAGES)})"
+        )
+    for name in stages:
+        for dep in STAGES[name].inputs:
+            if dep not in stages[: stages.index(name)]:
+                raise RecipeError(f"{where}: stage {name!r} reads {dep!r}, which must be listed before it")
+    param_tables = data.get("params", {})
+    stray = sorted(set(param_tables) - set(stages))
+    if stray:
+        raise RecipeError(f"{where}: [params.{stray[0]}] names a stage the recipe does not run")
+    params = {}
+    for name in stages:
+        values = dict(param_tables.get(name, {}))
+        values.update((overrides or {}).get(name, {}))
+        if "generation" in {f.name for f in dataclasses.fields(STAGES[name].Params)}:
+            values.setdefault("generation", generation)
+        params[name] = build_params(STAGES[name].Params, values, f"{where} [params.{name}]")
+    return Recipe(
+        version=version or Path(path).stem,
+        schema_generation=generation,
+        description=str(data.get("description", "")),
+        stages=list(stages),
+        params=params,
+        path=where,
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )

@@ -1,0 +1,223 @@
+"""The DAG runner: plans stage instances, fingerprints them, skips sealed ones, runs the rest, publishes.
+
+Cache layout (shared by every build in OUT):
+    cache/<stage>/<fingerprint>/            sealed output (stage.json + _COMPLETE + the artifact)
+    cache/<stage>/<fingerprint>.partial/    a run in progress; deleted on the next run unless the stage keeps
+                                            finished datatrove tasks (resumable_tasks)
+A fingerprint is the SHA-256 of (stage name, stage version, parameters, the source pin for per-source
+stages, and the fingerprints of the inputs). A rerun with the same sources and recipe therefore does no work;
+a moved pin reruns that source's per-source stages and every corpus stage after them, nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cpp_data import __version__
+from cpp_data.pipeline.executors import ExecutorConfig
+from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
+from cpp_data.pipeline.recipe import Recipe
+from cpp_data.pipeline.sources import LockedSource
+from cpp_data.pipeline.stage import Artifact, Stage, StageContext
+
+
+class StageFailed(RuntimeError):
+    """A stage raised; the message names the stage instance and the cause."""
+
+
+@dataclass
+class Task:
+    stage: Stage
+    source: LockedSource | None
+    inputs: dict[str, list["Task"]]
+    fingerprint: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.stage.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.source.name}]" if self.source else self.name
+
+    def directory(self, out: Path) -> Path:
+        return Path(out) / "cache" / self.name / self.fingerprint
+
+    def artifact(self, out: Path) -> Artifact:
+        return Artifact(self.name, self.source.name if self.source else None, self.fingerprint, self.directory(out))
+
+
+def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]]) -> str:
+    payload = {
+        "stage": stage.name,
+        "version": stage.version,
+        "params": dataclasses.asdict(stage.params),
+        "source": source.pin() if source else None,
+        "inputs": {k: [t.fingerprint for t in v] for k, v in sorted(inputs.items())},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class RunReport:
+    ran: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    build_dir: Path | None = None
+    new_build: bool = False
+
+
+class Runner:
+    def __init__(self, out: Path, recipe: Recipe, sources: list[LockedSource], executor: ExecutorConfig,
+                 only: str | None = None, from_stage: str | None = None, force: bool = False):
+        from cpp_data.stages import STAGES
+
+        self.out = Path(out)
+        self.recipe = recipe
+        self.sources = sorted(sources, key=lambda s: s.name)
+        self.executor = executor
+        for flag, value in (("--only", only), ("--from", from_stage)):
+            if value is not None and value not in recipe.stages:
+                raise ValueError(f"{flag} {value}: not a stage of recipe {recipe.version} "
+                                 f"({', '.join(recipe.stages)})")
+        self.only, self.from_stage, self.force = only, from_stage, force
+        self.tasks = self._plan(STAGES)
+
+    def _plan(self, registry: dict[str, type[Stage]]) -> list[Task]:
+        by_stage: dict[str, list[Task]] = {}
+        tasks: list[Task] = []
+        for name in self.recipe.stages:
+            cls = registry[name]
+            stage = cls(self.recipe.params[name])
+            instances = []
+            if cls.scope == "source":
+                for src in self.sources:
+                    inputs = {}
+                    for dep in cls.inputs:
+                        dep_tasks = by_stage[dep]
+                        inputs[dep] = [t for t in dep_tasks if t.source and t.source.name == src.name] or dep_tasks
+                    instances.append(Task(stage, src, inputs))
+            else:
+                instances.append(Task(stage, None, {dep: by_stage[dep] for dep in cls.inputs}))
+            for task in instances:
+                task.fingerprint = fingerprint(stage, task.source, task.inputs)
+            by_stage[name] = instances
+            tasks.extend(instances)
+        return tasks
+
+    def build_fingerprint(self) -> str:
+        return hashlib.sha256("".join(t.fingerprint for t in self.tasks).encode()).hexdigest()
+
+    def _forced(self, task: Task) -> bool:
+        if self.force:
+            return True
+        if self.only is not None:
+            return task.name == self.only
+        if self.from_stage is not None:
+            return self.recipe.stages.index(task.name) >= self.recipe.stages.index(self.from_stage)
+        return False
+
+    def clean_temporaries(self) -> None:
+        """Delete what killed runs left: stale .partial dirs (unless resumable and still planned), .old dirs."""
+        keep = {t.directory(self.out).with_name(t.fingerprint + ".partial")
+                for t in self.tasks if t.stage.resumable_tasks}
+        cache = self.out / "cache"
+        if not cache.is_dir():
+            return
+        for stage_dir in cache.iterdir():
+            for entry in stage_dir.iterdir():
+                if (entry.name.endswith(".partial") and entry not in keep) or ".old-" in entry.name:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+    def run(self, log=print) -> RunReport:
+        report = RunReport()
+        t0 = time.monotonic()
+        self.clean_temporaries()
+        for task in self.tasks:
+            final = task.directory(self.out)
+            if is_sealed(final) and not self._forced(task):
+                report.cached.append(task.label)
+                continue
+            if self.only is not None and task.name != self.only:
+                raise StageFailed(f"--only {self.only}: input {task.label} is not built yet; "
+                                  f"run the build without --only first")
+            self._run_task(task, final, log)
+            report.ran.append(task.label)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def _run_task(self, task: Task, final: Path, log) -> None:
+        partial = final.with_name(task.fingerprint + ".partial")
+        if partial.exists() and not task.stage.resumable_tasks:
+            shutil.rmtree(partial)
+        resumed = partial.exists()
+        partial.mkdir(parents=True, exist_ok=True)
+        ctx = StageContext(
+            out=partial,
+            inputs={k: [t.artifact(self.out) for t in v] for k, v in task.inputs.items()},
+            source=task.source,
+            executor=self.executor,
+            label=task.label,
+            sources=self.sources,
+        )
+        log(f"[{_now()}] {task.label}: running{' (resuming finished tasks)' if resumed else ''}")
+        started = time.monotonic()
+        try:
+            counts = task.stage.run(ctx)
+        except Exception as exc:
+            raise StageFailed(f"{task.label}: {type(exc).__name__}: {exc}") from exc
+        seconds = round(time.monotonic() - started, 3)
+        atomic_write_json(partial / "stage.json", {
+            "stage": task.name,
+            "source": task.source.name if task.source else None,
+            "fingerprint": task.fingerprint,
+            "version": task.stage.version,
+            "params": dataclasses.asdict(task.stage.params),
+            "inputs": {k: [t.fingerprint for t in v] for k, v in task.inputs.items()},
+            "counts": counts,
+            "seconds": seconds,
+            "finished_at": _now(),
+            "cpp_data_version": __version__,
+        })
+        seal(partial, final)
+        log(f"[{_now()}] {task.label}: done in {seconds:.1f}s")
+
+    def artifacts(self, stage: str) -> list[Artifact]:
+        return [t.artifact(self.out) for t in self.tasks if t.name == stage]
+
+    def all_sealed(self) -> bool:
+        return all(is_sealed(t.directory(self.out)) for t in self.tasks)
+
+    def stage_records(self) -> list[dict[str, Any]]:
+        records = []
+        for t in self.tasks:
+            meta = t.artifact(self.out).meta
+            records.append({k: meta.get(k) for k in ("stage", "source", "fingerprint", "version", "params",
+                                                    "counts", "seconds", "finished_at")})
+        return records
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def eprint(*args: Any) -> None:
+    print(*args, file=sys.stderr)
+
+
+def hardlink_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

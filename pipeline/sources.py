@@ -1,0 +1,237 @@
+"""Sources files (what to ingest) and lock files (the exact commit of each), REFERENCE section 1.
+
+A sources file is TOML with one `[[source]]` table per input:
+    name = "googletest"             unique, [A-Za-z0-9._-]+
+    url = "/usr/src/googletest"     a git URL, a local git repository, or a plain local directory
+    ref = "v1.15.0"                 tag, branch or commit (git only; leave it out for a plain directory)
+    license = "BSD-3-Clause"        optional SPDX expression, the last fallback of the license cascade
+
+Locking resolves every ref to a full commit SHA (`git ls-remote` / `git rev-parse`); a plain directory is pinned
+by a digest of its tree (paths, link targets and file contents), written as `tree:<sha256>`. A build records only
+resolved pins, never a branch name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+class SourcesError(ValueError):
+    """A sources or lock file that cannot be used; the message is one line naming file and problem."""
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    url: str
+    ref: str | None = None
+    license: str | None = None
+
+
+@dataclass(frozen=True)
+class LockedSource:
+    name: str
+    url: str
+    kind: str  # git | dir
+    requested_ref: str | None
+    commit: str  # 40-hex SHA for git, tree:<sha256> for a directory
+    locked_at: str
+    license: str | None = None
+
+    def pin(self) -> dict:
+        """What identifies this source's content (goes into stage fingerprints)."""
+        return {"name": self.name, "url": self.url, "kind": self.kind, "commit": self.commit,
+                "license": self.license}
+
+
+def load_sources(path: Path) -> list[SourceSpec]:
+    """Parse and check a sources file; raises SourcesError with a one-line message naming the problem."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SourcesError(f"{path}: no such sources file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SourcesError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise SourcesError(f"{path}: not UTF-8 text") from None
+    tables = data.get("source")
+    if not isinstance(tables, list) or not tables:
+        raise SourcesError(f"{path}: no [[source]] tables; each source needs name, url and (for git) ref")
+    specs, seen = [], set()
+    for i, table in enumerate(tables, 1):
+        where = f"{path}: source #{i}"
+        if not isinstance(table, dict):
+            raise SourcesError(f"{where}: must be a [[source]] table")
+        unknown = set(table) - {"name", "url", "ref", "license"}
+        if unknown:
+            raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, url, ref, license)")
+        name, url = table.get("name"), table.get("url")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise SourcesError(f"{where}: 'name' must be a string of letters, digits, '.', '_' or '-'")
+        where = f"{path}: source {name!r}"
+        if name in seen:
+            raise SourcesError(f"{where}: duplicate name")
+        seen.add(name)
+        if not isinstance(url, str) or not url:
+            raise SourcesError(f"{where}: 'url' must be a git URL or a local path")
+        ref = table.get("ref")
+        if ref is not None and (not isinstance(ref, str) or not ref):
+            raise SourcesError(f"{where}: 'ref' must be a non-empty string")
+        lic = table.get("license")
+        if lic is not None and not isinstance(lic, str):
+            raise SourcesError(f"{where}: 'license' must be an SPDX expression string")
+        specs.append(SourceSpec(name, url, ref, lic))
+    return specs
+
+
+def _git(*args: str, cwd: str | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"git {args[0]} failed")
+    return proc.stdout
+
+
+def _is_local(url: str) -> bool:
+    return "://" not in url and not re.match(r"^[\w.-]+@[\w.-]+:", url)
+
+
+def _is_git_repo(path: Path) -> bool:
+    try:
+        top = _git("rev-parse", "--show-toplevel", cwd=str(path)).strip()
+    except (RuntimeError, NotADirectoryError, FileNotFoundError):
+        return (path / "HEAD").is_file() and (path / "objects").is_dir()  # a bare repository
+    return Path(top).resolve() == path.resolve()
+
+
+def walk_directory(root: Path) -> Iterator[tuple[str, os.DirEntry]]:
+    """Yield (relative posix path, entry) for every non-directory entry under root, sorted, never
+    following symbolic links (so links to directories, outside targets and loops are never entered)."""
+    stack = [(root, "")]
+    while stack:
+        directory, prefix = stack.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for entry in entries:
+            rel = f"{prefix}{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != ".git":
+                    subdirs.append((Path(entry.path), rel + "/"))
+            else:
+                yield rel, entry
+        stack.extend(reversed(subdirs))
+
+
+def directory_digest(root: Path) -> str:
+    """`tree:<sha256>` over every path, link target and file content under root (sorted, links not followed)."""
+    h = hashlib.sha256()
+    for rel, entry in walk_directory(root):
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        if entry.is_symlink():
+            h.update(b"L" + os.readlink(entry.path).encode("utf-8", "surrogateescape"))
+        elif entry.is_file(follow_symlinks=False):
+            fh = hashlib.sha256()
+            with open(entry.path, "rb") as f:
+                while block := f.read(1 << 20):
+                    fh.update(block)
+            h.update(b"F" + fh.digest())
+        h.update(b"\n")
+    return "tree:" + h.hexdigest()
+
+
+def resolve(spec: SourceSpec) -> LockedSource:
+    """Resolve a source's ref to a commit (or a directory to its tree digest); raises SourcesError."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    where = f"source {spec.name!r} ({spec.url})"
+    if _is_local(spec.url):
+        path = Path(spec.url).expanduser()
+        if not path.exists():
+            raise SourcesError(f"{where}: path does not exist")
+        if not path.is_dir():
+            raise SourcesError(f"{where}: not a directory")
+        url = str(path.resolve())
+        if _is_git_repo(path):
+            ref = spec.ref or "HEAD"
+            try:
+                commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=url).strip()
+            except RuntimeError:
+                hint = "the repository has no commits" if spec.ref is None else f"ref {ref!r} not found"
+                raise SourcesError(f"{where}: cannot resolve {ref!r}: {hint}") from None
+            return LockedSource(spec.name, url, "git", spec.ref or "HEAD", commit, now, spec.license)
+        if spec.ref:
+            raise SourcesError(f"{where}: 'ref' given but the path is not a git repository; remove 'ref'")
+        return LockedSource(spec.name, url, "dir", None, directory_digest(path), now, spec.license)
+    if not spec.ref:
+        raise SourcesError(f"{where}: a remote git source needs 'ref' (tag, branch or commit)")
+    if _SHA.match(spec.ref):
+        return LockedSource(spec.name, spec.url, "git", spec.ref, spec.ref, now, spec.license)
+    try:
+        out = _git("ls-remote", spec.url, spec.ref, f"{spec.ref}^{{}}")
+    except RuntimeError as exc:
+        raise SourcesError(f"{where}: git ls-remote failed: {exc}") from None
+    refs = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
+    for candidate in (f"refs/tags/{spec.ref}^{{}}", f"refs/tags/{spec.ref}", f"refs/heads/{spec.ref}", spec.ref):
+        if candidate in refs:
+            return LockedSource(spec.name, spec.url, "git", spec.ref, refs[candidate], now, spec.license)
+    raise SourcesError(f"{where}: ref {spec.ref!r} not found on the remote")
+
+
+def lock_path_for(sources_path: Path) -> Path:
+    return Path(sources_path).with_suffix(".lock")
+
+
+def write_lock(path: Path, locked: list[LockedSource]) -> None:
+    """Write a lock file (TOML, one [[source]] per pin) atomically."""
+    from cpp_data.pipeline.fsutil import atomic_write_text
+
+    lines = ["# Written by `cpp-data sources lock`: every ref resolved to the commit a build will use.", ""]
+    for src in locked:
+        lines.append("[[source]]")
+        for key, value in asdict(src).items():
+            if value is not None:
+                lines.append(f"{key} = {json.dumps(value)}")
+        lines.append("")
+    atomic_write_text(Path(path), "\n".join(lines))
+
+
+def read_lock(path: Path) -> list[LockedSource]:
+    """Read a lock file written by `write_lock`; raises SourcesError."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SourcesError(f"{path}: unreadable lock file ({exc})") from None
+    try:
+        return [LockedSource(**table) for table in data.get("source", [])]
+    except TypeError as exc:
+        raise SourcesError(f"{path}: malformed lock entry ({exc})") from None
+
+
+def lock_sources(specs: list[SourceSpec], existing: list[LockedSource] | None = None,
+                 update: bool = True) -> list[LockedSource]:
+    """Resolve every spec. With update=False, an existing pin whose name, url and ref match is kept."""
+    by_name = {s.name: s for s in existing or []}
+    out = []
+    for spec in specs:
+        old = by_name.get(spec.name)
+        same = old is not None and old.requested_ref == (spec.ref or ("HEAD" if old.kind == "git" else None))
+        if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
+            out.append(LockedSource(**{**asdict(old), "license": spec.license}))
+        else:
+            out.append(resolve(spec))
+    return out

@@ -1,0 +1,73 @@
+"""The stage contract.
+
+A stage has a `name`, a `version` (bumped whenever its output bytes would change for the same input), a
+parameter dataclass filled from the recipe, the names of the stages it reads (`inputs`), a scope (`source`: one
+instance per source, keyed by that source's pin; `corpus`: one instance over every source) and a `run` that
+writes its artifact into a fresh directory and returns counts. Stages never talk to each other except through
+these artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from cpp_data.pipeline.executors import ExecutorConfig
+from cpp_data.pipeline.sources import LockedSource
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A sealed stage output: its directory, fingerprint and the stage.json written with it."""
+
+    stage: str
+    source: str | None
+    fingerprint: str
+    path: Path
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return json.loads((self.path / "stage.json").read_text())
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        return self.meta.get("counts", {})
+
+
+@dataclass
+class StageContext:
+    """What a running stage gets: where to write, what to read, which source, how to run per-document work."""
+
+    out: Path
+    inputs: dict[str, list[Artifact]]
+    source: LockedSource | None
+    executor: ExecutorConfig
+    label: str
+    sources: list[LockedSource] = field(default_factory=list)
+
+    def input(self, name: str) -> Artifact:
+        """The single artifact of input stage `name` (per-source stages reading their own source)."""
+        arts = self.inputs[name]
+        if len(arts) != 1:
+            raise ValueError(f"{self.label}: input {name} has {len(arts)} artifacts, expected one")
+        return arts[0]
+
+
+class Stage(ABC):
+    name: ClassVar[str]
+    version: ClassVar[int]
+    scope: ClassVar[str]  # "source" | "corpus"
+    inputs: ClassVar[tuple[str, ...]] = ()
+    Params: ClassVar[type]
+    # Keep a killed run's finished datatrove tasks (their outputs are whole files named by rank).
+    resumable_tasks: ClassVar[bool] = False
+
+    def __init__(self, params: Any):
+        self.params = params
+
+    @abstractmethod
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        """Write the artifact into ctx.out; return counts for stage.json and the build summary."""

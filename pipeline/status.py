@@ -1,0 +1,80 @@
+"""`cpp-data status`: what an output directory holds, written where schedulers and people can read it.
+
+status/current.json and status/current.md are rewritten atomically on every call; status/changelog.jsonl gets
+one line only when the status changed since the last line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed
+from cpp_data.pipeline.sources import SourcesError, read_lock
+
+
+def collect_status(out: Path) -> dict[str, Any]:
+    out = Path(out)
+    sources = []
+    if (out / "sources.lock").is_file():
+        try:
+            sources = [{"name": s.name, "url": s.url, "ref": s.requested_ref, "commit": s.commit}
+                       for s in read_lock(out / "sources.lock")]
+        except SourcesError:
+            pass
+    builds = []
+    for d in sorted((out / "builds").glob("*")) if (out / "builds").is_dir() else []:
+        if not d.is_dir():
+            continue
+        entry: dict[str, Any] = {"name": d.name, "complete": is_sealed(d)}
+        if entry["complete"]:
+            m = json.loads((d / "manifest.json").read_text())
+            entry.update(generation=m["schema_generation"], created_at=m["created_at"], **m.get("totals", {}))
+            verify = d / "reports" / "verify.json"
+            entry["last_verify"] = json.loads(verify.read_text()).get("result") if verify.is_file() else None
+        builds.append(entry)
+    stages: dict[str, dict[str, int]] = {}
+    cache = out / "cache"
+    for stage_dir in sorted(cache.iterdir()) if cache.is_dir() else []:
+        sealed = sum(1 for d in stage_dir.iterdir() if is_sealed(d))
+        partial = sum(1 for d in stage_dir.iterdir() if d.name.endswith(".partial"))
+        stages[stage_dir.name] = {"sealed": sealed, "in_progress_or_killed": partial}
+    latest = (out / "builds" / "LATEST").read_text().strip() if (out / "builds" / "LATEST").is_file() else None
+    return {"out": str(out.resolve()), "sources": sources, "builds": builds, "latest": latest, "stages": stages}
+
+
+def render_md(status: dict[str, Any]) -> str:
+    lines = [f"# cpp-data status: {status['out']}", "", f"Latest build: {status['latest'] or 'none'}", "",
+             "## Sources", "", "| name | ref | commit |", "|---|---|---|"]
+    lines += [f"| {s['name']} | {s['ref'] or '-'} | `{s['commit'][:17]}` |" for s in status["sources"]]
+    lines += ["", "## Builds", "", "| build | generation | documents | train | valid | last verify |",
+              "|---|---|---|---|---|---|"]
+    for b in status["builds"]:
+        lines.append(f"| {b['name']} | {b.get('generation', '-')} | {b.get('documents', '-')} | "
+                     f"{b.get('train_documents', '-')} | {b.get('valid_documents', '-')} | "
+                     f"{b.get('last_verify') or '-'} |")
+    lines += ["", "## Stage cache", "", "| stage | sealed | partial |", "|---|---|---|"]
+    lines += [f"| {k} | {v['sealed']} | {v['in_progress_or_killed']} |" for k, v in status["stages"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_status(out: Path) -> dict[str, Any]:
+    out = Path(out)
+    status = collect_status(out)
+    digest = hashlib.sha256(json.dumps(status, sort_keys=True).encode()).hexdigest()
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    atomic_write_json(out / "status" / "current.json", {**status, "updated_at": now, "digest": digest})
+    atomic_write_text(out / "status" / "current.md", render_md(status))
+    log = out / "status" / "changelog.jsonl"
+    last = None
+    if log.is_file():
+        lines = log.read_text().splitlines()
+        last = json.loads(lines[-1]).get("digest") if lines else None
+    if last != digest:
+        with open(log, "a") as f:
+            f.write(json.dumps({"at": now, "digest": digest, "latest": status["latest"],
+                                "builds": len(status["builds"])}) + "\n")
+    return status

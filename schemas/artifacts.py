@@ -1,0 +1,119 @@
+"""Schemas of the intermediate artifacts that cross stage boundaries inside the cache.
+
+Every stage writes Parquet with one of these schemas, so a stage can be rerun, inspected or replaced on its own.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# collect: one row per C/C++ file taken from a source at its pinned commit; content is the raw bytes.
+COLLECTED_FILE = pa.schema(
+    [
+        ("source", pa.string()),
+        ("commit", pa.string()),
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("sha256", pa.string()),  # of the raw bytes
+        ("content", pa.binary()),
+    ]
+)
+
+# collect: repository-level license texts (LICENSE*, COPYING*, LICENCE*) found anywhere in the tree.
+LICENSE_FILE = pa.schema(
+    [
+        ("source", pa.string()),
+        ("path", pa.string()),
+        ("content", pa.binary()),
+    ]
+)
+
+# One row per file that a stage set aside, with the rule that did it. Assembled into the provenance ledger.
+REJECTION = pa.schema(
+    [
+        ("source", pa.string()),
+        ("commit", pa.string()),
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("sha256", pa.string()),
+        ("decision", pa.string()),  # skipped | filtered | license_refused
+        ("reason", pa.string()),  # rule name, e.g. "max_line_length" or "license_not_allowed"
+        ("license_spdx", pa.string()),
+        ("license_source", pa.string()),
+        ("confidence", pa.float32()),
+    ]
+)
+
+# A document after normalize/filter/scrub (and, after the license stage, with its license filled in).
+DOCUMENT = pa.schema(
+    [
+        ("source", pa.string()),
+        ("commit", pa.string()),
+        ("path", pa.string()),
+        ("sha256", pa.string()),  # of the normalized, scrubbed text: the exact-dedup key
+        ("text", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("n_lines", pa.int32()),
+        ("max_line_length", pa.int32()),
+        ("unique_line_ratio", pa.float32()),
+        ("comment_share", pa.float32()),
+        ("byte_entropy", pa.float32()),
+        ("is_vendored", pa.bool_()),
+        ("redactions", pa.int32()),
+        ("license_spdx", pa.string()),
+        ("license_source", pa.string()),
+        ("license_confidence", pa.float32()),
+        ("license_family", pa.string()),  # permissive | weak_copyleft | copyleft | unknown
+    ]
+)
+
+# exact dedup: one row per removed copy, with its keeper.
+DUPLICATE = pa.schema(
+    [
+        ("source", pa.string()),
+        ("commit", pa.string()),
+        ("path", pa.string()),
+        ("sha256", pa.string()),
+        ("size", pa.int64()),
+        ("license_spdx", pa.string()),
+        ("license_source", pa.string()),
+        ("confidence", pa.float32()),
+        ("keeper_source", pa.string()),
+        ("keeper_path", pa.string()),
+        ("cluster_size", pa.int32()),
+    ]
+)
+
+# The provenance ledger: one row per file seen, whatever happened to it.
+LEDGER = pa.schema(
+    [
+        ("repo", pa.string()),
+        ("commit", pa.string()),
+        ("path", pa.string()),
+        ("sha256", pa.string()),
+        ("size", pa.int64()),
+        ("license_spdx", pa.string()),
+        ("license_source", pa.string()),
+        ("confidence", pa.float32()),
+        ("decision", pa.string()),  # kept | skipped | filtered | license_refused | exact_duplicate
+        ("reason", pa.string()),
+        ("keeper_repo", pa.string()),
+        ("keeper_path", pa.string()),
+    ]
+)
+
+
+def rejection_row(doc_meta: dict, decision: str, reason: str) -> dict:
+    """A REJECTION row from a document's metadata (missing fields become nulls)."""
+    return {
+        "source": doc_meta.get("source"),
+        "commit": doc_meta.get("commit"),
+        "path": doc_meta.get("path"),
+        "size": doc_meta.get("size", doc_meta.get("size_bytes")),
+        "sha256": doc_meta.get("sha256"),
+        "decision": decision,
+        "reason": reason,
+        "license_spdx": doc_meta.get("license_spdx"),
+        "license_source": doc_meta.get("license_source"),
+        "confidence": doc_meta.get("license_confidence"),
+    }

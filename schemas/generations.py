@@ -1,0 +1,139 @@
+"""Shard schemas of the dataset generations v2..v6 (REFERENCE sections 7 and 9).
+
+A generation is a schema axis, distinct from a build revision. Each generation lists its columns as
+required or optional with the typed fill the tolerant reader uses when an optional column is absent.
+Changes are additive only: a column name is never reused for a new meaning.
+
+Per-character columns (``per_char=True``) are filled with one value per character of ``text``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    required: bool = False
+    fill: Any = None  # typed default for a missing optional column
+    per_char: bool = False  # one value per character of `text`
+
+
+_EDGE = pa.struct([("from", pa.int32()), ("to", pa.int32())])
+_CHUNK = pa.struct(
+    [
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+        ("kind", pa.string()),
+        ("name", pa.string()),
+        ("dep_level", pa.int32()),
+    ]
+)
+_CONSTITUENT = pa.struct(
+    [
+        ("repo", pa.string()),
+        ("commit", pa.string()),
+        ("path", pa.string()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+        ("license_spdx", pa.string()),
+    ]
+)
+
+# Columns every file-level document of ours carries: provenance, license and the filter metadata.
+_FILE_DOC = [
+    Column("doc_id", pa.string(), fill=""),
+    Column("source_repo", pa.string(), fill=""),
+    Column("source_commit", pa.string(), fill=""),
+    Column("source_path", pa.string(), fill=""),
+    Column("sha256", pa.string(), fill=""),
+    Column("license_spdx", pa.string(), fill="NOASSERTION"),
+    Column("license_source", pa.string(), fill="unknown"),
+    Column("license_confidence", pa.float32(), fill=0.0),
+    Column("license_family", pa.string(), fill="unknown"),
+    Column("size_bytes", pa.int64(), fill=-1),
+    Column("n_lines", pa.int32(), fill=-1),
+    Column("max_line_length", pa.int32(), fill=-1),
+    Column("unique_line_ratio", pa.float32(), fill=-1.0),
+    Column("comment_share", pa.float32(), fill=-1.0),
+    Column("byte_entropy", pa.float32(), fill=-1.0),
+    Column("is_vendored", pa.bool_(), fill=False),
+    Column("redactions", pa.int32(), fill=0),
+]
+
+_TEXT = Column("text", pa.string(), required=True)
+
+_HISTORY = [
+    Column("parent_commit", pa.string(), fill=""),
+    Column("author_time", pa.int64(), fill=-1),
+    Column("commit_time", pa.int64(), fill=-1),
+]
+
+GENERATIONS: dict[str, list[Column]] = {
+    # v2: the file before and after each commit touching C/C++ code.
+    "v2": [_TEXT, *_FILE_DOC, *_HISTORY, Column("side", pa.string(), fill="after")],
+    # v3: one document per commit and file, synthesized header + new code with removed lines as comments.
+    "v3": [_TEXT, *_FILE_DOC, *_HISTORY, Column("header_style", pa.string(), fill="simple")],
+    # v4: tree-sitter context graph documents.
+    "v4": [
+        _TEXT,
+        *_FILE_DOC,
+        Column("target_name", pa.string(), fill=""),
+        Column("n_callers", pa.int32(), fill=0),
+        Column("n_callees", pa.int32(), fill=0),
+    ],
+    # v5: libclang dependency-ordered documents.
+    "v5": [
+        _TEXT,
+        *_FILE_DOC,
+        Column("target_name", pa.string(), fill=""),
+        Column("max_dep_level", pa.int32(), fill=-1),
+        Column("build_info", pa.string(), fill=""),
+    ],
+    # v6: enriched documents; `text` is the only required column.
+    "v6": [
+        _TEXT,
+        *_FILE_DOC,
+        Column("structure_ids", pa.list_(pa.uint8()), fill=0, per_char=True),
+        Column("ast_depth", pa.list_(pa.int8()), fill=-1, per_char=True),
+        Column("sibling_index", pa.list_(pa.int8()), fill=-1, per_char=True),
+        Column("ast_node_type", pa.list_(pa.int16()), fill=-1, per_char=True),
+        Column("dep_levels", pa.list_(pa.int8()), fill=-1, per_char=True),
+        Column("chunk_boundaries", pa.list_(_CHUNK), fill=[]),
+        Column("call_edges", pa.list_(_EDGE), fill=[]),
+        Column("type_edges", pa.list_(_EDGE), fill=[]),
+        Column("platform_info", pa.string(), fill=""),
+        Column("language_info", pa.string(), fill=""),
+        Column("build_info", pa.string(), fill=""),
+        Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
+    ],
+}
+
+
+def columns(generation: str) -> list[Column]:
+    """The columns of a generation; raises ValueError naming the known generations otherwise."""
+    try:
+        return GENERATIONS[generation]
+    except KeyError:
+        raise ValueError(f"unknown schema generation {generation!r}; known: {', '.join(sorted(GENERATIONS))}") from None
+
+
+def full_schema(generation: str) -> pa.Schema:
+    """The Arrow schema with every column of the generation (what the tolerant reader returns)."""
+    return pa.schema([pa.field(c.name, c.type, nullable=not c.required) for c in columns(generation)])
+
+
+def write_schema(generation: str, present: list[str]) -> pa.Schema:
+    """The schema a writer uses when it fills only the columns in `present` (in generation order)."""
+    cols = {c.name: c for c in columns(generation)}
+    missing = [name for name in present if name not in cols]
+    if missing:
+        raise ValueError(f"columns {missing} are not part of generation {generation}")
+    return pa.schema(
+        [pa.field(c.name, c.type, nullable=not c.required) for c in columns(generation) if c.name in present]
+    )

@@ -1,0 +1,46 @@
+"""The build manifest: every file with SHA-256, rows and bytes, plus what produced the build.
+
+Format (JSON, `manifest.json` at the root of a build):
+  format: "cpp-data-manifest/1"
+  build: name; schema_generation: v2..v6; created_at (UTC ISO); cpp_data_version
+  recipe: {version, path, sha256, stages: {...}} ; sources: the lock entries (url, requested ref, resolved commit)
+  stages: [{stage, source, fingerprint, version, params, counts, seconds}]
+  tokenizer: {sha256} or null (until a tokenizer stage runs)
+  files: [{path, kind, split, rows, bytes, sha256}]  paths relative to the build directory
+  totals: {documents, train_documents, valid_documents, text_bytes}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+FORMAT = "cpp-data-manifest/1"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_manifest(build_dir: Path) -> dict[str, Any]:
+    """Read and minimally check `manifest.json`; raises ValueError with the file named."""
+    path = Path(build_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: missing") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    for key in ("schema_generation", "files"):
+        if key not in manifest:
+            raise ValueError(f"{path}: missing key {key!r}")
+    return manifest

@@ -1,0 +1,92 @@
+"""The tolerant shard reader (REFERENCE section 9): what every later stage uses to read shards.
+
+- A directory without its `_COMPLETE` marker is never read.
+- Present, well-formed optional columns are used; absent (or mistyped) optional columns get the typed fill of
+  their generation (0 for categories, -1 for ast_depth / sibling_index / ast_node_type, ...), per character of
+  `text` for per-character columns.
+- A missing or malformed required column fails closed with the shard, row group and column named.
+Reading streams one row group at a time, so memory stays bounded by the row-group size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cpp_data.schemas.generations import Column, columns, full_schema
+
+COMPLETE_MARKER = "_COMPLETE"
+
+
+class ShardError(Exception):
+    """A shard or output directory that cannot be used; the message names file, row group and column."""
+
+
+def require_complete(directory: Path) -> Path:
+    """Return `directory` if it carries its `_COMPLETE` marker, else raise ShardError."""
+    directory = Path(directory)
+    if not (directory / COMPLETE_MARKER).is_file():
+        raise ShardError(f"{directory}: no {COMPLETE_MARKER} marker; the directory is incomplete and is not read")
+    return directory
+
+
+def _fill_array(col: Column, texts: pa.Array | None, n: int) -> pa.Array:
+    if col.per_char:
+        lengths = [0 if t is None else len(t) for t in texts.to_pylist()]
+        return pa.array([[col.fill] * k for k in lengths], type=col.type)
+    return pa.array([col.fill] * n, type=col.type)
+
+
+def conform(table: pa.Table, generation: str, where: str) -> pa.Table:
+    """Return `table` with exactly the columns of `generation`, filling the missing optional ones."""
+    n = table.num_rows
+    out = []
+    for col in columns(generation):
+        if col.name in table.column_names:
+            arr = table.column(col.name)
+            if arr.type == col.type:
+                if col.required and arr.null_count:
+                    raise ShardError(f"{where}, column {col.name!r}: {arr.null_count} nulls in a required column")
+                out.append(arr)
+                continue
+            if col.required:
+                raise ShardError(f"{where}, column {col.name!r}: type {arr.type}, expected {col.type}")
+        elif col.required:
+            raise ShardError(f"{where}, column {col.name!r}: required column is missing")
+        texts = table.column("text").combine_chunks() if col.per_char else None
+        out.append(_fill_array(col, texts, n))
+    return pa.Table.from_arrays(out, schema=full_schema(generation))
+
+
+def iter_shard(path: Path, generation: str, columns_wanted: list[str] | None = None) -> Iterator[pa.Table]:
+    """Yield the shard's row groups as tables conformed to `generation` (optionally a subset of columns)."""
+    path = Path(path)
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+    except Exception as exc:  # pyarrow raises several types for unreadable footers
+        raise ShardError(f"{path}: not a readable Parquet file ({exc})") from None
+    for rg in range(pf.num_row_groups):
+        where = f"{path}, row group {rg}"
+        try:
+            table = pf.read_row_group(rg)
+        except Exception as exc:
+            raise ShardError(f"{where}: cannot be decoded ({exc})") from None
+        table = conform(table, generation, where)
+        yield table.select(columns_wanted) if columns_wanted else table
+
+
+def iter_build_shards(build_dir: Path, generation: str | None = None, split: str | None = None,
+                      columns_wanted: list[str] | None = None) -> Iterator[pa.Table]:
+    """Yield every row group of every shard of a sealed build, in manifest order."""
+    from cpp_data.schemas.manifest import load_manifest
+
+    build_dir = require_complete(build_dir)
+    manifest = load_manifest(build_dir)
+    gen = generation or manifest["schema_generation"]
+    for entry in manifest["files"]:
+        if entry.get("kind") != "shard" or (split and entry.get("split") != split):
+            continue
+        yield from iter_shard(build_dir / entry["path"], gen, columns_wanted)

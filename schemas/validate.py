@@ -1,0 +1,92 @@
+"""`cpp-data validate`: prove a build directory is whole and matches its manifest.
+
+Checks, in order, stopping at the first problem: the `_COMPLETE` marker; the manifest; for every listed file
+its size and SHA-256; for every shard its footer, schema (against its generation), every row group and column
+decoded with page checksums verified, and its row count.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from cpp_data.schemas.generations import columns
+from cpp_data.schemas.manifest import load_manifest, sha256_file
+from cpp_data.schemas.reader import ShardError, require_complete
+
+
+def _locate_corruption(path: Path) -> str | None:
+    """Name the first row group and column of `path` that fails to decode, if any."""
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+    except Exception as exc:
+        return f"{path}: footer unreadable ({exc})"
+    for rg in range(pf.num_row_groups):
+        for name in pf.schema_arrow.names:
+            try:
+                pf.read_row_group(rg, columns=[name])
+            except Exception as exc:
+                return f"{path}, row group {rg}, column {name!r}: {exc}"
+    return None
+
+
+def check_shard(path: Path, generation: str, expected_rows: int | None) -> None:
+    """Raise ShardError naming file, row group and column on the first problem in one shard."""
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+    except Exception as exc:
+        raise ShardError(f"{path}: not a readable Parquet file ({exc})") from None
+    schema = pf.schema_arrow
+    for col in columns(generation):
+        if col.name not in schema.names:
+            if col.required:
+                raise ShardError(f"{path}, column {col.name!r}: required column is missing")
+            continue
+        actual = schema.field(col.name).type
+        if actual != col.type:
+            raise ShardError(f"{path}, column {col.name!r}: type {actual}, generation {generation} says {col.type}")
+    known = {c.name for c in columns(generation)}
+    for name in schema.names:
+        if name not in known:
+            raise ShardError(f"{path}, column {name!r}: not a column of generation {generation}")
+    rows = 0
+    for rg in range(pf.num_row_groups):
+        for name in schema.names:
+            try:
+                table = pf.read_row_group(rg, columns=[name])
+            except Exception as exc:
+                raise ShardError(f"{path}, row group {rg}, column {name!r}: cannot be decoded ({exc})") from None
+            if name == "text" and table.column(0).null_count:
+                raise ShardError(f"{path}, row group {rg}, column 'text': nulls in a required column")
+        rows += pf.metadata.row_group(rg).num_rows
+    if expected_rows is not None and rows != expected_rows:
+        raise ShardError(f"{path}: {rows} rows, manifest says {expected_rows}")
+
+
+def validate_build(build_dir: Path) -> dict:
+    """Validate a sealed build; returns counts on success, raises ShardError on the first problem."""
+    build_dir = require_complete(Path(build_dir))
+    try:
+        manifest = load_manifest(build_dir)
+    except ValueError as exc:
+        raise ShardError(str(exc)) from None
+    generation = manifest["schema_generation"]
+    shards = rows = 0
+    for entry in manifest["files"]:
+        path = build_dir / entry["path"]
+        if not path.is_file():
+            raise ShardError(f"{path}: listed in the manifest but missing")
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            raise ShardError(f"{path}: {size} bytes, manifest says {entry['bytes']}")
+        digest = sha256_file(path)
+        if digest != entry["sha256"]:
+            where = _locate_corruption(path) if path.suffix == ".parquet" else None
+            detail = f" (first damage: {where})" if where else ""
+            raise ShardError(f"{path}: SHA-256 {digest[:16]}..., manifest says {entry['sha256'][:16]}...{detail}")
+        if entry.get("kind") == "shard":
+            check_shard(path, generation, entry.get("rows"))
+            shards += 1
+            rows += entry.get("rows") or 0
+    return {"files": len(manifest["files"]), "shards": shards, "rows": rows, "generation": generation}

@@ -1,0 +1,253 @@
+"""collect: take each source at its pinned commit and keep its C and C++ files.
+
+Git sources are fetched shallowly at the pinned SHA into a bare repository (local paths work offline) and read
+blob by blob with `git ls-tree` and `git cat-file --batch`: no working tree is checked out, so symlinks are
+never followed at all. Plain directories are walked without following links, and their digest is checked
+against the lock so a directory that changed since it was locked fails loudly.
+
+Output: files-NNNNN.parquet (COLLECTED_FILE, `files_per_part` files each, path order), license_files.parquet
+(LICENSE/COPYING texts for the license stage), skipped.parquet (REJECTION rows: not C/C++, too large, empty,
+symlink, submodule, unreadable). Retrieval time goes into stage.json, not into the data (bytes stay
+reproducible).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from cpp_data.pipeline.sources import directory_digest, walk_directory
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
+from cpp_data.stages.license_match import LICENSE_FILE as LICENSE_NAME
+
+DEFAULT_EXTENSIONS = (".c", ".h", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".hh", ".hpp", ".hxx", ".h++", ".ipp",
+                      ".tpp", ".txx", ".inl", ".ixx", ".cppm")
+_SHEBANG_HINTS = (b"tcc", b"cling", b"c++", b"g++", b"clang", b"cpp", b"rund")
+
+
+@dataclass(frozen=True)
+class CollectParams:
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
+    max_bytes: int = 1_000_000  # larger files are recorded as too_large and never loaded into a part
+    files_per_part: int = 500  # one datatrove task per part downstream
+    max_license_file_bytes: int = 200_000
+
+
+def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
+    """C/C++ by extension; extensionless files by a C/C++ shebang or an Emacs `-*- C++ -*-` mode line."""
+    name = PurePosixPath(path).name
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix:
+        return suffix in extensions
+    first = head.split(b"\n", 1)[0]
+    if first.startswith(b"#!"):
+        return any(h in first for h in _SHEBANG_HINTS)
+    return b"-*- c++ -*-" in first.lower() or b"-*-c++-*-" in first.lower()
+
+
+class _Parts:
+    """Buffers collected files and writes them as numbered parts."""
+
+    def __init__(self, out: Path, per_part: int):
+        self.out, self.per_part, self.rows, self.n = out, per_part, [], 0
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.per_part:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            table = pa.Table.from_pylist(self.rows, schema=COLLECTED_FILE)
+            pq.write_table(table, self.out / f"files-{self.n:05d}.parquet", compression="zstd")
+            self.n += 1
+            self.rows = []
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args[:2])}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def fetch_commit(url: str, commit: str, requested_ref: str | None, into: Path) -> Path:
+    """Shallow-fetch `commit` from `url` into a bare repository at `into`; verify what arrived."""
+    into.mkdir(parents=True, exist_ok=True)
+    _git(["init", "--quiet", "--bare", str(into)], cwd=into)
+    attempts = [commit] + ([requested_ref] if requested_ref and requested_ref != "HEAD" else [])
+    last = None
+    for want in attempts:
+        try:
+            _git(["fetch", "--quiet", "--depth", "1", "--no-tags", url, want], cwd=into)
+            got = _git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=into).strip()
+            if got == commit:
+                return into
+            last = f"fetched {want} but it is {got}, not the pinned {commit}"
+        except RuntimeError as exc:
+            last = str(exc)
+    try:  # servers that refuse shallow fetches by SHA: fetch everything, then check the pin exists
+        _git(["fetch", "--quiet", "--no-tags", url, "+refs/*:refs/remotes/src/*"], cwd=into)
+        _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=into)
+        return into
+    except RuntimeError:
+        raise RuntimeError(f"cannot fetch pinned commit {commit} from {url}: {last}") from None
+
+
+class _BlobReader:
+    """`git cat-file --batch` as a reader of blob contents by object id."""
+
+    def __init__(self, repo: Path):
+        self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
+
+    def read(self, oid: str) -> bytes:
+        self.proc.stdin.write(oid.encode() + b"\n")
+        self.proc.stdin.flush()
+        header = self.proc.stdout.readline().split()
+        size = int(header[2])
+        data = self.proc.stdout.read(size)
+        self.proc.stdout.read(1)
+        return data
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _git_entries(repo: Path, commit: str):
+    """Yield (path, mode, oid, size) for every tree entry at `commit`, sorted by path."""
+    out = subprocess.run(["git", "ls-tree", "-r", "-l", "-z", "--full-tree", commit], cwd=repo,
+                         capture_output=True, check=True).stdout
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, path = record.split(b"\t", 1)
+        mode, kind, oid, size = meta.split()
+        yield path.decode("utf-8", "surrogateescape"), mode.decode(), kind.decode(), oid.decode(), \
+            (int(size) if size != b"-" else 0)
+
+
+class Collect(Stage):
+    name = "collect"
+    version = 1
+    scope = "source"
+    Params = CollectParams
+
+    def run(self, ctx: StageContext) -> dict:
+        p: CollectParams = self.params
+        src = ctx.source
+        retrieved_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        parts = _Parts(ctx.out, p.files_per_part)
+        skipped: list[dict] = []
+        licenses: list[dict] = []
+        reasons: Counter = Counter()
+        kept_bytes = seen = 0
+
+        def skip(path: str, size: int, sha: str | None, reason: str) -> None:
+            reasons[reason] += 1
+            skipped.append({"source": src.name, "commit": src.commit, "path": path, "size": size, "sha256": sha,
+                            "decision": "skipped", "reason": reason, "license_spdx": None,
+                            "license_source": None, "confidence": None})
+
+        def take(path: str, data: bytes) -> None:
+            nonlocal kept_bytes
+            name = PurePosixPath(path).name
+            if LICENSE_NAME.match(name) and len(data) <= p.max_license_file_bytes:
+                licenses.append({"source": src.name, "path": path, "content": data})
+            sha = hashlib.sha256(data).hexdigest()
+            if not is_cpp(path, data[:256], p.extensions):
+                skip(path, len(data), sha, "not_cpp")
+            elif not data:
+                skip(path, 0, sha, "empty_file")
+            else:
+                kept_bytes += len(data)
+                parts.add({"source": src.name, "commit": src.commit, "path": path, "size": len(data),
+                           "sha256": sha, "content": data})
+
+        with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
+            if src.kind == "git":
+                repo = fetch_commit(src.url, src.commit, src.requested_ref, Path(tmp) / "repo.git")
+                blobs = _BlobReader(repo)
+                try:
+                    for path, mode, kind, oid, size in tqdm(_git_entries(repo, src.commit), desc=ctx.label,
+                                                            unit="file", leave=False,
+                                                            disable=not ctx.executor.progress):
+                        seen += 1
+                        if kind == "commit":
+                            skip(path, 0, None, "submodule")
+                        elif mode == "120000":
+                            skip(path, size, None, "symlink")
+                        elif size > p.max_bytes:
+                            skip(path, size, None, "too_large")
+                        else:
+                            take(path, blobs.read(oid))
+                finally:
+                    blobs.close()
+            else:
+                root = Path(src.url)
+                digest = directory_digest(root)
+                if digest != src.commit:
+                    raise RuntimeError(f"source {src.name!r}: {root} changed since it was locked "
+                                       f"({src.commit[:17]}... -> {digest[:17]}...); run `cpp-data sources lock`")
+                for path, entry in tqdm(walk_directory(root), desc=ctx.label, unit="file", leave=False,
+                                        disable=not ctx.executor.progress):
+                    seen += 1
+                    if entry.is_symlink():
+                        skip(path, 0, None, _symlink_reason(root, Path(entry.path)))
+                    elif not entry.is_file(follow_symlinks=False):
+                        skip(path, 0, None, "not_regular_file")
+                    elif (size := entry.stat(follow_symlinks=False).st_size) > p.max_bytes:
+                        skip(path, size, _sha256_file(entry.path), "too_large")
+                    else:
+                        try:
+                            with open(entry.path, "rb") as f:
+                                data = f.read()
+                        except OSError as exc:
+                            skip(path, size, None, f"unreadable:{exc.errno}")
+                            continue
+                        take(path, data)
+        parts.flush()
+        pq.write_table(pa.Table.from_pylist(skipped, schema=REJECTION), ctx.out / "skipped.parquet")
+        pq.write_table(pa.Table.from_pylist(licenses, schema=LICENSE_FILE), ctx.out / "license_files.parquet")
+        return {
+            "retrieved_at": retrieved_at,
+            "files_seen": seen,
+            "files_collected": seen - len(skipped),
+            "bytes_collected": kept_bytes,
+            "parts": parts.n,
+            "skipped": dict(sorted(reasons.items())),
+            "license_files": len(licenses),
+        }
+
+
+def _symlink_reason(root: Path, link: Path) -> str:
+    try:
+        target = Path(os.path.realpath(link, strict=True))
+    except OSError as exc:
+        return "symlink_loop" if exc.errno == 40 else "symlink_dangling"
+    try:
+        target.relative_to(root.resolve())
+    except ValueError:
+        return "symlink_outside_tree"
+    return "symlink"
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()

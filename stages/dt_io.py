@@ -1,0 +1,71 @@
+"""datatrove readers and writers for our Parquet artifacts, shared by the per-document stages.
+
+Each datatrove task reads one input part (files are sharded by rank over the sorted file list, and we run as
+many tasks as parts) and writes `part-<rank>.parquet` plus `rejected-<step>-<rank>.parquet`, with explicit
+schemas from `cpp_data.schemas.artifacts`, so a task's output depends only on its input part.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from datatrove.data import Document
+from datatrove.pipeline.readers import ParquetReader
+from datatrove.pipeline.writers import ParquetWriter
+
+from cpp_data.schemas.artifacts import DOCUMENT, REJECTION, rejection_row
+
+_KEY = ("source", "commit", "path")
+
+
+def _row_adapter(self, data: dict, path: str, id_in_file: int | str) -> dict:
+    """Input row -> Document. Collected files carry raw bytes in `content`; documents carry `text`."""
+    text = data.pop("text", None)
+    if text is None:
+        text = data.pop("content")  # raw bytes: the decode step turns them into text
+    return {"text": text, "id": f"{data['source']}/{data['path']}", "metadata": data}
+
+
+def reader(folder: Path, pattern: str) -> ParquetReader:
+    return ParquetReader(str(folder), glob_pattern=pattern, adapter=_row_adapter, batch_size=256,
+                         recursive=False)
+
+
+def _doc_adapter(self, document: Document) -> dict:
+    row = {name: document.metadata.get(name) for name in DOCUMENT.names}
+    row["text"] = document.text
+    return row
+
+
+def _reject_adapter(self, document: Document) -> dict:
+    meta = document.metadata
+    return rejection_row(meta, meta.get("decision", "filtered"), meta.get("filter_reason") or "unspecified")
+
+
+def count_parts(folder: Path, pattern: str) -> int:
+    return len(list(Path(folder).glob(pattern)))
+
+
+def documents_writer(folder: Path, compression: str = "zstd") -> ParquetWriter:
+    return ParquetWriter(str(folder), output_filename="part-${rank}.parquet", adapter=_doc_adapter,
+                         schema=DOCUMENT, compression=compression, max_file_size=-1,
+                         use_content_defined_chunking=False, write_page_index=False)
+
+
+def rejections_writer(folder: Path, step: str) -> ParquetWriter:
+    return ParquetWriter(str(folder), output_filename=f"rejected-{step}-${{rank}}.parquet",
+                         adapter=_reject_adapter, schema=REJECTION, compression="zstd", max_file_size=-1,
+                         use_content_defined_chunking=False, write_page_index=False)
+
+
+def read_table(paths: list[Path], columns: list[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
+    """Concatenate small Parquet tables (rejections, license files); empty table with `schema` if none."""
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(p, columns=columns) for p in paths]
+    if not tables:
+        assert schema is not None
+        sch = pa.schema([schema.field(c) for c in columns]) if columns else schema
+        return sch.empty_table()
+    return pa.concat_tables(tables)

@@ -1,0 +1,112 @@
+"""exact_dedup: one copy per SHA-256 of the normalized file, across every source (REFERENCE section 5).
+
+Memory stays bounded: the (small) key columns of every document are first hash-partitioned by SHA-256 into
+buckets of at most `rows_per_bucket` rows on disk, then each bucket is sorted by (sha256, canonical rank) and
+every row after the first of its group is a removed copy. Canonical keeper: the upstream copy over a vendored
+one, then a permissive license, then the larger repository (collected bytes), then the smallest (repo, path).
+Output: duplicates.parquet (DUPLICATE rows, each with its keeper).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.artifacts import DUPLICATE
+
+_COLS = ["source", "commit", "path", "sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
+         "license_confidence", "license_family"]
+
+
+@dataclass(frozen=True)
+class ExactDedupParams:
+    rows_per_bucket: int = 1_000_000
+
+
+def license_parts(ctx: StageContext) -> list:
+    """Every kept-document part of the license stage, in (source, part) order."""
+    return [p for art in sorted(ctx.inputs["license"], key=lambda a: a.source)
+            for p in sorted(art.path.glob("part-*.parquet"))]
+
+
+class ExactDedup(Stage):
+    name = "exact_dedup"
+    version = 1
+    scope = "corpus"
+    inputs = ("collect", "license")
+    Params = ExactDedupParams
+
+    def run(self, ctx: StageContext) -> dict:
+        repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
+        parts = license_parts(ctx)
+        total = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+        nb = max(1, math.ceil(total / self.params.rows_per_bucket))
+        tmp = ctx.out / "_buckets"
+        tmp.mkdir()
+        writers: dict[int, pq.ParquetWriter] = {}
+        for part in parts:
+            table = pq.read_table(part, columns=_COLS)
+            buckets = np.array([int(s[:8], 16) % nb for s in table.column("sha256").to_pylist()])
+            for b in np.unique(buckets):
+                sub = table.filter(pa.array(buckets == b))
+                if b not in writers:
+                    writers[b] = pq.ParquetWriter(tmp / f"{b:05d}.parquet", sub.schema, compression="none")
+                writers[b].write_table(sub)
+        for w in writers.values():
+            w.close()
+
+        out = pq.ParquetWriter(ctx.out / "duplicates.parquet", DUPLICATE, compression="zstd")
+        removed = removed_bytes = clusters = 0
+        largest: list[tuple[int, str, str, str]] = []
+        for b in sorted(writers):
+            t = pq.read_table(tmp / f"{b:05d}.parquet")
+            rank = pa.table({
+                "sha256": t.column("sha256"),
+                "vendored": t.column("is_vendored"),
+                "not_permissive": pc.not_equal(t.column("license_family"), "permissive"),
+                "neg_repo_bytes": pa.array([-repo_bytes.get(s, 0) for s in t.column("source").to_pylist()]),
+                "source": t.column("source"),
+                "path": t.column("path"),
+            })
+            order = pc.sort_indices(rank, sort_keys=[(c, "ascending") for c in rank.column_names])
+            t = t.take(order)
+            shas = t.column("sha256").to_numpy(zero_copy_only=False)
+            starts = np.flatnonzero(np.r_[True, shas[1:] != shas[:-1]])
+            sizes = np.diff(np.r_[starts, len(shas)])
+            rows = []
+            src, path = t.column("source").to_pylist(), t.column("path").to_pylist()
+            for start, size in zip(starts, sizes):
+                if size < 2:
+                    continue
+                clusters += 1
+                largest.append((int(size), shas[start], src[start], path[start]))
+                for i in range(start + 1, start + size):
+                    row = {c: t.column(c)[i].as_py() for c in ("source", "commit", "path", "sha256",
+                                                               "license_spdx", "license_source")}
+                    row.update(size=t.column("size_bytes")[i].as_py(),
+                               confidence=t.column("license_confidence")[i].as_py(),
+                               keeper_source=src[start], keeper_path=path[start], cluster_size=int(size))
+                    rows.append(row)
+                    removed_bytes += row["size"]
+            removed += len(rows)
+            if rows:
+                out.write_table(pa.Table.from_pylist(rows, schema=DUPLICATE))
+        out.close()
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+        largest.sort(key=lambda x: (-x[0], x[2], x[3]))
+        return {
+            "documents_in": total,
+            "buckets": nb,
+            "clusters": clusters,
+            "duplicates_removed": removed,
+            "duplicate_bytes": removed_bytes,
+            "largest_clusters": [{"size": n, "sha256": s[:16], "keeper": f"{r}:{p}"} for n, s, r, p in largest[:5]],
+        }

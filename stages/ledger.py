@@ -1,0 +1,91 @@
+"""ledger: the provenance ledger, one row per file seen, whatever happened to it (REFERENCE sections 1, 4, 5).
+
+Rows, per source in name order: files collect skipped, files the filter rejected, files the license policy
+refused, then kept files; finally every exact duplicate with its keeper. Answers "did this dataset contain
+file X at version Y, and if not, why?" with one query.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.artifacts import LEDGER, REJECTION
+from cpp_data.stages import keys
+
+
+@dataclass(frozen=True)
+class LedgerParams:
+    pass
+
+
+def _from_rejections(t: pa.Table) -> pa.Table:
+    n = t.num_rows
+    return pa.table({
+        "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
+        "sha256": t.column("sha256"), "size": t.column("size"),
+        "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
+        "confidence": t.column("confidence"), "decision": t.column("decision"), "reason": t.column("reason"),
+        "keeper_repo": pa.nulls(n, pa.string()), "keeper_path": pa.nulls(n, pa.string()),
+    }, schema=LEDGER)
+
+
+class Ledger(Stage):
+    name = "ledger"
+    version = 1
+    scope = "corpus"
+    inputs = ("collect", "filter", "license", "exact_dedup")
+    Params = LedgerParams
+
+    def run(self, ctx: StageContext) -> dict:
+        dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
+        removed = keys.removed_keys([dup])
+        by_source = {stage: {a.source: a.path for a in ctx.inputs[stage]} for stage in ("collect", "filter", "license")}
+        writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")
+        decisions: Counter = Counter()
+        reasons: Counter = Counter()
+
+        def emit(table: pa.Table) -> None:
+            if table.num_rows:
+                writer.write_table(table)
+                for d, r in zip(table.column("decision").to_pylist(), table.column("reason").to_pylist()):
+                    decisions[d] += 1
+                    if d != "kept":
+                        reasons[f"{d}:{r}"] += 1
+
+        for source in sorted(by_source["collect"]):
+            emit(_from_rejections(pq.read_table(by_source["collect"][source] / "skipped.parquet")))
+            for stage in ("filter", "license"):
+                for f in sorted(by_source[stage][source].glob("rejected-*.parquet")):
+                    emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
+            cols = ["source", "commit", "path", "sha256", "size_bytes", "license_spdx", "license_source",
+                    "license_confidence"]
+            for f in sorted(by_source["license"][source].glob("part-*.parquet")):
+                t = pq.read_table(f, columns=cols)
+                k = keys.key_array(t.column("source").to_pylist(), t.column("path").to_pylist())
+                t = t.filter(pa.array(~keys.contains(removed, k)))
+                n = t.num_rows
+                emit(pa.table({
+                    "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
+                    "sha256": t.column("sha256"), "size": t.column("size_bytes"),
+                    "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
+                    "confidence": t.column("license_confidence"), "decision": pa.array(["kept"] * n),
+                    "reason": pa.array([""] * n), "keeper_repo": pa.nulls(n, pa.string()),
+                    "keeper_path": pa.nulls(n, pa.string()),
+                }, schema=LEDGER))
+        n = dup.num_rows
+        emit(pa.table({
+            "repo": dup.column("source"), "commit": dup.column("commit"), "path": dup.column("path"),
+            "sha256": dup.column("sha256"), "size": dup.column("size"), "license_spdx": dup.column("license_spdx"),
+            "license_source": dup.column("license_source"), "confidence": dup.column("confidence"),
+            "decision": pa.array(["exact_duplicate"] * n, pa.string()),
+            "reason": pa.array(["exact_duplicate"] * n, pa.string()),
+            "keeper_repo": dup.column("keeper_source"), "keeper_path": dup.column("keeper_path"),
+        }, schema=LEDGER))
+        writer.close()
+        return {"rows": sum(decisions.values()), "decisions": dict(sorted(decisions.items())),
+                "reasons": dict(sorted(reasons.items()))}

@@ -1,0 +1,111 @@
+"""license: the license cascade and allow-list policy of REFERENCE section 4, per document.
+
+The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono),
+before the datatrove tasks start; each task then runs the cascade on its documents and refuses what the
+policy does not allow, recording the rule (no_license, license_not_allowed, copyleft_not_opted_in,
+eula_source_available) and the confidence of the license it found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import pyarrow.parquet as pq
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+
+from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.stages import dt_io
+from cpp_data.stages.filter import _summarize
+from cpp_data.stages.license_match import classify, identify_license_file, parse_spdx, policy
+
+DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
+                 "Apache-2.0 WITH LLVM-exception")
+
+
+@dataclass(frozen=True)
+class LicenseParams:
+    allow: tuple[str, ...] = DEFAULT_ALLOW
+    allow_copyleft: bool = False  # GPL-family code is kept only when a recipe opts in (then tagged per document)
+    header_min_chars: int = 400  # header comments shorter than this are not sent to askalono
+
+
+def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:
+    """Directory -> (spdx, score, file) for every directory holding an identifiable license file.
+    Several license files in one directory (LICENSE-MIT, LICENSE-APACHE) combine with OR."""
+    found: dict[str, list[tuple[str, float, str]]] = {}
+    for row in sorted(rows, key=lambda r: r["path"]):
+        text = row["content"].decode("utf-8", "replace")
+        hit = identify_license_file(text)
+        if hit:
+            directory = str(PurePosixPath(row["path"]).parent)
+            found.setdefault(directory, []).append((hit[0], hit[1], row["path"]))
+    out = {}
+    for directory, hits in found.items():
+        exprs = list(dict.fromkeys(h[0] for h in hits))
+        expr = exprs[0] if len(exprs) == 1 else parse_spdx(" OR ".join(f"({e})" for e in exprs)) or exprs[0]
+        out[directory] = (expr, min(h[1] for h in hits), ",".join(h[2] for h in hits))
+    return out
+
+
+def nearest(directory_licenses: dict, path: str):
+    parent = PurePosixPath(path).parent
+    while True:
+        hit = directory_licenses.get(str(parent))
+        if hit or str(parent) in (".", "/", ""):
+            return hit
+        parent = parent.parent
+
+
+class LicenseStep(BaseFilter):
+    name = "license"
+
+    def __init__(self, params: LicenseParams, directory_licenses: dict, declared: str | None,
+                 exclusion_writer=None):
+        super().__init__(exclusion_writer)
+        self.p = params
+        self.allow = frozenset(params.allow)
+        self.directory_licenses = directory_licenses
+        self.declared = declared
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        meta = doc.metadata
+        answer = classify(doc.text, nearest(self.directory_licenses, meta["path"]), self.declared,
+                          self.p.header_min_chars)
+        allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
+        meta.update(license_spdx=answer.spdx, license_source=answer.source, license_confidence=answer.confidence,
+                    license_family=fam)
+        self.stat_update(f"source_{answer.source}")
+        if not allowed:
+            meta["decision"] = "license_refused"
+            return False, rule
+        return True
+
+
+class License(Stage):
+    name = "license"
+    version = 1
+    scope = "source"
+    inputs = ("collect", "filter")
+    Params = LicenseParams
+    resumable_tasks = True
+
+    def run(self, ctx: StageContext) -> dict:
+        docs = ctx.input("filter").path
+        rows = pq.read_table(ctx.input("collect").path / "license_files.parquet").to_pylist()
+        directory_licenses = repo_licenses(rows)
+        tasks = dt_io.count_parts(docs, "part-*.parquet")
+        pipeline = [
+            dt_io.reader(docs, "part-*.parquet"),
+            LicenseStep(self.params, directory_licenses, ctx.source.license,
+                        exclusion_writer=dt_io.rejections_writer(ctx.out, "license")),
+            dt_io.documents_writer(ctx.out),
+        ]
+        stats = run_datatrove(ctx.executor, pipeline, tasks, ctx.out / "_datatrove", ctx.label)
+        counts = _summarize(stats, tasks)
+        counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
+                                     if ".source_" in k}
+        counts["repo_license_files"] = {d: v[0] for d, v in sorted(directory_licenses.items())}
+        return counts

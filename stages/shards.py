@@ -1,0 +1,190 @@
+"""shards: the versioned Parquet shards of a build (REFERENCE section 9).
+
+- Documents: every kept document of the license stage that exact dedup did not remove.
+- Split: validation when BLAKE2b(repo, path) falls under `valid_fraction` (no file on both sides, and the split
+  does not move when the seed does).
+- Shuffle: documents are ordered by a seeded BLAKE2b key of (repo, path). To keep memory bounded this is an
+  external sort: pass 1 routes each document into one of N on-disk buckets by the key's top range, pass 2
+  sorts each bucket in memory and appends it, so buckets come out in global key order.
+- Output: shards/{train,valid}-NNNNN.parquet with `docs_per_shard` rows, `row_group_size`-row row groups,
+  zstd, page checksums; shards.json lists each file's rows, bytes and SHA-256.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.generations import write_schema
+from cpp_data.schemas.manifest import sha256_file
+from cpp_data.stages import keys
+from cpp_data.stages.exact_dedup import license_parts
+
+SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "sha256", "license_spdx",
+                 "license_source", "license_confidence", "license_family", "size_bytes", "n_lines",
+                 "max_line_length", "unique_line_ratio", "comment_share", "byte_entropy", "is_vendored",
+                 "redactions"]
+_RENAME = {"source": "source_repo", "commit": "source_commit", "path": "source_path"}
+SPLITS = ("train", "valid")
+
+
+@dataclass(frozen=True)
+class ShardParams:
+    generation: str = "v6"
+    docs_per_shard: int = 50_000
+    row_group_size: int = 1024
+    valid_fraction: float = 0.01
+    seed: int = 42
+    compression: str = "zstd"
+    compression_level: int = 3
+    bucket_bytes: int = 256 * 2**20  # in-memory size of one shuffle bucket
+
+
+class ShardWriter:
+    """Rolls shards of `docs_per_shard` rows with exact `row_group_size`-row row groups."""
+
+    def __init__(self, directory: Path, split: str, schema: pa.Schema, p: ShardParams):
+        self.directory, self.split, self.schema, self.p = directory, split, schema, p
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+        self.writer: pq.ParquetWriter | None = None
+        self.rows_in_shard = 0
+        self.index = 0
+        self.files: list[dict] = []
+
+    def _open(self) -> None:
+        self.tmp = self.directory / f".{self.split}-{self.index:05d}.parquet.tmp"
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.p.compression,
+                                       compression_level=self.p.compression_level, write_page_checksum=True)
+
+    def _close_shard(self) -> None:
+        self.writer.close()
+        final = self.directory / f"{self.split}-{self.index:05d}.parquet"
+        os.replace(self.tmp, final)
+        self.files.append({"path": f"shards/{final.name}", "split": self.split, "rows": self.rows_in_shard})
+        self.writer, self.rows_in_shard = None, 0
+        self.index += 1
+
+    def _flush(self, final: bool) -> None:
+        table = pa.concat_tables(self.pending) if self.pending else self.schema.empty_table()
+        pos = 0
+        while table.num_rows - pos >= self.p.row_group_size or (final and pos < table.num_rows):
+            if self.writer is None:
+                self._open()
+            room = self.p.docs_per_shard - self.rows_in_shard
+            n = min(self.p.row_group_size, room, table.num_rows - pos)
+            self.writer.write_table(table.slice(pos, n), row_group_size=n)
+            self.rows_in_shard += n
+            pos += n
+            if self.rows_in_shard == self.p.docs_per_shard:
+                self._close_shard()
+        rest = table.slice(pos)
+        self.pending, self.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def write(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.pending_rows += table.num_rows
+        if self.pending_rows >= self.p.row_group_size:
+            self._flush(final=False)
+
+    def close(self) -> list[dict]:
+        self._flush(final=True)
+        if self.writer is not None:
+            self._close_shard()
+        return self.files
+
+
+def _prepare(table: pa.Table, removed: np.ndarray, p: ShardParams, schema: pa.Schema):
+    """Drop removed duplicates; add doc ids; compute split and shuffle keys. Returns (table, split, key)."""
+    sources, paths = table.column("source").to_pylist(), table.column("path").to_pylist()
+    keep = ~keys.contains(removed, keys.key_array(sources, paths))
+    table = table.filter(pa.array(keep))
+    sources = [s for s, k in zip(sources, keep) if k]
+    paths = [q for q, k in zip(paths, keep) if k]
+    commits = table.column("commit").to_pylist()
+    table = table.rename_columns([_RENAME.get(n, n) for n in table.column_names])
+    table = table.append_column("doc_id", pa.array([keys.doc_id(s, c, q) for s, c, q in zip(sources, commits, paths)]))
+    split = np.array([keys.is_valid_split(s, q, p.valid_fraction) for s, q in zip(sources, paths)], dtype=bool)
+    order_key = np.array([keys.shuffle_key(p.seed, s, q) for s, q in zip(sources, paths)], dtype=np.uint64)
+    return table.select(schema.names).cast(schema), split, order_key
+
+
+class Shards(Stage):
+    name = "shards"
+    version = 1
+    scope = "corpus"
+    inputs = ("license", "exact_dedup")
+    Params = ShardParams
+
+    def run(self, ctx: StageContext) -> dict:
+        p: ShardParams = self.params
+        schema = write_schema(p.generation, SHARD_COLUMNS)
+        dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path"])
+        removed = keys.removed_keys([dup])
+        parts = license_parts(ctx)
+        total_bytes = sum(pq.ParquetFile(x).metadata.row_group(i).total_byte_size
+                          for x in parts for i in range(pq.ParquetFile(x).metadata.num_row_groups))
+        nb = max(1, math.ceil(total_bytes / p.bucket_bytes))
+        tmp = ctx.out / "_buckets"
+        tmp.mkdir(exist_ok=True)
+        bucket_schema = schema.append(pa.field("_key", pa.uint64()))
+        writers: dict[tuple[str, int], pq.ParquetWriter] = {}
+        for part in tqdm(parts, desc=f"{ctx.label}: route", unit="part", leave=False,
+                         disable=not ctx.executor.progress):
+            table, split, order_key = _prepare(pq.read_table(part), removed, p, schema)
+            table = table.append_column("_key", pa.array(order_key, type=pa.uint64()))
+            bucket = (order_key // np.uint64(math.ceil(2**64 / nb))).astype(np.int64) if nb > 1 else \
+                np.zeros(len(order_key), dtype=np.int64)
+            for s_name, mask in (("valid", split), ("train", ~split)):
+                for b in np.unique(bucket[mask]):
+                    sub = table.filter(pa.array(mask & (bucket == b)))
+                    if (s_name, b) not in writers:
+                        writers[(s_name, b)] = pq.ParquetWriter(tmp / f"{s_name}-{b:05d}.parquet", bucket_schema,
+                                                                compression="none")
+                    writers[(s_name, b)].write_table(sub)
+        for w in writers.values():
+            w.close()
+
+        shard_dir = ctx.out / "shards"
+        shard_dir.mkdir(exist_ok=True)
+        files, rows, text_bytes = [], {}, 0
+        for s_name in SPLITS:
+            out = ShardWriter(shard_dir, s_name, schema, p)
+            n = 0
+            for b in range(nb):
+                f = tmp / f"{s_name}-{b:05d}.parquet"
+                if not f.exists():
+                    continue
+                t = pq.read_table(f)
+                t = t.take(pa.compute.sort_indices(t, sort_keys=[("_key", "ascending"), ("doc_id", "ascending")]))
+                out.write(t.drop(["_key"]))
+                n += t.num_rows
+                text_bytes += int(pa.compute.sum(t.column("size_bytes")).as_py() or 0)
+                f.unlink()
+            files += out.close()
+            rows[s_name] = n
+        tmp.rmdir()
+        for entry in files:
+            path = ctx.out / entry["path"]
+            entry.update(kind="shard", bytes=path.stat().st_size, sha256=sha256_file(path))
+        atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": files})
+        return {
+            "documents": rows["train"] + rows["valid"],
+            "train_documents": rows["train"],
+            "valid_documents": rows["valid"],
+            "shards": len(files),
+            "shard_bytes": sum(e["bytes"] for e in files),
+            "duplicates_dropped": int(len(removed)),
+            "shuffle_buckets": nb,
+            "text_bytes": text_bytes,
+        }
