@@ -100,7 +100,7 @@ def cmd_sources_lock(args) -> int:
     from cpp_data.pipeline.sources import SourcesError, load_sources, lock_path_for, lock_sources, write_lock
 
     try:
-        locked = lock_sources(load_sources(args.sources))
+        locked = lock_sources(load_sources(args.sources), origin=args.sources)
     except SourcesError as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -118,7 +118,7 @@ def _pins(args):
     specs = load_sources(args.sources)
     lock_file = args.lock or lock_path_for(args.sources)
     existing = read_lock(lock_file) if lock_file.is_file() else None
-    return lock_sources(specs, existing, update=existing is None)
+    return lock_sources(specs, existing, update=existing is None, origin=args.sources)
 
 
 def cmd_build(args) -> int:

@@ -217,14 +217,22 @@ def read_lock(path: Path) -> list[LockedSource]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SourcesError(f"{path}: unreadable lock file ({exc})") from None
     try:
-        return [LockedSource(**table) for table in data.get("source", [])]
+        return [LockedSource(**{"requested_ref": None, "license": None, **table}) for table in data.get("source", [])]
     except TypeError as exc:
         raise SourcesError(f"{path}: malformed lock entry ({exc})") from None
 
 
 def lock_sources(specs: list[SourceSpec], existing: list[LockedSource] | None = None,
-                 update: bool = True) -> list[LockedSource]:
-    """Resolve every spec. With update=False, an existing pin whose name, url and ref match is kept."""
+                 update: bool = True, origin: Path | None = None) -> list[LockedSource]:
+    """Resolve every spec. With update=False, an existing pin whose name, url and ref match is kept.
+    Errors are prefixed with `origin` (the sources file) so the message names the file to fix."""
+    try:
+        return _lock(specs, existing, update)
+    except SourcesError as exc:
+        raise SourcesError(f"{origin}: {exc}" if origin else str(exc)) from None
+
+
+def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: bool) -> list[LockedSource]:
     by_name = {s.name: s for s in existing or []}
     out = []
     for spec in specs:

@@ -1,0 +1,125 @@
+"""Shared fixtures: small real corpora from Debian packages, and helpers to run the real CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOOGLETEST = Path("/usr/src/googletest")
+NLOHMANN = Path("/usr/include/nlohmann")
+POCO = Path("/usr/include/Poco")
+JUCE = Path("/usr/share/juce/modules")
+CLI = [sys.executable, "-m", "cpp_data.pipeline.cli"]
+
+
+def need(*paths: Path) -> None:
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:  # .ci/run installs these; a developer machine without them gets a clear failure
+        pytest.fail(f"test corpus missing: {missing}; run scripts/setup.sh (installs the Debian packages)")
+
+
+def write_sources(path: Path, sources: list[dict]) -> Path:
+    lines = []
+    for s in sources:
+        lines.append("[[source]]")
+        lines += [f'{k} = "{v}"' for k, v in s.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+@pytest.fixture
+def small_sources(tmp_path: Path) -> Path:
+    """googletest + nlohmann-json + POCO's Foundation headers, as plain directories."""
+    need(GOOGLETEST, NLOHMANN, POCO)
+    return write_sources(tmp_path / "sources.toml", [
+        {"name": "googletest", "url": str(GOOGLETEST), "license": "BSD-3-Clause"},
+        {"name": "nlohmann-json", "url": str(NLOHMANN)},
+        {"name": "poco-json", "url": str(POCO / "JSON")},
+        {"name": "poco-net", "url": str(POCO / "Net")},
+    ])
+
+
+def run_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cpp-data {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def build(sources: Path, out: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run_cli("build", "--version", "v6", "--sources", str(sources), "--out", str(out), "--workers", "2",
+                   "--no-progress", *extra, check=check)
+
+
+def build_dir(out: Path) -> Path:
+    builds = [d for d in (out / "builds").iterdir() if d.is_dir() and (d / "_COMPLETE").exists()]
+    assert len(builds) == 1, builds
+    return builds[0]
+
+
+def data_digests(build: Path) -> dict[str, str]:
+    """SHA-256 of every data file of a build (shards and ledger; the manifest holds timestamps)."""
+    out = {}
+    for p in sorted(build.rglob("*.parquet")):
+        out[str(p.relative_to(build))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference_build(tmp_path_factory) -> Path:
+    """One clean build of the small corpus, shared by tests that compare against it."""
+    need(GOOGLETEST, NLOHMANN, POCO)
+    tmp = tmp_path_factory.mktemp("reference")
+    sources = write_sources(tmp / "sources.toml", [
+        {"name": "googletest", "url": str(GOOGLETEST), "license": "BSD-3-Clause"},
+        {"name": "nlohmann-json", "url": str(NLOHMANN)},
+        {"name": "poco-json", "url": str(POCO / "JSON")},
+        {"name": "poco-net", "url": str(POCO / "Net")},
+    ])
+    build(sources, tmp / "out")
+    return build_dir(tmp / "out")
+
+
+def make_git_repo(path: Path, files: dict[str, bytes | str], branch: str = "main") -> str:
+    """A real git repository with one commit of `files`; returns the commit SHA."""
+    path.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"}
+    subprocess.run(["git", "init", "-q", "-b", branch, str(path)], check=True, env=env)
+    for rel, content in files.items():
+        f = path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            content = content.encode()
+        f.write_bytes(content)
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True, env=env)
+    subprocess.run(["git", "commit", "-q", "-m", "import"], cwd=path, check=True, env=env)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, check=True, env=env, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def copy_tree(src: Path, dst: Path, limit: int | None = None) -> dict[str, bytes]:
+    """Read up to `limit` C/C++ files of a real tree as {relative path: bytes}."""
+    files = {}
+    for p in sorted(src.rglob("*")):
+        if p.is_file() and not p.is_symlink() and p.suffix in (".h", ".cc", ".hpp", ".cpp"):
+            files[str(p.relative_to(src))] = p.read_bytes()
+            if limit and len(files) >= limit:
+                break
+    if dst is not None:
+        for rel, data in files.items():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dst / rel).write_bytes(data)
+    return files
+
+
+__all__ = ["build", "build_dir", "copy_tree", "data_digests", "make_git_repo", "need", "run_cli", "write_sources",
+           "shutil"]

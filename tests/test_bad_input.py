@@ -1,0 +1,136 @@
+"""Bad input gives a clear one-line message and a ledger row; nothing crashes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from conftest import GOOGLETEST, build, build_dir, make_git_repo, need, run_cli, write_sources
+
+
+def _ledger(out: Path) -> dict[str, dict]:
+    rows = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()
+    return {r["path"]: r for r in rows}
+
+
+def test_bad_files_are_recorded_with_reasons(tmp_path):
+    need(GOOGLETEST)
+    tree = tmp_path / "messy"
+    (tree / "src").mkdir(parents=True)
+    good = (GOOGLETEST / "googletest" / "src" / "gtest-printers.cc").read_text()
+    (tree / "src" / "good.cc").write_text(good)
+    (tree / "src" / "z_crlf.cc").write_bytes(good.replace("\n", "\r\n").encode())
+    (tree / "src" / "binary.cpp").write_bytes(b"\x7fELF\x02\x01\x01\0\0\0" + os.urandom(4096))
+    (tree / "src" / "latin1.cpp").write_bytes(good.encode()[:2000] + "// caf\xe9\n".encode("latin-1"))
+    with open(tree / "src" / "huge.cpp", "wb") as f:  # 50 MB
+        line = b"int x = 0; // " + b"y" * 80 + b"\n"
+        for _ in range(50 * 2**20 // len(line) + 1):
+            f.write(line)
+    (tree / "src" / "empty.h").write_bytes(b"")
+    os.symlink("loop_b.h", tree / "src" / "loop_a.h")
+    os.symlink("loop_a.h", tree / "src" / "loop_b.h")
+    outside = tmp_path / "secret.h"
+    outside.write_text("int secret_value = 42;\n" * 20)
+    os.symlink(outside, tree / "src" / "escape.h")
+    os.symlink(tmp_path, tree / "src" / "dir_escape")
+    (tree / "CMakeLists.txt").write_text("project(x)\n")
+    sources = write_sources(tmp_path / "s.toml", [{"name": "messy", "url": str(tree), "license": "BSD-3-Clause"}])
+    out = tmp_path / "out"
+    proc = build(sources, out)
+    assert "Traceback" not in proc.stderr
+    ledger = _ledger(out)
+    expect = {
+        "src/good.cc": ("kept", ""),
+        "src/binary.cpp": ("filtered", "binary"),
+        "src/huge.cpp": ("skipped", "too_large"),
+        "src/empty.h": ("skipped", "empty_file"),
+        "src/loop_a.h": ("skipped", "symlink_loop"),
+        "src/escape.h": ("skipped", "symlink_outside_tree"),
+        "src/dir_escape": ("skipped", "symlink_outside_tree"),
+        "CMakeLists.txt": ("skipped", "not_cpp"),
+    }
+    for path, (decision, reason) in expect.items():
+        assert (ledger[path]["decision"], ledger[path]["reason"]) == (decision, reason), (path, ledger[path])
+    assert ledger["src/latin1.cpp"]["decision"] == "filtered"
+    assert ledger["src/latin1.cpp"]["reason"].startswith("undecodable_utf8")
+    # CRLF normalizes to the same text as good.cc: an exact duplicate with its keeper recorded
+    crlf = ledger["src/z_crlf.cc"]
+    assert crlf["decision"] == "exact_duplicate" and crlf["keeper_path"] == "src/good.cc"
+    assert ledger["src/huge.cpp"]["size"] > 50 * 10**6
+    assert not any("secret_value" in p for p in ledger)  # nothing was read through the escaping link
+    summary = proc.stdout
+    assert "skipped:symlink_outside_tree" in summary and "filtered:binary" in summary
+
+
+def test_malformed_sources_files_give_one_line_errors(tmp_path):
+    cases = {
+        "not toml": "[[source]\nname = 'x'",
+        "no sources": "title = 'nothing'\n",
+        "missing url": "[[source]]\nname = 'a'\n",
+        "bad name": "[[source]]\nname = 'a b'\nurl = '/tmp'\n",
+        "duplicate": "[[source]]\nname = 'a'\nurl = '/tmp'\n[[source]]\nname = 'a'\nurl = '/tmp'\n",
+        "unknown key": "[[source]]\nname = 'a'\nurl = '/tmp'\nbranch = 'main'\n",
+        "missing path": f"[[source]]\nname = 'a'\nurl = '{tmp_path}/nope'\n",
+        "ref on a plain dir": f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\nref = 'main'\n",
+    }
+    for label, text in cases.items():
+        f = tmp_path / f"{label.replace(' ', '_')}.toml"
+        f.write_text(text)
+        proc = run_cli("build", "--sources", str(f), "--out", str(tmp_path / "o"), check=False)
+        assert proc.returncode == 2, (label, proc.stdout, proc.stderr)
+        err = proc.stderr.strip()
+        assert len(err.splitlines()) == 1 and str(f) in err, (label, err)
+        assert "Traceback" not in err
+
+
+def test_empty_git_repository_is_a_clear_error(tmp_path):
+    import subprocess
+
+    repo = tmp_path / "empty"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "empty", "url": str(repo)}])
+    proc = run_cli("build", "--sources", str(sources), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2
+    assert "no commits" in proc.stderr and "empty" in proc.stderr
+
+
+def test_empty_directory_builds_with_a_warning(tmp_path):
+    (tmp_path / "nothing").mkdir()
+    sources = write_sources(tmp_path / "s.toml", [{"name": "nothing", "url": str(tmp_path / "nothing")}])
+    proc = build(sources, tmp_path / "out")
+    assert "no documents" in proc.stderr
+    run_cli("validate", str(build_dir(tmp_path / "out")))
+
+
+def test_directory_changed_after_lock_fails_loudly(tmp_path):
+    need(GOOGLETEST)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.cc").write_text((GOOGLETEST / "googletest" / "src" / "gtest-printers.cc").read_text())
+    sources = write_sources(tmp_path / "s.toml", [{"name": "t", "url": str(tree)}])
+    run_cli("sources", "lock", str(sources))
+    (tree / "a.cc").write_text("int changed = 1;\n" * 20)
+    proc = build(sources, tmp_path / "out", check=False)
+    assert proc.returncode == 1
+    assert "changed since it was locked" in proc.stderr and "sources lock" in proc.stderr
+
+
+def test_git_source_symlinks_and_submodule_free_collect(tmp_path):
+    need(GOOGLETEST)
+    files = {f"include/{p.name}": p.read_bytes() for p in sorted((GOOGLETEST / "googletest/include/gtest").glob("*.h"))}
+    repo = tmp_path / "repo"
+    make_git_repo(repo, files)
+    os.symlink("/etc/passwd", repo / "include" / "passwd.h")
+    import subprocess
+
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e.org", "commit", "-qm", "link"], cwd=repo,
+                   check=True)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "gt", "url": str(repo), "ref": "main"}])
+    out = tmp_path / "out"
+    build(sources, out)
+    ledger = _ledger(out)
+    assert ledger["include/passwd.h"]["reason"] == "symlink"
+    assert ledger["include/gtest.h"]["decision"] == "kept"

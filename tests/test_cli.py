@@ -1,0 +1,52 @@
+"""The CLI teaches: every subcommand has a --help with examples or explanations; recipes fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.mark.parametrize("args,words", [
+    ((), ["build", "validate", "status", "sources", "exit codes"]),
+    (("build",), ["--version", "--sources", "--out", "--executor", "--only", "--from", "--force", "examples"]),
+    (("validate",), ["_COMPLETE", "checksum", "row group"]),
+    (("status",), ["current.json", "changelog"]),
+    (("sources", "lock"), ["commit", "lock"]),
+])
+def test_help_texts(args, words):
+    proc = run_cli(*args, "--help")
+    for w in words:
+        assert w in proc.stdout, (args, w)
+
+
+def test_unimplemented_generation_names_missing_stages(tmp_path):
+    src = tmp_path / "s.toml"
+    src.write_text(f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\n")
+    proc = run_cli("build", "--version", "v2", "--sources", str(src), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2
+    assert "history_pairs" in proc.stderr and "not implemented" in proc.stderr
+    proc = run_cli("build", "--version", "v9", "--sources", str(src), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2 and "available: v2, v3, v4, v5, v6" in proc.stderr
+
+
+def test_bad_recipe_parameter_is_named(tmp_path):
+    from importlib import resources
+
+    text = (resources.files("cpp_data.pipeline.recipes") / "v6.toml").read_text()
+    bad = tmp_path / "r.toml"
+    bad.write_text(text.replace("max_line_length = 1000", "max_line_lenght = 1000"))
+    src = tmp_path / "s.toml"
+    src.write_text(f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\n")
+    proc = run_cli("build", "--recipe", str(bad), "--sources", str(src), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2 and "max_line_lenght" in proc.stderr and str(bad) in proc.stderr
+
+
+def test_status_writes_current_and_changelog(reference_build):
+    out = reference_build.parent.parent
+    proc = run_cli("status", "--out", str(out))
+    assert reference_build.name in proc.stdout
+    assert (out / "status" / "current.json").is_file() and (out / "status" / "current.md").is_file()
+    run_cli("status", "--out", str(out))
+    lines = (out / "status" / "changelog.jsonl").read_text().splitlines()
+    assert len(lines) == 1  # unchanged status appends nothing

@@ -1,0 +1,58 @@
+"""The tolerant reader: typed fills for missing optional columns, fail-closed on required ones."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cpp_data.schemas.generations import GENERATIONS, full_schema
+from cpp_data.schemas.reader import ShardError, iter_shard, require_complete
+from cpp_data.schemas.validate import check_shard
+
+
+def test_missing_optional_columns_get_typed_fills(tmp_path):
+    f = tmp_path / "old.parquet"
+    pq.write_table(pa.table({"text": ["int a;\n", "héllo"], "source_repo": ["r", "r"]}), f, row_group_size=1)
+    tables = list(iter_shard(f, "v6"))
+    assert len(tables) == 2  # one per row group
+    t = pa.concat_tables(tables)
+    assert t.schema == full_schema("v6")
+    rows = t.to_pylist()
+    assert rows[0]["structure_ids"] == [0] * len("int a;\n")
+    assert rows[1]["ast_depth"] == [-1] * len("héllo")  # one per character, not per byte
+    assert rows[1]["sibling_index"] == [-1] * 5 and rows[1]["ast_node_type"] == [-1] * 5
+    assert rows[0]["license_spdx"] == "NOASSERTION" and rows[0]["call_edges"] == []
+    assert rows[0]["source_repo"] == "r"
+
+
+def test_missing_or_malformed_required_column_fails_closed(tmp_path):
+    f = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"source_repo": ["r"]}), f)
+    with pytest.raises(ShardError, match=r"bad.parquet, row group 0, column 'text': required column is missing"):
+        list(iter_shard(f, "v6"))
+    g = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({"text": [1, 2]}), g)
+    with pytest.raises(ShardError, match="column 'text': type int64"):
+        list(iter_shard(g, "v6"))
+    with pytest.raises(ShardError, match="column 'text'"):
+        check_shard(g, "v6", None)
+
+
+def test_mistyped_optional_column_is_filled_and_rejected_by_validate(tmp_path):
+    f = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"text": ["ab"], "structure_ids": [["x", "y"]]}), f)
+    row = pa.concat_tables(iter_shard(f, "v6")).to_pylist()[0]
+    assert row["structure_ids"] == [0, 0]
+    with pytest.raises(ShardError, match="column 'structure_ids'"):
+        check_shard(f, "v6", None)
+
+
+def test_incomplete_directory_is_never_read(tmp_path):
+    with pytest.raises(ShardError, match="_COMPLETE"):
+        require_complete(tmp_path)
+
+
+def test_every_generation_requires_text():
+    for gen, cols in GENERATIONS.items():
+        assert [c.name for c in cols if c.required] == ["text"], gen

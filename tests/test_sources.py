@@ -1,0 +1,65 @@
+"""Locking: refs resolve to commits, directories to tree digests; builds record pins, never branch names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import GOOGLETEST, build, build_dir, make_git_repo, need, run_cli, write_sources
+from cpp_data.pipeline.sources import load_sources, read_lock
+
+
+def _files():
+    need(GOOGLETEST)
+    return {f"src/{p.name}": p.read_bytes() for p in sorted((GOOGLETEST / "googletest/src").glob("*.cc"))[:6]}
+
+
+def test_lock_resolves_branch_tag_and_file_url(tmp_path):
+    repo = tmp_path / "repo"
+    sha = make_git_repo(repo, _files(), branch="develop")
+    subprocess.run(["git", "tag", "v1.0"], cwd=repo, check=True)
+    sources = write_sources(tmp_path / "s.toml", [
+        {"name": "by-branch", "url": str(repo), "ref": "develop"},
+        {"name": "by-tag", "url": f"file://{repo}", "ref": "v1.0"},
+        {"name": "by-sha", "url": str(repo), "ref": sha},
+        {"name": "plain", "url": str(repo / "src")},
+    ])
+    proc = run_cli("sources", "lock", str(sources))
+    locked = {s.name: s for s in read_lock(sources.with_suffix(".lock"))}
+    assert locked["by-branch"].commit == sha and locked["by-branch"].requested_ref == "develop"
+    assert locked["by-tag"].commit == sha
+    assert locked["by-sha"].commit == sha
+    assert locked["plain"].kind == "dir" and locked["plain"].commit.startswith("tree:")
+    assert sha in proc.stdout
+
+
+def test_build_records_pins_and_moves_only_changed_sources(tmp_path):
+    repo = tmp_path / "repo"
+    first = make_git_repo(repo, _files())
+    other = tmp_path / "other"
+    make_git_repo(other, {f"x/{k}": v for k, v in list(_files().items())[:2]})
+    sources = write_sources(tmp_path / "s.toml", [
+        {"name": "moving", "url": f"file://{repo}", "ref": "main"},
+        {"name": "steady", "url": str(other), "ref": "main"},
+    ])
+    out = tmp_path / "out"
+    build(sources, out)
+    manifest = json.loads((build_dir(out) / "manifest.json").read_text())
+    pins = {s["name"]: s for s in manifest["sources"]}
+    assert pins["moving"]["commit"] == first and pins["moving"]["requested_ref"] == "main"
+    # move the branch: a new commit; relock; only `moving`'s per-source stages and corpus stages rerun
+    (repo / "src" / "new.cc").write_bytes((GOOGLETEST / "googletest/src/gtest-port.cc").read_bytes())
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e.org", "commit", "-qm", "more"], cwd=repo,
+                   check=True)
+    run_cli("sources", "lock", str(sources))
+    again = build(sources, out)
+    ran = {ln.split("] ", 1)[1].split(":")[0] for ln in again.stdout.splitlines() if ": running" in ln}
+    assert ran == {"collect[moving]", "filter[moving]", "license[moving]", "exact_dedup", "shards", "ledger"}
+    builds = sorted(d.name for d in (out / "builds").iterdir() if d.is_dir())
+    assert len(builds) == 2  # the new snapshot beside the old one
+
+
+def test_sources_file_with_license_field_parses(tmp_path):
+    f = write_sources(tmp_path / "s.toml", [{"name": "a", "url": "/tmp", "license": "MIT"}])
+    assert load_sources(f)[0].license == "MIT"
