@@ -24,8 +24,9 @@ from license_expression import ExpressionError, LicenseSymbol, LicenseWithExcept
 
 _SPDX_TAG = re.compile(r"SPDX-License-Identifier:\s*([^\n*]+?)\s*(?:\*/|-->|$)", re.MULTILINE)
 _COMMENT = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"', re.DOTALL)
+_LINE_DECORATION = re.compile(r"^[ \t]*(?:[/*#!|]+[ \t]?)?", re.M)
 _COPYRIGHT_LINE = re.compile(r"^\s*(copyright|\(c\)|©|all rights reserved|author|written by).*$", re.I | re.M)
-_DECORATION = re.compile(r"[/*=#\-_|]{2,}|^\s*[*/]+|\s+", re.M)
+_RULES = re.compile(r"[=\-_*/#|~]{3,}")
 LICENSE_FILE = re.compile(r"^(licen[cs]e|copying|unlicense)([-._][\w.-]*)?$", re.I)
 
 COPYLEFT_PREFIXES = ("GPL-", "AGPL-", "LGPL-", "MPL-", "EPL-", "CDDL-", "EUPL-", "OSL-", "CECILL")
@@ -99,8 +100,14 @@ def header_comments(text: str, max_lines: int = 100) -> str:
     return "\n".join(m.group() for m in _COMMENT.finditer(head) if m.group().startswith("/"))
 
 
+def plain_comment_text(block: str) -> str:
+    """Comment text without line decoration (`//`, ` * `, `#`) and rule lines, whitespace collapsed."""
+    return " ".join(_RULES.sub(" ", _LINE_DECORATION.sub("", block)).split())
+
+
 def match_notices(block: str) -> tuple[str, str] | None:
     """(expression, rule) from the notice table; an EULA marker is OR-ed with the other notices found."""
+    block = plain_comment_text(block)
     hits = [n for n in NOTICES if n.pattern.search(block)]
     if not hits:
         return None
@@ -110,8 +117,18 @@ def match_notices(block: str) -> tuple[str, str] | None:
     return hits[0].expression, hits[0].name
 
 
+_LICENSE_WORDS = ("licen", "warrant", "permission", "redistribut", "copyright")
+
+
+def _reads_like_license(block: str) -> bool:
+    """Long header comments are often API docs; only those using license vocabulary go to askalono."""
+    low = block.lower()
+    return sum(word in low for word in _LICENSE_WORDS) >= 3
+
+
 def _normalize_for_matching(block: str) -> str:
-    return _DECORATION.sub(" ", _COPYRIGHT_LINE.sub("", block)).strip()
+    """Text for askalono and its cache key: decoration and copyright/author lines (which vary per file) gone."""
+    return plain_comment_text(_COPYRIGHT_LINE.sub("", _LINE_DECORATION.sub("", block)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -156,7 +173,7 @@ def classify(text: str, repo_license: tuple[str, float, str] | None, declared: s
         notice = match_notices(block)
         if notice:
             return LicenseAnswer(notice[0], "header_notice", 0.9, notice[1])
-        if len(block) >= header_min_chars:
+        if len(block) >= header_min_chars and _reads_like_license(block):
             hit = identify_text(block, min_score=0.9)
             if hit:
                 return LicenseAnswer(hit[0], "header_text", round(hit[1], 4), "askalono")

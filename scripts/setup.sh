@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up cpp-data on a fresh Debian/Ubuntu machine, then run the main job on the default corpus.
+#   scripts/setup.sh              install everything, then: cpp-data build --version v6 (sources/debian.toml -> out/)
+#   scripts/setup.sh --no-build   install everything only (what CI does)
+# Installs: Debian packages (git, and the C++ trees of the default corpus and the tests), a venv in .venv with
+# cpp-data in editable mode and its test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+APT_PACKAGES=(git googletest nlohmann-json3-dev juce-modules-source libpoco-dev)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+echo "setup: installing cpp-data and its dependencies into .venv"
+.venv/bin/python -m pip install -q -e ".[test]"
+
+if [ "${1:-}" != "--no-build" ]; then
+  echo "setup: running the main job"
+  .venv/bin/cpp-data build --version v6 --sources sources/debian.toml --out out
+  .venv/bin/cpp-data validate "out/builds/$(cat out/builds/LATEST)"
+fi
