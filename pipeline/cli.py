@@ -121,6 +121,17 @@ def _pins(args):
     return lock_sources(specs, existing, update=existing is None, origin=args.sources)
 
 
+def _executor_problem(kind: str) -> str | None:
+    import importlib.util
+    import shutil
+
+    if kind == "ray" and importlib.util.find_spec("ray") is None:
+        return "--executor ray needs Ray: pip install 'cpp-data[ray]'"
+    if kind == "slurm" and shutil.which("sbatch") is None:
+        return "--executor slurm needs Slurm's sbatch on PATH (run cpp-data on a Slurm login node)"
+    return None
+
+
 def cmd_build(args) -> int:
     from cpp_data.pipeline.build import format_summary, run_build
     from cpp_data.pipeline.executors import ExecutorConfig, quiet_datatrove
@@ -139,6 +150,10 @@ def cmd_build(args) -> int:
         return EXIT_USAGE
     if args.workers < 1:
         _err("--workers must be at least 1")
+        return EXIT_USAGE
+    problem = _executor_problem(args.executor)
+    if problem:
+        _err(problem)
         return EXIT_USAGE
     executor = ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
                               slurm={"partition": args.slurm_partition, "time": args.slurm_time},

@@ -117,11 +117,14 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
         from datatrove.executor.slurm import SlurmPipelineExecutor
 
         opts = dict(cfg.slurm)
+        opts.pop("poll_s", None)
+        in_venv = sys.prefix != sys.base_prefix
+        default_venv = os.path.join(sys.prefix, "bin", "activate") if in_venv else None
         return SlurmPipelineExecutor(
             steps, tasks=tasks, workers=cfg.workers if cfg.workers > 0 else -1,
             time=opts.pop("time", "04:00:00"), partition=opts.pop("partition", "cpu"),
             logging_dir=str(logging_dir), job_name=f"cpp-data-{label}".replace("[", "-").replace("]", ""),
-            venv_path=opts.pop("venv_path", os.environ.get("VIRTUAL_ENV")),
+            venv_path=opts.pop("venv_path", default_venv),
             cpus_per_task=opts.pop("cpus_per_task", 1), mem_per_cpu_gb=opts.pop("mem_per_cpu_gb", 2),
             sbatch_args=opts.pop("sbatch_args", None), **opts,
         )
@@ -138,9 +141,7 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     try:
         executor.run()
         if cfg.kind == "slurm":
-            while incomplete := executor.get_incomplete_ranks():
-                print(f"{label}: waiting for {len(incomplete)}/{tasks} Slurm tasks", file=sys.stderr)
-                time.sleep(30)
+            _wait_for_slurm(executor, tasks, label, float(cfg.slurm.get("poll_s", 30)))
     finally:
         stop.set()
         thread.join()
@@ -149,6 +150,19 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     if incomplete:
         raise RuntimeError(f"{label}: {len(incomplete)} of {tasks} tasks did not complete; see {logging_dir}/logs")
     return collect_stats(logging_dir)
+
+
+def _wait_for_slurm(executor, tasks: int, label: str, poll_s: float) -> None:
+    """Wait until every task completed; fail once the job left the queue with tasks still incomplete."""
+    import subprocess
+
+    while incomplete := executor.get_incomplete_ranks():
+        queued = subprocess.run(["squeue", "-h", "-j", str(executor.job_id)], capture_output=True, text=True)
+        if queued.returncode == 0 and not queued.stdout.strip():
+            raise RuntimeError(f"{label}: Slurm job {executor.job_id} ended with {len(incomplete)}/{tasks} tasks "
+                               f"incomplete; see the Slurm logs under {executor.slurm_logs_folder}")
+        print(f"{label}: waiting for {len(incomplete)}/{tasks} Slurm tasks (job {executor.job_id})", file=sys.stderr)
+        time.sleep(poll_s)
 
 
 def collect_stats(logging_dir: Path) -> dict[str, int]:

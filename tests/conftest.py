@@ -53,9 +53,9 @@ def run_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess
     return proc
 
 
-def build(sources: Path, out: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+def build(sources: Path, out: Path, *extra: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     return run_cli("build", "--version", "v6", "--sources", str(sources), "--out", str(out), "--workers", "2",
-                   "--no-progress", *extra, check=check)
+                   "--no-progress", *extra, check=check, **kw)
 
 
 def build_dir(out: Path) -> Path:

@@ -131,3 +131,18 @@ def test_second_build_on_same_output_is_refused_while_locked(small_sources, tmp_
     assert proc.returncode == 75
     assert "another build is running" in proc.stderr and "--wait" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_wait_queues_behind_a_running_build(small_sources, tmp_path):
+    import threading
+
+    out = tmp_path / "queued"
+    lock = OutputLock(out)
+    lock.__enter__()
+    timer = threading.Timer(3.0, lock.__exit__)
+    timer.start()
+    started = time.monotonic()
+    proc = build(small_sources, out, "--wait")
+    timer.join()
+    assert time.monotonic() - started >= 3.0
+    assert proc.returncode == 0 and build_dir(out).is_dir()

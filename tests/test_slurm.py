@@ -1,0 +1,34 @@
+"""The Slurm executor: datatrove's real submission scripts, run by a local stand-in for sbatch/srun."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import build, build_dir, data_digests
+
+STUB = Path(__file__).parent / "slurm_stub"
+
+
+def test_slurm_executor_scripts_run_to_identical_bytes(small_sources, reference_build, tmp_path, monkeypatch):
+    spool = tmp_path / "spool"
+    monkeypatch.setenv("PATH", f"{STUB}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_STUB_DIR", str(spool))
+    out = tmp_path / "slurm"
+    build(small_sources, out, "--executor", "slurm", "--slurm-partition", "cpu-small", "--slurm-time", "01:30:00")
+    assert data_digests(build_dir(out)) == data_digests(reference_build)
+    scripts = sorted(spool.glob("*.slurm"))
+    assert scripts, "no job was submitted"
+    first = scripts[0].read_text()
+    assert "#SBATCH --partition=cpu-small" in first and "#SBATCH --time=01:30:00" in first
+    assert "#SBATCH --array=0-" in first and "launch_pickled_pipeline" in first
+    assert "bin/activate" in first  # the job activates the same environment
+
+
+def test_slurm_job_that_never_ran_fails_instead_of_hanging(small_sources, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{STUB}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_STUB_DIR", str(tmp_path / "spool"))
+    monkeypatch.setenv("SLURM_STUB_LOSE_JOBS", "1")
+    proc = build(small_sources, tmp_path / "out", "--executor", "slurm", check=False, timeout=120)
+    assert proc.returncode == 1
+    assert "ended with" in proc.stderr and "incomplete" in proc.stderr
