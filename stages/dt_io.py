@@ -69,3 +69,22 @@ def read_table(paths: list[Path], columns: list[str] | None = None, schema: pa.S
         sch = pa.schema([schema.field(c) for c in columns]) if columns else schema
         return sch.empty_table()
     return pa.concat_tables(tables)
+
+
+def output_counts(folder: Path, tasks: int, stats: dict) -> dict:
+    """Counts of a per-document stage, read from what it wrote (documents kept, rejections by rule)."""
+    import pyarrow.parquet as pq
+    from collections import Counter
+
+    kept = sum(pq.read_metadata(p).num_rows for p in Path(folder).glob("part-*.parquet"))
+    reasons: Counter = Counter()
+    for p in Path(folder).glob("rejected-*.parquet"):
+        for reason in pq.read_table(p, columns=["reason"]).column("reason").to_pylist():
+            reasons[reason.split("@", 1)[0]] += 1
+    return {
+        "tasks": tasks,
+        "documents_in": kept + sum(reasons.values()),
+        "documents_out": kept,
+        "rejected": dict(sorted(reasons.items())),
+        "redactions": int(sum(v for k, v in stats.items() if k.endswith(".redactions"))),
+    }

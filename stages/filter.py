@@ -133,20 +133,5 @@ class Filter(Stage):
             dt_io.documents_writer(ctx.out),
         ]
         stats = run_datatrove(ctx.executor, pipeline, tasks, ctx.out / "_datatrove", ctx.label)
-        return _summarize(stats, tasks)
+        return dt_io.output_counts(ctx.out, tasks, stats)
 
-
-def _summarize(stats: dict, tasks: int) -> dict:
-    dropped = {k.split(".", 1)[1][len("dropped_"):]: v for k, v in stats.items()
-               if ".dropped_" in k}
-    reasons: dict[str, int] = {}
-    for reason, n in dropped.items():
-        key = reason.split("@", 1)[0]
-        reasons[key] = reasons.get(key, 0) + n
-    return {
-        "tasks": tasks,
-        "documents_in": int(next((v for k, v in stats.items() if k.endswith(".total")), 0)),
-        "documents_out": int(stats.get("📒 Parquet.total", 0)),
-        "rejected": dict(sorted(reasons.items())),
-        "redactions": int(sum(v for k, v in stats.items() if k.endswith(".redactions"))),
-    }

@@ -18,7 +18,6 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages import dt_io
-from cpp_data.stages.filter import _summarize
 from cpp_data.stages.license_match import classify, identify_license_file, parse_spdx, policy
 
 DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
@@ -104,7 +103,7 @@ class License(Stage):
             dt_io.documents_writer(ctx.out),
         ]
         stats = run_datatrove(ctx.executor, pipeline, tasks, ctx.out / "_datatrove", ctx.label)
-        counts = _summarize(stats, tasks)
+        counts = dt_io.output_counts(ctx.out, tasks, stats)
         counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
                                      if ".source_" in k}
         counts["repo_license_files"] = {d: v[0] for d, v in sorted(directory_licenses.items())}
