@@ -45,6 +45,7 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
     ledger = runner.artifacts("ledger")[0].counts if runner.artifacts("ledger") else {}
     shards = runner.artifacts("shards")[0].counts if runner.artifacts("shards") else {}
     dedup = runner.artifacts("exact_dedup")[0].counts if runner.artifacts("exact_dedup") else {}
+    near = runner.artifacts("near_dedup")[0].counts if runner.artifacts("near_dedup") else {}
     collected_bytes = sum(c.get("bytes_collected", 0) for c in collect)
     stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
     return {
@@ -57,6 +58,10 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
         "exact_duplicates": dedup.get("duplicates_removed", 0),
         "exact_duplicate_bytes": dedup.get("duplicate_bytes", 0),
         "largest_duplicate_clusters": dedup.get("largest_clusters", []),
+        "near_duplicates": near.get("near_duplicates_removed", 0),
+        "near_duplicate_bytes": near.get("near_duplicate_bytes", 0),
+        "near_duplicate_clusters": near.get("clusters", 0),
+        "largest_near_duplicate_clusters": near.get("largest_clusters", []),
         "documents": shards.get("documents", 0),
         "train_documents": shards.get("train_documents", 0),
         "valid_documents": shards.get("valid_documents", 0),
@@ -78,6 +83,10 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     for rule, n in sorted(summary["refused_by_rule"].items(), key=lambda x: (-x[1], x[0])):
         lines.append(f"    {rule:<36} {n:,}")
     lines.append(f"  exact duplicates   {summary['exact_duplicates']:,} ({summary['exact_duplicate_bytes'] / 1e6:.1f} MB)")
+    lines.append(f"  near duplicates    {summary['near_duplicates']:,} ({summary['near_duplicate_bytes'] / 1e6:.1f} MB) "
+                 f"in {summary['near_duplicate_clusters']:,} clusters")
+    for c in summary["largest_near_duplicate_clusters"][:3]:
+        lines.append(f"    cluster of {c['size']:<4} kept {c['keeper']}")
     lines.append(f"  documents          {summary['documents']:,} (train {summary['train_documents']:,}, "
                  f"valid {summary['valid_documents']:,})")
     lines.append(f"  shards             {summary['shards']} ({summary['shard_bytes'] / 1e6:.1f} MB on disk, "

@@ -95,10 +95,12 @@ LEDGER = pa.schema(
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
         ("confidence", pa.float32()),
-        ("decision", pa.string()),  # kept | skipped | filtered | license_refused | exact_duplicate
+        ("decision", pa.string()),  # kept | skipped | filtered | license_refused | exact_duplicate | near_duplicate
         ("reason", pa.string()),
         ("keeper_repo", pa.string()),
         ("keeper_path", pa.string()),
+        ("cluster_id", pa.string()),  # near duplicates: the cluster (keeper's key)
+        ("similarity", pa.float32()),  # near duplicates: estimated Jaccard to the keeper
     ]
 )
 

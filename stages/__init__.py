@@ -5,6 +5,7 @@ from cpp_data.stages.exact_dedup import ExactDedup
 from cpp_data.stages.filter import Filter
 from cpp_data.stages.ledger import Ledger
 from cpp_data.stages.license import License
+from cpp_data.stages.near_dedup import NearDedup
 from cpp_data.stages.shards import Shards
 
-STAGES = {cls.name: cls for cls in (Collect, Filter, License, ExactDedup, Shards, Ledger)}
+STAGES = {cls.name: cls for cls in (Collect, Filter, License, ExactDedup, NearDedup, Shards, Ledger)}

@@ -88,3 +88,8 @@ def output_counts(folder: Path, tasks: int, stats: dict) -> dict:
         "rejected": dict(sorted(reasons.items())),
         "redactions": int(sum(v for k, v in stats.items() if k.endswith(".redactions"))),
     }
+
+
+def paths_reader(listing: Path) -> ParquetReader:
+    """A reader over the Parquet files listed (absolute paths, one per line); rank i reads line i."""
+    return ParquetReader("/", paths_file=str(listing), adapter=_row_adapter, batch_size=256)

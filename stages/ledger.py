@@ -1,7 +1,8 @@
 """ledger: the provenance ledger, one row per file seen, whatever happened to it (REFERENCE sections 1, 4, 5).
 
 Rows, per source in name order: files collect skipped, files the filter rejected, files the license policy
-refused, then kept files; finally every exact duplicate with its keeper. Answers "did this dataset contain
+refused, then kept files; finally every exact duplicate (cluster id: its SHA-256, similarity 1) and every near
+duplicate (cluster id, estimated similarity) with its keeper. Answers "did this dataset contain
 file X at version Y, and if not, why?" with one query.
 """
 
@@ -31,6 +32,7 @@ def _from_rejections(t: pa.Table) -> pa.Table:
         "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
         "confidence": t.column("confidence"), "decision": t.column("decision"), "reason": t.column("reason"),
         "keeper_repo": pa.nulls(n, pa.string()), "keeper_path": pa.nulls(n, pa.string()),
+        "cluster_id": pa.nulls(n, pa.string()), "similarity": pa.nulls(n, pa.float32()),
     }, schema=LEDGER)
 
 
@@ -38,12 +40,13 @@ class Ledger(Stage):
     name = "ledger"
     version = 1
     scope = "corpus"
-    inputs = ("collect", "filter", "license", "exact_dedup")
+    inputs = ("collect", "filter", "license", "exact_dedup", "near_dedup")
     Params = LedgerParams
 
     def run(self, ctx: StageContext) -> dict:
         dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
-        removed = keys.removed_keys([dup])
+        near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")
+        removed = keys.removed_keys([dup, near])
         by_source = {stage: {a.source: a.path for a in ctx.inputs[stage]} for stage in ("collect", "filter", "license")}
         writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")
         decisions: Counter = Counter()
@@ -75,7 +78,8 @@ class Ledger(Stage):
                     "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
                     "confidence": t.column("license_confidence"), "decision": pa.array(["kept"] * n),
                     "reason": pa.array([""] * n), "keeper_repo": pa.nulls(n, pa.string()),
-                    "keeper_path": pa.nulls(n, pa.string()),
+                    "keeper_path": pa.nulls(n, pa.string()), "cluster_id": pa.nulls(n, pa.string()),
+                    "similarity": pa.nulls(n, pa.float32()),
                 }, schema=LEDGER))
         n = dup.num_rows
         emit(pa.table({
@@ -85,6 +89,18 @@ class Ledger(Stage):
             "decision": pa.array(["exact_duplicate"] * n, pa.string()),
             "reason": pa.array(["exact_duplicate"] * n, pa.string()),
             "keeper_repo": dup.column("keeper_source"), "keeper_path": dup.column("keeper_path"),
+            "cluster_id": pa.array(dup.column("sha256").to_pylist(), pa.string()),
+            "similarity": pa.array([1.0] * n, pa.float32()),
+        }, schema=LEDGER))
+        n = near.num_rows
+        emit(pa.table({
+            "repo": near.column("source"), "commit": near.column("commit"), "path": near.column("path"),
+            "sha256": near.column("sha256"), "size": near.column("size"), "license_spdx": near.column("license_spdx"),
+            "license_source": near.column("license_source"), "confidence": near.column("confidence"),
+            "decision": pa.array(["near_duplicate"] * n, pa.string()),
+            "reason": pa.array(["near_duplicate"] * n, pa.string()),
+            "keeper_repo": near.column("keeper_source"), "keeper_path": near.column("keeper_path"),
+            "cluster_id": near.column("cluster_id"), "similarity": near.column("similarity"),
         }, schema=LEDGER))
         writer.close()
         return {"rows": sum(decisions.values()), "decisions": dict(sorted(decisions.items())),

@@ -1,6 +1,6 @@
 """shards: the versioned Parquet shards of a build (REFERENCE section 9).
 
-- Documents: every kept document of the license stage that exact dedup did not remove.
+- Documents: every kept document of the license stage that neither exact nor near dedup removed.
 - Split: validation when BLAKE2b(repo, path) falls under `valid_fraction` (no file on both sides, and the split
   does not move when the seed does).
 - Shuffle: documents are ordered by a seeded BLAKE2b key of (repo, path). To keep memory bounded this is an
@@ -123,14 +123,16 @@ class Shards(Stage):
     name = "shards"
     version = 1
     scope = "corpus"
-    inputs = ("license", "exact_dedup")
+    inputs = ("license", "exact_dedup", "near_dedup")
     Params = ShardParams
 
     def run(self, ctx: StageContext) -> dict:
         p: ShardParams = self.params
         schema = write_schema(p.generation, SHARD_COLUMNS)
-        dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path"])
-        removed = keys.removed_keys([dup])
+        removed = keys.removed_keys([
+            pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path"]),
+            pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet", columns=["source", "path"]),
+        ])
         parts = license_parts(ctx)
         total_bytes = sum(pq.ParquetFile(x).metadata.row_group(i).total_byte_size
                           for x in parts for i in range(pq.ParquetFile(x).metadata.num_row_groups))

@@ -1,0 +1,278 @@
+"""near_dedup: MinHash LSH over code shingles, at the file level, across every source (REFERENCE section 5).
+
+1. Signatures (datatrove tasks, one per license part, resumable): each document that exact dedup kept gets a
+   128-permutation MinHash (datasketch, affine32) of its 5-token shingles (stages/shingles.py). A task writes
+   its signatures (sig-RANK.npy), its documents' metadata (docs-RANK.parquet) and, per LSH band, the band keys
+   sorted by key (band-BB-RANK.npy): the sorted runs that datatrove's own MinHash writes too.
+2. Buckets: bands are processed one key range at a time; each range is a contiguous slice of every task's
+   sorted run (found by binary search on memory-mapped files), so memory is bounded by the range size, not the
+   corpus. Documents sharing a band key are candidate pairs with the first document of the bucket.
+3. Verification: a candidate pair is kept only if its signatures agree on at least `threshold` of their
+   positions (the estimated Jaccard), which removes LSH false positives.
+4. Clusters: union-find over verified pairs; each cluster keeps its canonical copy (upstream over vendored,
+   permissive license, larger repository, smallest (repo, path)). Union-find chains (A~B, B~C while A and C
+   differ), so members below the threshold against the keeper are split off into a cluster of their own with
+   the next canonical keeper: every removed file is within the threshold of the copy that is kept. Removed
+   files go to near_duplicates.parquet with keeper, cluster id and estimated similarity to the keeper.
+Hand-written parts (bucketing by key range, verification, union-find, keeper choice): datasketch's LSH index
+lives in memory, and datatrove's pipeline neither verifies candidates nor knows our canonical rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+from datasketch import MinHash
+from datatrove.data import DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.stages import dt_io, keys
+from cpp_data.stages.shingles import shingle_hashes
+
+NEAR_DUPLICATE = pa.schema([
+    ("source", pa.string()), ("commit", pa.string()), ("path", pa.string()), ("sha256", pa.string()),
+    ("size", pa.int64()), ("license_spdx", pa.string()), ("license_source", pa.string()),
+    ("confidence", pa.float32()), ("keeper_source", pa.string()), ("keeper_path", pa.string()),
+    ("cluster_id", pa.string()), ("similarity", pa.float32()), ("cluster_size", pa.int32()),
+])
+_DOC_COLS = ["source", "commit", "path", "sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
+             "license_confidence", "license_family"]
+_BAND_DTYPE = np.dtype([("key", "<u8"), ("doc", "<u4")])
+
+
+@dataclass(frozen=True)
+class NearDedupParams:
+    ngram: int = 5
+    num_perm: int = 128
+    bands: int = 16
+    rows: int = 8
+    threshold: float = 0.7  # estimated Jaccard a candidate pair needs
+    seed: int = 1
+    entries_per_range: int = 4_000_000  # band entries held in memory at once while bucketing
+
+
+def _int(x):  # datasketch hash function: our shingle hashes are already 32-bit integers
+    return x
+
+
+class SignatureStep(PipelineStep):
+    """Per task: MinHash signatures, document metadata and sorted band keys of the documents it reads."""
+
+    type = "🫂 - DEDUP"
+    name = "signatures"
+
+    def __init__(self, out: Path, params: NearDedupParams, removed_file: Path):
+        super().__init__()
+        self.out, self.p, self.removed_file = Path(out), params, Path(removed_file)
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        p = self.p
+        dup = pq.read_table(self.removed_file, columns=["source", "path"])
+        removed = keys.removed_keys([dup])
+        template = MinHash(num_perm=p.num_perm, seed=p.seed, hashfunc=_int, scheme="affine32")
+        sigs, rows = [], []
+        for doc in data:
+            meta = doc.metadata
+            if keys.contains(removed, keys.key_array([meta["source"]], [meta["path"]]))[0]:
+                self.stat_update("exact_duplicate_skipped")
+                continue
+            h = shingle_hashes(doc.text, p.ngram)
+            if not len(h):
+                self.stat_update("too_short")
+                continue
+            m = MinHash(num_perm=p.num_perm, hashfunc=_int, permutations=template.permutations, scheme="affine32")
+            m.update_batch(h.tolist())
+            sigs.append(m.hashvalues.astype(np.uint32))
+            rows.append({c: meta.get(c) for c in _DOC_COLS})
+            self.stat_update("signed")
+        sig = np.vstack(sigs) if sigs else np.empty((0, p.num_perm), dtype=np.uint32)
+        np.save(self.out / f"sig-{rank:05d}.npy", sig)
+        pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([_doc_field(c) for c in _DOC_COLS])),
+                       self.out / f"docs-{rank:05d}.parquet")
+        for band in range(p.bands):
+            block = np.ascontiguousarray(sig[:, band * p.rows:(band + 1) * p.rows])
+            rec = np.empty(len(sig), dtype=_BAND_DTYPE)
+            rec["key"] = [xxhash.xxh64_intdigest(r.tobytes(), seed=band) for r in block]
+            rec["doc"] = np.arange(len(sig), dtype=np.uint32)
+            rec.sort(order=["key", "doc"])
+            np.save(self.out / f"band-{band:02d}-{rank:05d}.npy", rec)
+        return
+        yield  # a generator that yields nothing: the last step of its pipeline
+
+
+def _doc_field(name: str) -> pa.Field:
+    from cpp_data.schemas.artifacts import DOCUMENT
+
+    return DOCUMENT.field(name)
+
+
+class UnionFind:
+    def __init__(self, n: int):
+        self.parent = np.arange(n, dtype=np.int64)
+
+    def find(self, x: int) -> int:
+        root = x
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[x] != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: int, n_ranges: int) -> np.ndarray:
+    """(first, other) global doc ids of every bucket of `band`, one key range at a time."""
+    runs = [np.load(sig_dir / f"band-{band:02d}-{r:05d}.npy", mmap_mode="r") for r in ranks]
+    bounds = [i * 2**64 // n_ranges for i in range(n_ranges + 1)]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        keys_, docs = [], []
+        for r, run in zip(ranks, runs):
+            if not len(run):
+                continue
+            a = np.searchsorted(run["key"], np.uint64(lo))
+            b = np.searchsorted(run["key"], np.uint64(hi - 1), side="right")
+            if b > a:
+                keys_.append(np.asarray(run["key"][a:b]))
+                docs.append(np.asarray(run["doc"][a:b], dtype=np.int64) + offsets[r])
+        if not keys_:
+            continue
+        k, d = np.concatenate(keys_), np.concatenate(docs)
+        order = np.lexsort((d, k))
+        k, d = k[order], d[order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        first = np.repeat(d[starts], np.diff(np.r_[starts, len(k)]))
+        mask = first != d
+        if mask.any():
+            out.append(np.stack([first[mask], d[mask]], axis=1))
+    return np.concatenate(out) if out else np.empty((0, 2), dtype=np.int64)
+
+
+class NearDedup(Stage):
+    name = "near_dedup"
+    version = 1
+    scope = "corpus"
+    inputs = ("collect", "license", "exact_dedup")
+    Params = NearDedupParams
+    resumable_tasks = True
+
+    def run(self, ctx: StageContext) -> dict:
+        p: NearDedupParams = self.params
+        if p.bands * p.rows > p.num_perm:
+            raise ValueError(f"bands x rows = {p.bands * p.rows} exceeds num_perm = {p.num_perm}")
+        from cpp_data.stages.exact_dedup import license_parts
+
+        parts = license_parts(ctx)
+        sig_dir = ctx.out / "_signatures"
+        sig_dir.mkdir(exist_ok=True)
+        listing = sig_dir / "inputs.txt"  # one license part per task, across every source, in a fixed order
+        listing.write_text("".join(f"{x}\n" for x in parts))
+        pipeline = [
+            dt_io.paths_reader(listing),
+            SignatureStep(sig_dir, p, ctx.input("exact_dedup").path / "duplicates.parquet"),
+        ]
+        stats = run_datatrove(ctx.executor, pipeline, len(parts), ctx.out / "_datatrove", ctx.label)
+
+        ranks = list(range(len(parts)))
+        counts = np.array([np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r").shape[0] for r in ranks], dtype=np.int64)
+        offsets = np.r_[0, np.cumsum(counts)[:-1]] if len(counts) else np.zeros(0, dtype=np.int64)
+        total = int(counts.sum())
+        sigs = [np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r") for r in ranks]
+        rank_of = np.repeat(np.arange(len(ranks)), counts)
+
+        def signature(gids: np.ndarray) -> np.ndarray:
+            out = np.empty((len(gids), p.num_perm), dtype=np.uint32)
+            for r in np.unique(rank_of[gids]):
+                sel = rank_of[gids] == r
+                out[sel] = sigs[r][gids[sel] - offsets[r]]
+            return out
+
+        n_ranges = max(1, math.ceil(total / p.entries_per_range))
+        pairs = [candidate_pairs(sig_dir, ranks, offsets, band, n_ranges) for band in range(p.bands)]
+        cand = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
+        if len(cand):
+            cand = np.unique(cand, axis=0)
+        verified = np.empty((0, 2), dtype=np.int64)
+        if len(cand):
+            sim = (signature(cand[:, 0]) == signature(cand[:, 1])).mean(axis=1)
+            verified = cand[sim >= p.threshold]
+        uf = UnionFind(total)
+        for a, b in verified.tolist():
+            uf.union(a, b)
+        members = np.unique(verified) if len(verified) else np.empty(0, dtype=np.int64)
+        roots = np.array([uf.find(int(x)) for x in members], dtype=np.int64)
+
+        meta = self._metadata(sig_dir, ranks, offsets, members, ctx)
+        rows, largest = self._keepers(members, roots, meta, signature, p.threshold)
+        pq.write_table(pa.Table.from_pylist(rows, schema=NEAR_DUPLICATE), ctx.out / "near_duplicates.parquet",
+                       compression="zstd")
+        return {
+            "documents_signed": total,
+            "too_short": int(stats.get("signatures.too_short", 0)),
+            "candidate_pairs": int(len(cand)),
+            "verified_pairs": int(len(verified)),
+            "clusters": len(largest),
+            "near_duplicates_removed": len(rows),
+            "near_duplicate_bytes": int(sum(r["size"] or 0 for r in rows)),
+            "largest_clusters": largest[:5],
+        }
+
+    @staticmethod
+    def _metadata(sig_dir: Path, ranks: list[int], offsets: np.ndarray, members: np.ndarray, ctx) -> dict:
+        repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
+        wanted = set(members.tolist())
+        meta = {}
+        for r in ranks:
+            t = pq.read_table(sig_dir / f"docs-{r:05d}.parquet")
+            base = int(offsets[r])
+            for i, row in enumerate(t.to_pylist()):
+                if base + i in wanted:
+                    row["repo_bytes"] = repo_bytes.get(row["source"], 0)
+                    meta[base + i] = row
+        return meta
+
+    @staticmethod
+    def _keepers(members, roots, meta, signature, threshold: float) -> tuple[list[dict], list[dict]]:
+        clusters: dict[int, list[int]] = {}
+        for gid, root in zip(members.tolist(), roots.tolist()):
+            clusters.setdefault(root, []).append(gid)
+
+        def rank(g: int):
+            m = meta[g]
+            return (bool(m["is_vendored"]), m["license_family"] != "permissive", -m["repo_bytes"], m["source"], m["path"])
+
+        rows, largest = [], []
+        for gids in clusters.values():
+            pending = sorted(gids, key=rank)
+            while len(pending) > 1:  # split chains: each removed file must itself reach the keeper's threshold
+                keeper, others = pending[0], pending[1:]
+                sims = (signature(np.array(others)) == signature(np.array([keeper] * len(others)))).mean(axis=1)
+                close = sims >= threshold
+                k = meta[keeper]
+                cluster_id = keys.doc_key(k["source"], k["path"]).hex()[:16]
+                size = 1 + int(close.sum())
+                for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
+                    m = meta[g]
+                    rows.append({"source": m["source"], "commit": m["commit"], "path": m["path"],
+                                 "sha256": m["sha256"], "size": m["size_bytes"], "license_spdx": m["license_spdx"],
+                                 "license_source": m["license_source"], "confidence": m["license_confidence"],
+                                 "keeper_source": k["source"], "keeper_path": k["path"], "cluster_id": cluster_id,
+                                 "similarity": round(float(s), 4), "cluster_size": size})
+                if size > 1:
+                    largest.append({"size": size, "keeper": f"{k['source']}:{k['path']}", "cluster_id": cluster_id})
+                pending = [g for g, c in zip(others, close.tolist()) if not c]
+        rows.sort(key=lambda r: (r["source"], r["path"]))
+        largest.sort(key=lambda c: (-c["size"], c["keeper"]))
+        return rows, largest

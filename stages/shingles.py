@@ -1,0 +1,70 @@
+"""Code-aware shingles for near-duplicate detection (REFERENCE section 5).
+
+Tokens are C/C++ lexemes: identifiers, numbers, multi-character operators and every other punctuation mark,
+so `std::vector<int>` stays `std :: vector < int >` (generic text normalizers turn it into `std vector int` and
+make unrelated short files collide). Whitespace is not a token, so reindented or reflowed copies match;
+comments and string literals are kept (tokenized like code). The leading license/copyright comment block is
+removed first, so two short files that share only a banner never match.
+
+Shingle hashing is vectorized: each distinct token is hashed once (xxh32), then the 5-gram hashes are a
+polynomial over consecutive token hashes in numpy. Hand-written because neither datasketch (hashes one
+Python object per call) nor datatrove (joins and hashes each n-gram string in a Python loop, after a text
+normalization that deletes C++ punctuation) offers a code tokenizer or vectorized n-gram hashing; the MinHash
+itself is datasketch's.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import xxhash
+
+TOKEN = re.compile(
+    r"[A-Za-z_][A-Za-z_0-9]*|\d[\w.']*|::|->\*?|<<=|>>=|<=>|\.\.\.|\+\+|--|&&|\|\||##|[-+*/%&|^!=<>]=|<<|>>|\.\*|\S"
+)
+_LEADING = re.compile(r"\A(?:\s+|//[^\n]*|/\*.*?\*/)+", re.DOTALL)
+_LICENSE_HINT = re.compile(r"copyright|licen[cs]e|spdx-|redistribut|permission is hereby granted|\(c\)", re.I)
+# Odd 64-bit multipliers for the 5 positions of an n-gram (fixed: part of the shingle definition).
+_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5,
+                  0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x85EBCA77C2B2AE63, 0x94D049BB133111EB], dtype=np.uint64)
+
+
+def strip_license_header(text: str) -> str:
+    """Drop the leading comment block when it carries a license or copyright notice."""
+    m = _LEADING.match(text)
+    if m and _LICENSE_HINT.search(m.group()):
+        return text[m.end():]
+    return text
+
+
+def tokens(text: str) -> list[str]:
+    return TOKEN.findall(text)
+
+
+def shingle_hashes(text: str, n: int = 5) -> np.ndarray:
+    """Sorted unique uint32 hashes of the token n-grams of `text` (license header removed)."""
+    if n > len(_MULT):
+        raise ValueError(f"n-gram size {n} > {len(_MULT)}")
+    toks = tokens(strip_license_header(text))
+    if len(toks) < n:
+        return np.empty(0, dtype=np.uint32)
+    uniq, inverse = np.unique(np.array(toks), return_inverse=True)
+    token_hash = np.fromiter((xxhash.xxh64_intdigest(t) for t in uniq), dtype=np.uint64, count=len(uniq))[inverse]
+    m = len(token_hash) - n + 1
+    with np.errstate(over="ignore"):
+        h = np.zeros(m, dtype=np.uint64)
+        for i in range(n):
+            h += token_hash[i:i + m] * _MULT[i]
+        h ^= h >> np.uint64(29)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(32)
+    return np.unique((h & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard similarity of two shingle sets (sorted unique arrays)."""
+    if not len(a) and not len(b):
+        return 1.0
+    inter = len(np.intersect1d(a, b, assume_unique=True))
+    return inter / (len(a) + len(b) - inter)
