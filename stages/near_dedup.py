@@ -169,110 +169,113 @@ class NearDedup(Stage):
     resumable_tasks = True
 
     def run(self, ctx: StageContext) -> dict:
-        p: NearDedupParams = self.params
-        if p.bands * p.rows > p.num_perm:
-            raise ValueError(f"bands x rows = {p.bands * p.rows} exceeds num_perm = {p.num_perm}")
         from cpp_data.stages.exact_dedup import license_parts
 
-        parts = license_parts(ctx)
-        sig_dir = ctx.out / "_signatures"
-        sig_dir.mkdir(exist_ok=True)
-        listing = sig_dir / "inputs.txt"  # one license part per task, across every source, in a fixed order
-        listing.write_text("".join(f"{x}\n" for x in parts))
-        pipeline = [
-            dt_io.paths_reader(listing),
-            SignatureStep(sig_dir, p, ctx.input("exact_dedup").path / "duplicates.parquet"),
-        ]
-        stats = run_datatrove(ctx.executor, pipeline, len(parts), ctx.out / "_datatrove", ctx.label)
-
-        ranks = list(range(len(parts)))
-        counts = np.array([np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r").shape[0] for r in ranks], dtype=np.int64)
-        offsets = np.r_[0, np.cumsum(counts)[:-1]] if len(counts) else np.zeros(0, dtype=np.int64)
-        total = int(counts.sum())
-        sigs = [np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r") for r in ranks]
-        rank_of = np.repeat(np.arange(len(ranks)), counts)
-
-        def signature(gids: np.ndarray) -> np.ndarray:
-            out = np.empty((len(gids), p.num_perm), dtype=np.uint32)
-            for r in np.unique(rank_of[gids]):
-                sel = rank_of[gids] == r
-                out[sel] = sigs[r][gids[sel] - offsets[r]]
-            return out
-
-        n_ranges = max(1, math.ceil(total / p.entries_per_range))
-        pairs = [candidate_pairs(sig_dir, ranks, offsets, band, n_ranges) for band in range(p.bands)]
-        cand = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
-        if len(cand):
-            cand = np.unique(cand, axis=0)
-        verified = np.empty((0, 2), dtype=np.int64)
-        if len(cand):
-            sim = (signature(cand[:, 0]) == signature(cand[:, 1])).mean(axis=1)
-            verified = cand[sim >= p.threshold]
-        uf = UnionFind(total)
-        for a, b in verified.tolist():
-            uf.union(a, b)
-        members = np.unique(verified) if len(verified) else np.empty(0, dtype=np.int64)
-        roots = np.array([uf.find(int(x)) for x in members], dtype=np.int64)
-
-        meta = self._metadata(sig_dir, ranks, offsets, members, ctx)
-        rows, largest = self._keepers(members, roots, meta, signature, p.threshold)
-        pq.write_table(pa.Table.from_pylist(rows, schema=NEAR_DUPLICATE), ctx.out / "near_duplicates.parquet",
-                       compression="zstd")
-        return {
-            "documents_signed": total,
-            "too_short": int(stats.get("signatures.too_short", 0)),
-            "candidate_pairs": int(len(cand)),
-            "verified_pairs": int(len(verified)),
-            "clusters": len(largest),
-            "near_duplicates_removed": len(rows),
-            "near_duplicate_bytes": int(sum(r["size"] or 0 for r in rows)),
-            "largest_clusters": largest[:5],
-        }
-
-    @staticmethod
-    def _metadata(sig_dir: Path, ranks: list[int], offsets: np.ndarray, members: np.ndarray, ctx) -> dict:
         repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
-        wanted = set(members.tolist())
-        meta = {}
-        for r in ranks:
-            t = pq.read_table(sig_dir / f"docs-{r:05d}.parquet")
-            base = int(offsets[r])
-            for i, row in enumerate(t.to_pylist()):
-                if base + i in wanted:
-                    row["repo_bytes"] = repo_bytes.get(row["source"], 0)
-                    meta[base + i] = row
-        return meta
+        return near_dedup(license_parts(ctx), ctx.input("exact_dedup").path / "duplicates.parquet", repo_bytes,
+                          ctx.out, self.params, ctx.executor, ctx.label)
 
-    @staticmethod
-    def _keepers(members, roots, meta, signature, threshold: float) -> tuple[list[dict], list[dict]]:
-        clusters: dict[int, list[int]] = {}
-        for gid, root in zip(members.tolist(), roots.tolist()):
-            clusters.setdefault(root, []).append(gid)
 
-        def rank(g: int):
-            m = meta[g]
-            return (bool(m["is_vendored"]), m["license_family"] != "permissive", -m["repo_bytes"], m["source"], m["path"])
+def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int], out: Path,
+               p: NearDedupParams, executor, label: str = "near_dedup") -> dict:
+    """The whole stage on a list of document parts: writes out/near_duplicates.parquet, returns counts.
+    (bench/dedup_vs_datatrove.py calls this too, so the benchmark measures exactly the stage's code.)"""
+    if p.bands * p.rows > p.num_perm:
+        raise ValueError(f"bands x rows = {p.bands * p.rows} exceeds num_perm = {p.num_perm}")
+    out = Path(out)
+    sig_dir = out / "_signatures"
+    sig_dir.mkdir(parents=True, exist_ok=True)
+    listing = sig_dir / "inputs.txt"  # one document part per task, across every source, in a fixed order
+    listing.write_text("".join(f"{x}\n" for x in parts))
+    pipeline = [dt_io.paths_reader(listing), SignatureStep(sig_dir, p, removed_file)]
+    stats = run_datatrove(executor, pipeline, len(parts), out / "_datatrove", label)
+    ranks = list(range(len(parts)))
+    counts = np.array([np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r").shape[0] for r in ranks], dtype=np.int64)
+    offsets = np.r_[0, np.cumsum(counts)[:-1]] if len(counts) else np.zeros(0, dtype=np.int64)
+    total = int(counts.sum())
+    sigs = [np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r") for r in ranks]
+    rank_of = np.repeat(np.arange(len(ranks)), counts)
 
-        rows, largest = [], []
-        for gids in clusters.values():
-            pending = sorted(gids, key=rank)
-            while len(pending) > 1:  # split chains: each removed file must itself reach the keeper's threshold
-                keeper, others = pending[0], pending[1:]
-                sims = (signature(np.array(others)) == signature(np.array([keeper] * len(others)))).mean(axis=1)
-                close = sims >= threshold
-                k = meta[keeper]
-                cluster_id = keys.doc_key(k["source"], k["path"]).hex()[:16]
-                size = 1 + int(close.sum())
-                for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
-                    m = meta[g]
-                    rows.append({"source": m["source"], "commit": m["commit"], "path": m["path"],
-                                 "sha256": m["sha256"], "size": m["size_bytes"], "license_spdx": m["license_spdx"],
-                                 "license_source": m["license_source"], "confidence": m["license_confidence"],
-                                 "keeper_source": k["source"], "keeper_path": k["path"], "cluster_id": cluster_id,
-                                 "similarity": round(float(s), 4), "cluster_size": size})
-                if size > 1:
-                    largest.append({"size": size, "keeper": f"{k['source']}:{k['path']}", "cluster_id": cluster_id})
-                pending = [g for g, c in zip(others, close.tolist()) if not c]
-        rows.sort(key=lambda r: (r["source"], r["path"]))
-        largest.sort(key=lambda c: (-c["size"], c["keeper"]))
-        return rows, largest
+    def signature(gids: np.ndarray) -> np.ndarray:
+        buf = np.empty((len(gids), p.num_perm), dtype=np.uint32)
+        for r in np.unique(rank_of[gids]):
+            sel = rank_of[gids] == r
+            buf[sel] = sigs[r][gids[sel] - offsets[r]]
+        return buf
+
+    n_ranges = max(1, math.ceil(total / p.entries_per_range))
+    pairs = [candidate_pairs(sig_dir, ranks, offsets, band, n_ranges) for band in range(p.bands)]
+    cand = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
+    if len(cand):
+        cand = np.unique(cand, axis=0)
+    verified = np.empty((0, 2), dtype=np.int64)
+    if len(cand):
+        sim = (signature(cand[:, 0]) == signature(cand[:, 1])).mean(axis=1)
+        verified = cand[sim >= p.threshold]
+    uf = UnionFind(total)
+    for a, b in verified.tolist():
+        uf.union(a, b)
+    members = np.unique(verified) if len(verified) else np.empty(0, dtype=np.int64)
+    roots = np.array([uf.find(int(x)) for x in members], dtype=np.int64)
+
+    meta = _metadata(sig_dir, ranks, offsets, members, repo_bytes)
+    rows, largest = _keepers(members, roots, meta, signature, p.threshold)
+    pq.write_table(pa.Table.from_pylist(rows, schema=NEAR_DUPLICATE), out / "near_duplicates.parquet",
+                   compression="zstd")
+    return {
+        "documents_signed": total,
+        "too_short": int(sum(v for k, v in stats.items() if k.endswith(".too_short"))),
+        "candidate_pairs": int(len(cand)),
+        "verified_pairs": int(len(verified)),
+        "clusters": len(largest),
+        "near_duplicates_removed": len(rows),
+        "near_duplicate_bytes": int(sum(r["size"] or 0 for r in rows)),
+        "largest_clusters": largest[:5],
+    }
+
+
+def _metadata(sig_dir: Path, ranks: list[int], offsets: np.ndarray, members: np.ndarray, repo_bytes) -> dict:
+    wanted = set(members.tolist())
+    meta = {}
+    for r in ranks:
+        t = pq.read_table(sig_dir / f"docs-{r:05d}.parquet")
+        base = int(offsets[r])
+        for i, row in enumerate(t.to_pylist()):
+            if base + i in wanted:
+                row["repo_bytes"] = repo_bytes.get(row["source"], 0)
+                meta[base + i] = row
+    return meta
+
+
+def _keepers(members, roots, meta, signature, threshold: float) -> tuple[list[dict], list[dict]]:
+    clusters: dict[int, list[int]] = {}
+    for gid, root in zip(members.tolist(), roots.tolist()):
+        clusters.setdefault(root, []).append(gid)
+
+    def rank(g: int):
+        m = meta[g]
+        return (bool(m["is_vendored"]), m["license_family"] != "permissive", -m["repo_bytes"], m["source"], m["path"])
+
+    rows, largest = [], []
+    for gids in clusters.values():
+        pending = sorted(gids, key=rank)
+        while len(pending) > 1:  # split chains: each removed file must itself reach the keeper's threshold
+            keeper, others = pending[0], pending[1:]
+            sims = (signature(np.array(others)) == signature(np.array([keeper] * len(others)))).mean(axis=1)
+            close = sims >= threshold
+            k = meta[keeper]
+            cluster_id = keys.doc_key(k["source"], k["path"]).hex()[:16]
+            size = 1 + int(close.sum())
+            for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
+                m = meta[g]
+                rows.append({"source": m["source"], "commit": m["commit"], "path": m["path"],
+                             "sha256": m["sha256"], "size": m["size_bytes"], "license_spdx": m["license_spdx"],
+                             "license_source": m["license_source"], "confidence": m["license_confidence"],
+                             "keeper_source": k["source"], "keeper_path": k["path"], "cluster_id": cluster_id,
+                             "similarity": round(float(s), 4), "cluster_size": size})
+            if size > 1:
+                largest.append({"size": size, "keeper": f"{k['source']}:{k['path']}", "cluster_id": cluster_id})
+            pending = [g for g, c in zip(others, close.tolist()) if not c]
+    rows.sort(key=lambda r: (r["source"], r["path"]))
+    largest.sort(key=lambda c: (-c["size"], c["keeper"]))
+    return rows, largest
