@@ -6,7 +6,9 @@
    sorted by key (band-BB-RANK.npy): the sorted runs that datatrove's own MinHash writes too.
 2. Buckets: bands are processed one key range at a time; each range is a contiguous slice of every task's
    sorted run (found by binary search on memory-mapped files), so memory is bounded by the range size, not the
-   corpus. Documents sharing a band key are candidate pairs with the first document of the bucket.
+   corpus. Documents sharing a band key are candidate pairs with the bucket's first document, and with each
+   other in buckets of at most `all_pairs_up_to` documents (otherwise two copies that share a bucket with an
+   unrelated first document would never be compared once candidates are verified).
 3. Verification: a candidate pair is kept only if its signatures agree on at least `threshold` of their
    positions (the estimated Jaccard), which removes LSH false positives.
 4. Clusters: union-find over verified pairs; each cluster keeps its canonical copy (upstream over vendored,
@@ -57,6 +59,7 @@ class NearDedupParams:
     threshold: float = 0.7  # estimated Jaccard a candidate pair needs
     seed: int = 1
     entries_per_range: int = 4_000_000  # band entries held in memory at once while bucketing
+    all_pairs_up_to: int = 32  # buckets up to this size compare every pair, larger ones only with their first
 
 
 def _int(x):  # datasketch hash function: our shingle hashes are already 32-bit integers
@@ -132,8 +135,10 @@ class UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: int, n_ranges: int) -> np.ndarray:
-    """(first, other) global doc ids of every bucket of `band`, one key range at a time."""
+def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: int, n_ranges: int,
+                    all_pairs_up_to: int = 32) -> np.ndarray:
+    """Candidate (a, b) global doc ids from the buckets of `band`, one key range at a time: each member with
+    the bucket's first document, and every pair in buckets of at most `all_pairs_up_to` documents."""
     runs = [np.load(sig_dir / f"band-{band:02d}-{r:05d}.npy", mmap_mode="r") for r in ranks]
     bounds = [i * 2**64 // n_ranges for i in range(n_ranges + 1)]
     out = []
@@ -153,10 +158,16 @@ def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: 
         order = np.lexsort((d, k))
         k, d = k[order], d[order]
         starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-        first = np.repeat(d[starts], np.diff(np.r_[starts, len(k)]))
+        sizes = np.diff(np.r_[starts, len(k)])
+        first = np.repeat(d[starts], sizes)
         mask = first != d
-        if mask.any():
+        if mask.any():  # every member with the bucket's first document
             out.append(np.stack([first[mask], d[mask]], axis=1))
+        for start, size in zip(starts[(sizes > 2) & (sizes <= all_pairs_up_to)].tolist(),
+                               sizes[(sizes > 2) & (sizes <= all_pairs_up_to)].tolist()):
+            i, j = np.triu_indices(size, k=1)  # small buckets: every pair, so two copies that share a bucket
+            keep = i > 0                       # with an unrelated first document still meet
+            out.append(np.stack([d[start + i[keep]], d[start + j[keep]]], axis=1))
     return np.concatenate(out) if out else np.empty((0, 2), dtype=np.int64)
 
 
@@ -204,7 +215,7 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
         return buf
 
     n_ranges = max(1, math.ceil(total / p.entries_per_range))
-    pairs = [candidate_pairs(sig_dir, ranks, offsets, band, n_ranges) for band in range(p.bands)]
+    pairs = [candidate_pairs(sig_dir, ranks, offsets, band, n_ranges, p.all_pairs_up_to) for band in range(p.bands)]
     cand = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
     if len(cand):
         cand = np.unique(cand, axis=0)

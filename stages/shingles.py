@@ -6,8 +6,9 @@ make unrelated short files collide). Whitespace is not a token, so reindented or
 comments and string literals are kept (tokenized like code). The leading license/copyright comment block is
 removed first, so two short files that share only a banner never match.
 
-Shingle hashing is vectorized: each distinct token is hashed once (xxh32), then the 5-gram hashes are a
-polynomial over consecutive token hashes in numpy. Hand-written because neither datasketch (hashes one
+Shingle hashing is vectorized: each distinct token is hashed once per process (xxh64, kept in a bounded
+vocabulary, since C++ token vocabularies repeat across files), then the 5-gram hashes are a polynomial over
+consecutive token hashes in numpy. Hand-written because neither datasketch (hashes one
 Python object per call) nor datatrove (joins and hashes each n-gram string in a Python loop, after a text
 normalization that deletes C++ punctuation) offers a code tokenizer or vectorized n-gram hashing; the MinHash
 itself is datasketch's.
@@ -30,6 +31,21 @@ _MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x
                   0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x85EBCA77C2B2AE63, 0x94D049BB133111EB], dtype=np.uint64)
 
 
+class _Vocabulary(dict):
+    """token -> xxh64, filled on first use; cleared when it grows past `limit` entries (memory bound)."""
+
+    limit = 2_000_000
+
+    def __missing__(self, token: str) -> int:
+        if len(self) >= self.limit:
+            self.clear()
+        value = self[token] = xxhash.xxh64_intdigest(token)
+        return value
+
+
+_VOCAB = _Vocabulary()
+
+
 def strip_license_header(text: str) -> str:
     """Drop the leading comment block when it carries a license or copyright notice."""
     m = _LEADING.match(text)
@@ -49,8 +65,7 @@ def shingle_hashes(text: str, n: int = 5) -> np.ndarray:
     toks = tokens(strip_license_header(text))
     if len(toks) < n:
         return np.empty(0, dtype=np.uint32)
-    uniq, inverse = np.unique(np.array(toks), return_inverse=True)
-    token_hash = np.fromiter((xxhash.xxh64_intdigest(t) for t in uniq), dtype=np.uint64, count=len(uniq))[inverse]
+    token_hash = np.fromiter(map(_VOCAB.__getitem__, toks), dtype=np.uint64, count=len(toks))
     m = len(token_hash) - n + 1
     with np.errstate(over="ignore"):
         h = np.zeros(m, dtype=np.uint64)

@@ -101,7 +101,7 @@ def _partials(out: Path) -> list[Path]:
 def test_sigkill_mid_stage_resumes_to_identical_bytes(small_sources, reference_build, tmp_path):
     out = tmp_path / "killed"
     killed_in = []
-    for stage in ("filter", "license", "shards"):
+    for stage in ("filter", "license", "near_dedup", "shards"):
         proc = subprocess.Popen([*CLI, "build", "--version", "v6", "--sources", str(small_sources), "--out",
                                  str(out), "--workers", "2", "--no-progress"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -115,7 +115,7 @@ def test_sigkill_mid_stage_resumes_to_identical_bytes(small_sources, reference_b
             time.sleep(0.01)
         proc.wait()
         time.sleep(0.5)  # let orphaned datatrove workers notice their parent died (PR_SET_PDEATHSIG)
-    assert killed_in == ["filter", "license", "shards"], killed_in
+    assert killed_in == ["filter", "license", "near_dedup", "shards"], killed_in
     sealed_builds = [d for d in (out / "builds").glob("*") if (d / "_COMPLETE").exists()] \
         if (out / "builds").exists() else []
     assert sealed_builds == [], "a killed build must not publish"
