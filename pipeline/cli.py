@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cpp_data import __version__
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 75
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_LOCKED = 0, 1, 2, 3, 75
 
 MAIN_HELP = """\
 cpp-data turns pinned C++ repositories into traceable, reproducible training shards.
@@ -21,8 +21,9 @@ typical use:
   cpp-data validate out/builds/<build>          # prove a build matches its manifest
   cpp-data status --out out/                    # what out/ holds -> out/status/current.{json,md}
 
-exit codes: 0 success, 1 a stage or check failed, 2 bad input (message names the file),
-75 another build holds the output directory (retry later or pass --wait).
+exit codes: 0 success (build: a new build was published), 1 a stage or check failed,
+2 bad input (the message names the file), 3 build: nothing to do (a build of these pins and this recipe
+already exists), 75 another build holds the output directory (retry later or pass --wait).
 """
 
 BUILD_HELP = """\
@@ -180,7 +181,7 @@ def cmd_build(args) -> int:
     print(format_summary(result.summary, result.build_dir, result.new_build))
     if result.summary.get("documents", 0) == 0:
         print("warning: the build has no documents; see provenance/ledger.parquet for why", file=sys.stderr)
-    return EXIT_OK
+    return EXIT_OK if result.new_build else EXIT_NOTHING_TO_DO
 
 
 def cmd_validate(args) -> int:
