@@ -20,6 +20,7 @@ typical use:
   cpp-data build --version v6 --sources sources.toml --out out/
   cpp-data validate out/builds/<build>          # prove a build matches its manifest
   cpp-data status --out out/                    # what out/ holds -> out/status/current.{json,md}
+  cpp-data diff out/builds/A out/builds/B       # what changed between two builds
 
 exit codes: 0 success (build: a new build was published), 1 a stage or check failed,
 2 bad input (the message names the file), 3 build: nothing to do (a build of these pins and this recipe
@@ -82,6 +83,18 @@ def _parser() -> argparse.ArgumentParser:
                                    "print the Markdown.")
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+
+    d = sub.add_parser("diff", help="what changed between two builds",
+                       description="Compare two sealed builds by (repo, path): documents added, removed and changed "
+                                   "(with the commit each side saw), files newly refused by rule, documents and bytes "
+                                   "per license and repo, and schema differences.",
+                       epilog="example: cpp-data diff out/builds/v6-20261101-1a2b3c4d out/builds/v6-20261130-5e6f7a8b "
+                              "--tables diff/ && duckdb -c \"select change, count(*) from 'diff/documents.parquet' "
+                              "group by 1\"")
+    d.add_argument("a", type=Path, help="the older build directory")
+    d.add_argument("b", type=Path, help="the newer build directory")
+    d.add_argument("--json", action="store_true", help="print JSON instead of text")
+    d.add_argument("--tables", type=Path, help="also write documents/refusals/licenses Parquet tables here")
 
     src = sub.add_parser("sources", help="work with sources files")
     src_sub = src.add_subparsers(dest="sources_command", metavar="SUBCOMMAND")
@@ -209,6 +222,23 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
+def cmd_diff(args) -> int:
+    from cpp_data.pipeline.diff import diff_builds, render, write_tables
+    from cpp_data.schemas.reader import ShardError
+
+    try:
+        result = diff_builds(args.a, args.b)
+    except (ShardError, ValueError) as exc:
+        _err(f"diff: {exc}")
+        return EXIT_USAGE
+    if args.tables:
+        for path in write_tables(result, args.tables):
+            print(f"wrote {path}", file=sys.stderr)
+    result.pop("_rows")
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -218,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_validate(args)
     if args.command == "status":
         return cmd_status(args)
+    if args.command == "diff":
+        return cmd_diff(args)
     if args.command == "sources" and args.sources_command == "lock":
         return cmd_sources_lock(args)
     parser.print_help()

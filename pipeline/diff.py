@@ -1,0 +1,150 @@
+"""`cpp-data diff A B`: what changed between two builds, keyed by (repo, path) with the commit each side saw.
+
+- documents: added (only in B), removed (only in A), changed (same repo and path, other text or commit),
+  unchanged, from the shards of each build (read through the tolerant reader);
+- refusals: files whose ledger decision moved from kept (or absent) in A to a refusal in B, by decision and rule;
+- distributions: documents and text bytes per license and per repo, in A and in B;
+- schema: generation of each build and shard columns added, removed or retyped.
+The per-document table and the others can be written as Parquet (`--tables DIR`) for DuckDB or pandas.
+Memory holds one (repo, path) -> (commit, sha256) map per build: bounded by document count, not text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cpp_data.schemas.manifest import load_manifest
+from cpp_data.schemas.reader import iter_build_shards, require_complete
+
+_COLS = ["source_repo", "source_path", "source_commit", "sha256", "license_spdx", "size_bytes"]
+
+
+def _documents(build: Path) -> dict[tuple[str, str], tuple[str, str, str, int]]:
+    docs = {}
+    for table in iter_build_shards(build, columns_wanted=_COLS):
+        for r, p, c, s, lic, n in zip(*(table.column(x).to_pylist() for x in _COLS)):
+            docs[(r, p)] = (c, s, lic, n)
+    return docs
+
+
+def _ledger(build: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    path = build / "provenance" / "ledger.parquet"
+    if not path.is_file():
+        return {}
+    t = pq.read_table(path, columns=["repo", "path", "decision", "reason"])
+    return {(r, p): (d, why) for r, p, d, why in zip(*(t.column(x).to_pylist() for x in t.column_names))}
+
+
+def _schema(build: Path, manifest: dict) -> dict[str, str]:
+    for entry in manifest["files"]:
+        if entry.get("kind") == "shard":
+            return {f.name: str(f.type) for f in pq.read_schema(build / entry["path"])}
+    return {}
+
+
+def diff_builds(a: Path, b: Path) -> dict[str, Any]:
+    """Compare two sealed builds; returns the summary and the per-document rows."""
+    a, b = require_complete(Path(a)), require_complete(Path(b))
+    ma, mb = load_manifest(a), load_manifest(b)
+    da, db = _documents(a), _documents(b)
+    rows = []
+    kinds: Counter = Counter()
+    for key in sorted(da.keys() | db.keys()):
+        old, new = da.get(key), db.get(key)
+        if old is None:
+            kind = "added"
+        elif new is None:
+            kind = "removed"
+        elif old[:2] != new[:2]:
+            kind = "changed"
+        else:
+            kind = "unchanged"
+        kinds[kind] += 1
+        rows.append({"repo": key[0], "path": key[1], "change": kind,
+                     "commit_a": old[0] if old else None, "commit_b": new[0] if new else None,
+                     "sha256_a": old[1] if old else None, "sha256_b": new[1] if new else None,
+                     "license_a": old[2] if old else None, "license_b": new[2] if new else None,
+                     "bytes_a": old[3] if old else None, "bytes_b": new[3] if new else None})
+    la, lb = _ledger(a), _ledger(b)
+    refused: Counter = Counter()
+    for key, (decision, reason) in lb.items():
+        before = la.get(key, ("absent", ""))[0]
+        if decision != "kept" and before in ("kept", "absent"):
+            refused[f"{decision}:{reason}"] += 1
+
+    def dist(docs: dict, field: int) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for key, v in docs.items():
+            name = v[field] if field >= 0 else key[0]
+            slot = out.setdefault(name, {"documents": 0, "bytes": 0})
+            slot["documents"] += 1
+            slot["bytes"] += v[3] or 0
+        return dict(sorted(out.items()))
+
+    sa, sb = _schema(a, ma), _schema(b, mb)
+    return {
+        "a": {"build": ma["build"], "generation": ma["schema_generation"], "documents": len(da)},
+        "b": {"build": mb["build"], "generation": mb["schema_generation"], "documents": len(db)},
+        "documents": {k: kinds.get(k, 0) for k in ("added", "removed", "changed", "unchanged")},
+        "newly_refused": dict(sorted(refused.items())),
+        "licenses": {"a": dist(da, 2), "b": dist(db, 2)},
+        "repos": {"a": dist(da, -1), "b": dist(db, -1)},
+        "text_bytes": {"a": sum(v[3] or 0 for v in da.values()), "b": sum(v[3] or 0 for v in db.values())},
+        "schema": {
+            "generation": [ma["schema_generation"], mb["schema_generation"]],
+            "columns_added": sorted(sb.keys() - sa.keys()),
+            "columns_removed": sorted(sa.keys() - sb.keys()),
+            "columns_retyped": sorted(k for k in sa.keys() & sb.keys() if sa[k] != sb[k]),
+        },
+        "_rows": rows,
+    }
+
+
+def write_tables(result: dict[str, Any], directory: Path) -> list[Path]:
+    """documents.parquet, refusals.parquet, licenses.parquet: query them with DuckDB or pandas."""
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = directory / "documents.parquet"
+    pq.write_table(pa.Table.from_pylist(result["_rows"], schema=pa.schema([
+        ("repo", pa.string()), ("path", pa.string()), ("change", pa.string()), ("commit_a", pa.string()),
+        ("commit_b", pa.string()), ("sha256_a", pa.string()), ("sha256_b", pa.string()),
+        ("license_a", pa.string()), ("license_b", pa.string()), ("bytes_a", pa.int64()), ("bytes_b", pa.int64()),
+    ])), docs)
+    refusals = directory / "refusals.parquet"
+    pq.write_table(pa.table({"rule": list(result["newly_refused"]),
+                             "files": pa.array(list(result["newly_refused"].values()), pa.int64())}), refusals)
+    lic_rows = [{"license": lic, "side": side, **v} for side in ("a", "b")
+                for lic, v in result["licenses"][side].items()]
+    licenses = directory / "licenses.parquet"
+    pq.write_table(pa.Table.from_pylist(lic_rows, schema=pa.schema([
+        ("license", pa.string()), ("side", pa.string()), ("documents", pa.int64()), ("bytes", pa.int64())])),
+        licenses)
+    return [docs, refusals, licenses]
+
+
+def render(result: dict[str, Any]) -> str:
+    a, b, d = result["a"], result["b"], result["documents"]
+    lines = [f"A {a['build']} ({a['generation']}, {a['documents']:,} documents)",
+             f"B {b['build']} ({b['generation']}, {b['documents']:,} documents)", "",
+             f"documents: +{d['added']:,} added, -{d['removed']:,} removed, ~{d['changed']:,} changed, "
+             f"{d['unchanged']:,} unchanged",
+             f"text bytes: {result['text_bytes']['a']:,} -> {result['text_bytes']['b']:,}"]
+    if result["newly_refused"]:
+        lines.append("newly refused in B:")
+        lines += [f"  {rule:<40} {n:,}" for rule, n in result["newly_refused"].items()]
+    lines.append("licenses (documents A -> B):")
+    la, lb = result["licenses"]["a"], result["licenses"]["b"]
+    for lic in sorted(la.keys() | lb.keys()):
+        x, y = la.get(lic, {}).get("documents", 0), lb.get(lic, {}).get("documents", 0)
+        lines.append(f"  {lic:<40} {x:>8,} -> {y:,}" + ("" if x == y else f"  ({y - x:+,})"))
+    s = result["schema"]
+    if s["generation"][0] != s["generation"][1] or s["columns_added"] or s["columns_removed"] or s["columns_retyped"]:
+        lines.append(f"schema: {s['generation'][0]} -> {s['generation'][1]}; added {s['columns_added']}, "
+                     f"removed {s['columns_removed']}, retyped {s['columns_retyped']}")
+    else:
+        lines.append(f"schema: unchanged ({s['generation'][0]})")
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""`cpp-data diff` between two real builds of a git source whose pin moved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import GOOGLETEST, build, make_git_repo, need, run_cli, write_sources
+
+GPL_HEADER = ("// This program is free software: you can redistribute it and/or modify it under the terms of\n"
+              "// the GNU General Public License as published by the Free Software Foundation, version 3.\n")
+
+
+def _commit(repo, message):
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e.org", "commit", "-qm", message], cwd=repo,
+                   check=True)
+
+
+def test_diff_reports_documents_refusals_licenses_and_tables(tmp_path):
+    need(GOOGLETEST)
+    src = sorted((GOOGLETEST / "googletest/src").glob("*.cc"))
+    files = {f"src/{p.name}": p.read_bytes() for p in src[:6]}
+    repo = tmp_path / "repo"
+    make_git_repo(repo, files)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "gt", "url": str(repo), "ref": "main",
+                                                   "license": "BSD-3-Clause"}])
+    out = tmp_path / "out"
+    build(sources, out)
+    first = (out / "builds" / "LATEST").read_text().strip()
+
+    names = sorted(files)
+    (repo / names[-1]).unlink()                                   # removed (a kept file)
+    (repo / "src/new.cc").write_bytes(src[7].read_bytes())        # added
+    (repo / names[1]).write_bytes((repo / names[1]).read_bytes() + b"\nint extra_symbol = 1;\n")  # changed
+    (repo / names[2]).write_bytes(GPL_HEADER.encode() + (repo / names[2]).read_bytes().split(b"\n\n", 1)[1])
+    _commit(repo, "second")
+    run_cli("sources", "lock", str(sources))
+    build(sources, out)
+    second = (out / "builds" / "LATEST").read_text().strip()
+    assert first != second
+
+    a, b = out / "builds" / first, out / "builds" / second
+    result = json.loads(run_cli("diff", str(a), str(b), "--json", "--tables", str(tmp_path / "t")).stdout)
+    docs = result["documents"]
+    assert docs["added"] == 1 and docs["removed"] == 2 and docs["changed"] >= 1
+    assert docs["unchanged"] == 0  # the commit moved, so every surviving document changed its commit
+    assert result["newly_refused"] == {"license_refused:copyleft_not_opted_in": 1}
+    assert result["licenses"]["b"]["BSD-3-Clause"]["documents"] == result["b"]["documents"]
+    assert result["schema"]["columns_added"] == [] and result["schema"]["generation"] == ["v6", "v6"]
+    text = run_cli("diff", str(a), str(b)).stdout
+    assert "+1 added" in text and "copyleft_not_opted_in" in text
+
+    import duckdb
+
+    rows = duckdb.sql(f"select change, count(*) from '{tmp_path}/t/documents.parquet' group by 1 order by 1").fetchall()
+    assert dict(rows) == {k: v for k, v in docs.items() if v}
+    refused = duckdb.sql(f"select rule, files from '{tmp_path}/t/refusals.parquet'").fetchall()
+    assert refused == [("license_refused:copyleft_not_opted_in", 1)]
+
+
+def test_diff_refuses_an_incomplete_build(tmp_path):
+    (tmp_path / "a").mkdir()
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "a"), check=False)
+    assert proc.returncode == 2 and "_COMPLETE" in proc.stderr
