@@ -148,13 +148,14 @@ def _executor_problem(kind: str) -> str | None:
 
 def cmd_build(args) -> int:
     from cpp_data.pipeline.build import format_summary, run_build
-    from cpp_data.pipeline.executors import ExecutorConfig, quiet_datatrove
+    from cpp_data.pipeline.executors import ExecutorConfig, bind_children_to_this_process, quiet_datatrove
     from cpp_data.pipeline.outlock import BuildLocked
     from cpp_data.pipeline.recipe import RecipeError, load_recipe
     from cpp_data.pipeline.runner import StageFailed
     from cpp_data.pipeline.sources import SourcesError
 
     quiet_datatrove()
+    bind_children_to_this_process()
     overrides = {"shards": {"seed": args.seed}} if args.seed is not None else None
     try:
         recipe = load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides)

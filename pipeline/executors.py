@@ -39,6 +39,12 @@ def quiet_datatrove() -> None:
     logger.add(sys.stderr, level="WARNING", format="{level}: {message}")
 
 
+def bind_children_to_this_process() -> None:
+    """Every child this process forks from now on dies with it (datatrove's Manager server and pool workers
+    otherwise outlive a killed build). Processes started by exec (git, the forkserver) are not affected."""
+    os.register_at_fork(after_in_child=_die_with_parent)
+
+
 def _die_with_parent() -> None:
     """Ask Linux to kill this worker when its parent dies, so a killed build leaves no writer behind."""
     if sys.platform.startswith("linux"):

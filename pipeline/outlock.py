@@ -1,6 +1,8 @@
-"""One build at a time per output directory: an exclusive flock on OUT/.lock.
+"""One build at a time per output directory: an exclusive POSIX record lock (lockf) on OUT/.lock.
 
-The lock dies with its process (the kernel drops it), so a killed build never leaves a stale lock.
+The lock dies with its process (the kernel drops it), so a killed build never leaves a stale lock. It is a
+POSIX lock, not flock: forked children (datatrove's multiprocess Manager server, for one) would inherit a flock
+and keep an output directory locked after the build itself was killed; record locks are not inherited.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ class OutputLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
+            except (BlockingIOError, PermissionError):
                 if not self.wait:
                     holder = self._holder(fd)
                     os.close(fd)
@@ -56,6 +58,6 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

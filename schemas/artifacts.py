@@ -51,6 +51,7 @@ DOCUMENT = pa.schema(
         ("commit", pa.string()),
         ("path", pa.string()),
         ("sha256", pa.string()),  # of the normalized, scrubbed text: the exact-dedup key
+        ("raw_sha256", pa.string()),  # of the file's bytes at its pinned commit (what the ledger identifies)
         ("text", pa.string()),
         ("size_bytes", pa.int64()),
         ("n_lines", pa.int32()),
@@ -73,7 +74,8 @@ DUPLICATE = pa.schema(
         ("source", pa.string()),
         ("commit", pa.string()),
         ("path", pa.string()),
-        ("sha256", pa.string()),
+        ("sha256", pa.string()),  # normalized text (the cluster key)
+        ("raw_sha256", pa.string()),  # the file at its pin
         ("size", pa.int64()),
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
@@ -90,7 +92,8 @@ LEDGER = pa.schema(
         ("repo", pa.string()),
         ("commit", pa.string()),
         ("path", pa.string()),
-        ("sha256", pa.string()),
+        ("sha256", pa.string()),  # of the file's bytes at the pinned commit, for every row
+        ("text_sha256", pa.string()),  # of the normalized, scrubbed text, where the file got that far
         ("size", pa.int64()),
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
@@ -112,7 +115,7 @@ def rejection_row(doc_meta: dict, decision: str, reason: str) -> dict:
         "commit": doc_meta.get("commit"),
         "path": doc_meta.get("path"),
         "size": doc_meta.get("size", doc_meta.get("size_bytes")),
-        "sha256": doc_meta.get("sha256"),
+        "sha256": doc_meta.get("raw_sha256") or doc_meta.get("sha256"),
         "decision": decision,
         "reason": reason,
         "license_spdx": doc_meta.get("license_spdx"),

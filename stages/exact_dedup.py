@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import DUPLICATE
 
-_COLS = ["source", "commit", "path", "sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
+_COLS = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
          "license_confidence", "license_family"]
 
 
@@ -37,7 +37,7 @@ def license_parts(ctx: StageContext) -> list:
 
 class ExactDedup(Stage):
     name = "exact_dedup"
-    version = 1
+    version = 2
     scope = "corpus"
     inputs = ("collect", "license")
     Params = ExactDedupParams
@@ -87,7 +87,7 @@ class ExactDedup(Stage):
                 clusters += 1
                 largest.append((int(size), shas[start], src[start], path[start]))
                 for i in range(start + 1, start + size):
-                    row = {c: t.column(c)[i].as_py() for c in ("source", "commit", "path", "sha256",
+                    row = {c: t.column(c)[i].as_py() for c in ("source", "commit", "path", "sha256", "raw_sha256",
                                                                "license_spdx", "license_source")}
                     row.update(size=t.column("size_bytes")[i].as_py(),
                                confidence=t.column("license_confidence")[i].as_py(),

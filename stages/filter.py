@@ -43,6 +43,7 @@ class DecodeNormalize(BaseFilter):
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         raw: bytes = doc.text
+        doc.metadata["raw_sha256"] = doc.metadata["sha256"]  # collect's hash of the bytes at the pin
         if b"\0" in raw[:8192]:
             return False, "binary"
         try:
@@ -116,7 +117,7 @@ class Scrub(BaseFilter):
 
 class Filter(Stage):
     name = "filter"
-    version = 1
+    version = 2
     scope = "source"
     inputs = ("collect",)
     Params = FilterParams

@@ -28,7 +28,7 @@ def _from_rejections(t: pa.Table) -> pa.Table:
     n = t.num_rows
     return pa.table({
         "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
-        "sha256": t.column("sha256"), "size": t.column("size"),
+        "sha256": t.column("sha256"), "text_sha256": pa.nulls(n, pa.string()), "size": t.column("size"),
         "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
         "confidence": t.column("confidence"), "decision": t.column("decision"), "reason": t.column("reason"),
         "keeper_repo": pa.nulls(n, pa.string()), "keeper_path": pa.nulls(n, pa.string()),
@@ -38,7 +38,7 @@ def _from_rejections(t: pa.Table) -> pa.Table:
 
 class Ledger(Stage):
     name = "ledger"
-    version = 1
+    version = 2
     scope = "corpus"
     inputs = ("collect", "filter", "license", "exact_dedup", "near_dedup")
     Params = LedgerParams
@@ -65,7 +65,7 @@ class Ledger(Stage):
             for stage in ("filter", "license"):
                 for f in sorted(by_source[stage][source].glob("rejected-*.parquet")):
                     emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
-            cols = ["source", "commit", "path", "sha256", "size_bytes", "license_spdx", "license_source",
+            cols = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "license_spdx", "license_source",
                     "license_confidence"]
             for f in sorted(by_source["license"][source].glob("part-*.parquet")):
                 t = pq.read_table(f, columns=cols)
@@ -74,7 +74,7 @@ class Ledger(Stage):
                 n = t.num_rows
                 emit(pa.table({
                     "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
-                    "sha256": t.column("sha256"), "size": t.column("size_bytes"),
+                    "sha256": t.column("raw_sha256"), "text_sha256": t.column("sha256"), "size": t.column("size_bytes"),
                     "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
                     "confidence": t.column("license_confidence"), "decision": pa.array(["kept"] * n),
                     "reason": pa.array([""] * n), "keeper_repo": pa.nulls(n, pa.string()),
@@ -84,7 +84,7 @@ class Ledger(Stage):
         n = dup.num_rows
         emit(pa.table({
             "repo": dup.column("source"), "commit": dup.column("commit"), "path": dup.column("path"),
-            "sha256": dup.column("sha256"), "size": dup.column("size"), "license_spdx": dup.column("license_spdx"),
+            "sha256": dup.column("raw_sha256"), "text_sha256": dup.column("sha256"), "size": dup.column("size"), "license_spdx": dup.column("license_spdx"),
             "license_source": dup.column("license_source"), "confidence": dup.column("confidence"),
             "decision": pa.array(["exact_duplicate"] * n, pa.string()),
             "reason": pa.array(["exact_duplicate"] * n, pa.string()),
@@ -95,7 +95,7 @@ class Ledger(Stage):
         n = near.num_rows
         emit(pa.table({
             "repo": near.column("source"), "commit": near.column("commit"), "path": near.column("path"),
-            "sha256": near.column("sha256"), "size": near.column("size"), "license_spdx": near.column("license_spdx"),
+            "sha256": near.column("raw_sha256"), "text_sha256": near.column("sha256"), "size": near.column("size"), "license_spdx": near.column("license_spdx"),
             "license_source": near.column("license_source"), "confidence": near.column("confidence"),
             "decision": pa.array(["near_duplicate"] * n, pa.string()),
             "reason": pa.array(["near_duplicate"] * n, pa.string()),

@@ -85,7 +85,7 @@ class LicenseStep(BaseFilter):
 
 class License(Stage):
     name = "license"
-    version = 1
+    version = 2
     scope = "source"
     inputs = ("collect", "filter")
     Params = LicenseParams

@@ -9,13 +9,15 @@
    corpus. Documents sharing a band key are candidate pairs with the bucket's first document, and with each
    other in buckets of at most `all_pairs_up_to` documents (otherwise two copies that share a bucket with an
    unrelated first document would never be compared once candidates are verified).
-3. Verification: a candidate pair is kept only if its signatures agree on at least `threshold` of their
-   positions (the estimated Jaccard), which removes LSH false positives.
+3. Verification, per band chunk as candidates appear (so candidates never pile up in memory): a pair whose
+   signatures agree on fewer than threshold - estimate_margin positions is dropped; the others are decided by
+   the exact Jaccard of their shingle sets (stored per task beside the signatures), so no file below the
+   threshold is ever removed: the MinHash estimate alone put a 0.61 pair above 0.7.
 4. Clusters: union-find over verified pairs; each cluster keeps its canonical copy (upstream over vendored,
    permissive license, larger repository, smallest (repo, path)). Union-find chains (A~B, B~C while A and C
    differ), so members below the threshold against the keeper are split off into a cluster of their own with
    the next canonical keeper: every removed file is within the threshold of the copy that is kept. Removed
-   files go to near_duplicates.parquet with keeper, cluster id and estimated similarity to the keeper.
+   files go to near_duplicates.parquet with keeper, cluster id and exact Jaccard similarity to the keeper.
 Hand-written parts (bucketing by key range, verification, union-find, keeper choice): datasketch's LSH index
 lives in memory, and datatrove's pipeline neither verifies candidates nor knows our canonical rule.
 """
@@ -37,15 +39,16 @@ from datatrove.pipeline.base import PipelineStep
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages import dt_io, keys
-from cpp_data.stages.shingles import shingle_hashes
+from cpp_data.stages.shingles import jaccard, shingle_hashes
 
 NEAR_DUPLICATE = pa.schema([
     ("source", pa.string()), ("commit", pa.string()), ("path", pa.string()), ("sha256", pa.string()),
+    ("raw_sha256", pa.string()),
     ("size", pa.int64()), ("license_spdx", pa.string()), ("license_source", pa.string()),
     ("confidence", pa.float32()), ("keeper_source", pa.string()), ("keeper_path", pa.string()),
     ("cluster_id", pa.string()), ("similarity", pa.float32()), ("cluster_size", pa.int32()),
 ])
-_DOC_COLS = ["source", "commit", "path", "sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
+_DOC_COLS = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
              "license_confidence", "license_family"]
 _BAND_DTYPE = np.dtype([("key", "<u8"), ("doc", "<u4")])
 
@@ -56,8 +59,9 @@ class NearDedupParams:
     num_perm: int = 128
     bands: int = 16
     rows: int = 8
-    threshold: float = 0.7  # estimated Jaccard a candidate pair needs
+    threshold: float = 0.7  # exact Jaccard of the shingle sets a pair needs to be near duplicates
     seed: int = 1
+    estimate_margin: float = 0.1  # pairs estimated below threshold - margin skip the exact check
     entries_per_range: int = 4_000_000  # band entries held in memory at once while bucketing
     all_pairs_up_to: int = 32  # buckets up to this size compare every pair, larger ones only with their first
 
@@ -81,7 +85,7 @@ class SignatureStep(PipelineStep):
         dup = pq.read_table(self.removed_file, columns=["source", "path"])
         removed = keys.removed_keys([dup])
         template = MinHash(num_perm=p.num_perm, seed=p.seed, hashfunc=_int, scheme="affine32")
-        sigs, rows = [], []
+        sigs, rows, sets = [], [], []
         for doc in data:
             meta = doc.metadata
             if keys.contains(removed, keys.key_array([meta["source"]], [meta["path"]]))[0]:
@@ -94,10 +98,14 @@ class SignatureStep(PipelineStep):
             m = MinHash(num_perm=p.num_perm, hashfunc=_int, permutations=template.permutations, scheme="affine32")
             m.update_batch(h.tolist())
             sigs.append(m.hashvalues.astype(np.uint32))
+            sets.append(h)
             rows.append({c: meta.get(c) for c in _DOC_COLS})
             self.stat_update("signed")
         sig = np.vstack(sigs) if sigs else np.empty((0, p.num_perm), dtype=np.uint32)
         np.save(self.out / f"sig-{rank:05d}.npy", sig)
+        np.save(self.out / f"shingles-{rank:05d}.npy",
+                np.concatenate(sets) if sets else np.empty(0, dtype=np.uint32))
+        np.save(self.out / f"shingle-offsets-{rank:05d}.npy", np.cumsum([0] + [len(x) for x in sets], dtype=np.int64))
         pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([_doc_field(c) for c in _DOC_COLS])),
                        self.out / f"docs-{rank:05d}.parquet")
         for band in range(p.bands):
@@ -136,12 +144,13 @@ class UnionFind:
 
 
 def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: int, n_ranges: int,
-                    all_pairs_up_to: int = 32) -> np.ndarray:
-    """Candidate (a, b) global doc ids from the buckets of `band`, one key range at a time: each member with
-    the bucket's first document, and every pair in buckets of at most `all_pairs_up_to` documents."""
+                    all_pairs_up_to: int, verify) -> tuple[int, np.ndarray]:
+    """Verified (a, b) global doc ids from the buckets of `band`, one key range at a time. Candidates are each
+    member with the bucket's first document, and every pair in buckets of at most `all_pairs_up_to`
+    documents; `verify` keeps the true near duplicates. Returns (candidates seen, verified pairs)."""
     runs = [np.load(sig_dir / f"band-{band:02d}-{r:05d}.npy", mmap_mode="r") for r in ranks]
     bounds = [i * 2**64 // n_ranges for i in range(n_ranges + 1)]
-    out = []
+    out, verified, seen = [], [], 0
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         keys_, docs = [], []
         for r, run in zip(ranks, runs):
@@ -168,12 +177,17 @@ def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: 
             i, j = np.triu_indices(size, k=1)  # small buckets: every pair, so two copies that share a bucket
             keep = i > 0                       # with an unrelated first document still meet
             out.append(np.stack([d[start + i[keep]], d[start + j[keep]]], axis=1))
-    return np.concatenate(out) if out else np.empty((0, 2), dtype=np.int64)
+        if out:
+            pairs = np.concatenate(out)
+            seen += len(pairs)
+            verified.append(verify(pairs))
+            out = []
+    return seen, (np.concatenate(verified) if verified else np.empty((0, 2), dtype=np.int64))
 
 
 class NearDedup(Stage):
     name = "near_dedup"
-    version = 1
+    version = 3
     scope = "corpus"
     inputs = ("collect", "license", "exact_dedup")
     Params = NearDedupParams
@@ -214,15 +228,39 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
             buf[sel] = sigs[r][gids[sel] - offsets[r]]
         return buf
 
+    shingle_sets = [np.load(sig_dir / f"shingles-{r:05d}.npy", mmap_mode="r") for r in ranks]
+    shingle_offsets = [np.load(sig_dir / f"shingle-offsets-{r:05d}.npy") for r in ranks]
+
+    def exact_jaccard(a: int, b: int) -> float:
+        ra, rb = rank_of[a], rank_of[b]
+        ia, ib = a - offsets[ra], b - offsets[rb]
+        sa = shingle_sets[ra][shingle_offsets[ra][ia]:shingle_offsets[ra][ia + 1]]
+        sb = shingle_sets[rb][shingle_offsets[rb][ib]:shingle_offsets[rb][ib + 1]]
+        return jaccard(np.asarray(sa), np.asarray(sb))
+
+    checked: dict[tuple[int, int], float] = {}  # pair -> exact Jaccard, so a pair met in several bands is scored once
+
+    def verify(pairs: np.ndarray) -> np.ndarray:
+        """Estimated Jaccard as a cheap prefilter, then the exact Jaccard of the shingle sets decides."""
+        pairs = np.sort(pairs, axis=1)
+        est = (signature(pairs[:, 0]) == signature(pairs[:, 1])).mean(axis=1)
+        keep = []
+        for (a, b), e in zip(pairs.tolist(), est.tolist()):
+            if e < p.threshold - p.estimate_margin:
+                continue
+            if (a, b) not in checked:
+                checked[(a, b)] = exact_jaccard(a, b)
+            if checked[(a, b)] >= p.threshold:
+                keep.append((a, b))
+        return np.array(keep, dtype=np.int64).reshape(-1, 2)
+
     n_ranges = max(1, math.ceil(total / p.entries_per_range))
-    pairs = [candidate_pairs(sig_dir, ranks, offsets, band, n_ranges, p.all_pairs_up_to) for band in range(p.bands)]
-    cand = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
-    if len(cand):
-        cand = np.unique(cand, axis=0)
-    verified = np.empty((0, 2), dtype=np.int64)
-    if len(cand):
-        sim = (signature(cand[:, 0]) == signature(cand[:, 1])).mean(axis=1)
-        verified = cand[sim >= p.threshold]
+    candidates, found = 0, []
+    for band in range(p.bands):
+        seen, pairs = candidate_pairs(sig_dir, ranks, offsets, band, n_ranges, p.all_pairs_up_to, verify)
+        candidates += seen
+        found.append(pairs)
+    verified = np.unique(np.concatenate(found), axis=0) if found else np.empty((0, 2), dtype=np.int64)
     uf = UnionFind(total)
     for a, b in verified.tolist():
         uf.union(a, b)
@@ -230,13 +268,14 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
     roots = np.array([uf.find(int(x)) for x in members], dtype=np.int64)
 
     meta = _metadata(sig_dir, ranks, offsets, members, repo_bytes)
-    rows, largest = _keepers(members, roots, meta, signature, p.threshold)
+    rows, largest = _keepers(members, roots, meta, exact_jaccard, p.threshold)
     pq.write_table(pa.Table.from_pylist(rows, schema=NEAR_DUPLICATE), out / "near_duplicates.parquet",
                    compression="zstd")
     return {
         "documents_signed": total,
         "too_short": int(sum(v for k, v in stats.items() if k.endswith(".too_short"))),
-        "candidate_pairs": int(len(cand)),
+        "candidate_pairs": int(candidates),
+        "exact_jaccard_checks": len(checked),
         "verified_pairs": int(len(verified)),
         "clusters": len(largest),
         "near_duplicates_removed": len(rows),
@@ -258,7 +297,7 @@ def _metadata(sig_dir: Path, ranks: list[int], offsets: np.ndarray, members: np.
     return meta
 
 
-def _keepers(members, roots, meta, signature, threshold: float) -> tuple[list[dict], list[dict]]:
+def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[list[dict], list[dict]]:
     clusters: dict[int, list[int]] = {}
     for gid, root in zip(members.tolist(), roots.tolist()):
         clusters.setdefault(root, []).append(gid)
@@ -272,7 +311,7 @@ def _keepers(members, roots, meta, signature, threshold: float) -> tuple[list[di
         pending = sorted(gids, key=rank)
         while len(pending) > 1:  # split chains: each removed file must itself reach the keeper's threshold
             keeper, others = pending[0], pending[1:]
-            sims = (signature(np.array(others)) == signature(np.array([keeper] * len(others)))).mean(axis=1)
+            sims = np.array([exact_jaccard(keeper, g) for g in others])
             close = sims >= threshold
             k = meta[keeper]
             cluster_id = keys.doc_key(k["source"], k["path"]).hex()[:16]
@@ -280,7 +319,7 @@ def _keepers(members, roots, meta, signature, threshold: float) -> tuple[list[di
             for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
                 m = meta[g]
                 rows.append({"source": m["source"], "commit": m["commit"], "path": m["path"],
-                             "sha256": m["sha256"], "size": m["size_bytes"], "license_spdx": m["license_spdx"],
+                             "sha256": m["sha256"], "raw_sha256": m["raw_sha256"], "size": m["size_bytes"], "license_spdx": m["license_spdx"],
                              "license_source": m["license_source"], "confidence": m["license_confidence"],
                              "keeper_source": k["source"], "keeper_path": k["path"], "cluster_id": cluster_id,
                              "similarity": round(float(s), 4), "cluster_size": size})

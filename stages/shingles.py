@@ -24,7 +24,12 @@ import xxhash
 TOKEN = re.compile(
     r"[A-Za-z_][A-Za-z_0-9]*|\d[\w.']*|::|->\*?|<<=|>>=|<=>|\.\.\.|\+\+|--|&&|\|\||##|[-+*/%&|^!=<>]=|<<|>>|\.\*|\S"
 )
-_LEADING = re.compile(r"\A(?:\s+|//[^\n]*|/\*.*?\*/)+", re.DOTALL)
+# One item of a file's leading region: whitespace, a run of // lines, a /* */ block, or an include guard /
+# #pragma once line (banners often sit just after those).
+_LEAD_ITEM = re.compile(
+    r"\s+|//[^\n]*(?:\n[ \t]*//[^\n]*)*|/\*.*?\*/|#[ \t]*(?:pragma[ \t]+once|ifndef[ \t]+\w+|define[ \t]+\w+)[ \t]*(?=\n|\Z)",
+    re.DOTALL,
+)
 _LICENSE_HINT = re.compile(r"copyright|licen[cs]e|spdx-|redistribut|permission is hereby granted|\(c\)", re.I)
 # Odd 64-bit multipliers for the 5 positions of an n-gram (fixed: part of the shingle definition).
 _MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5,
@@ -47,11 +52,17 @@ _VOCAB = _Vocabulary()
 
 
 def strip_license_header(text: str) -> str:
-    """Drop the leading comment block when it carries a license or copyright notice."""
-    m = _LEADING.match(text)
-    if m and _LICENSE_HINT.search(m.group()):
-        return text[m.end():]
-    return text
+    """Drop the license/copyright comment blocks of the file's leading region (before the first line of code;
+    include guards and #pragma once may come first), keeping everything else."""
+    pos, kept, dropped = 0, [], False
+    while (m := _LEAD_ITEM.match(text, pos)) and m.end() > pos:
+        item = m.group()
+        if item[:2] in ("//", "/*") and _LICENSE_HINT.search(item):
+            dropped = True
+        else:
+            kept.append(item)
+        pos = m.end()
+    return "".join(kept) + text[pos:] if dropped else text
 
 
 def tokens(text: str) -> list[str]:

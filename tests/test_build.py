@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -45,15 +46,18 @@ def test_build_contents_and_summary(reference_build):
             assert all(s == 1024 for s in sizes[:-1]) and sizes[-1] <= 1024
     assert len(shard_rows) == len(set(shard_rows)) == len(kept)
     assert set(shard_rows) == kept
-    # a known file: gtest.h is BSD-3 by its header notice, kept, with its text byte-identical to the source
-    t = pq.read_table(reference_build / "shards" / "train-00000.parquet").to_pylist()
     splits = {e["split"] for e in manifest["files"] if e["kind"] == "shard"}
     assert splits == {"train", "valid"}
-    rows = {(r["source_repo"], r["source_path"]): r for r in t}
-    row = rows.get(("nlohmann-json", "json.hpp"))
-    if row is not None:
-        assert row["license_spdx"] == "MIT" and row["license_source"] == "spdx_tag"
-        assert row["text"] == Path("/usr/include/nlohmann/json.hpp").read_text()
+    # every ledger row names the file's bytes at its pin
+    roots = {s["name"]: Path(s["url"]) for s in manifest["sources"]}
+    for r in ledger:
+        assert r["sha256"] == hashlib.sha256((roots[r["repo"]] / r["path"]).read_bytes()).hexdigest(), r["path"]
+    # a known file: json.hpp is MIT by its SPDX tag, kept, its text byte-identical to the installed header
+    rows = {(r["source_repo"], r["source_path"]): r for e in manifest["files"] if e["kind"] == "shard"
+            for r in pq.read_table(reference_build / e["path"]).to_pylist()}
+    row = rows[("nlohmann-json", "json.hpp")]
+    assert row["license_spdx"] == "MIT" and row["license_source"] == "spdx_tag"
+    assert row["text"] == Path("/usr/include/nlohmann/json.hpp").read_text()
 
 
 def test_rerun_does_no_work_and_only_from_rerun(small_sources, tmp_path):
@@ -95,35 +99,53 @@ def test_validate_catches_corruption(reference_build, tmp_path):
     assert incomplete.returncode == 1 and "_COMPLETE" in incomplete.stderr
 
 
-def _partials(out: Path) -> list[Path]:
-    cache = out / "cache"
-    return [p for p in cache.glob("*/*.partial")] if cache.is_dir() else []
+def _partials(out: Path, stage: str) -> list[Path]:
+    return list((out / "cache" / stage).glob("*.partial")) if (out / "cache" / stage).is_dir() else []
 
 
-def test_sigkill_mid_stage_resumes_to_identical_bytes(small_sources, reference_build, tmp_path):
+def _small_parts_recipe(tmp_path: Path) -> Path:
+    """The v6 recipe with 25 files per part (several datatrove tasks per stage) and small shuffle buckets."""
+    from importlib import resources
+
+    text = (resources.files("cpp_data.pipeline.recipes") / "v6.toml").read_text()
+    text = text.replace("files_per_part = 500", "files_per_part = 25")
+    text = text.replace("[params.shards]", "[params.shards]\nbucket_bytes = 65536")
+    recipe = tmp_path / "small-parts.toml"
+    recipe.write_text(text)
+    return recipe
+
+
+def test_sigkill_mid_stage_resumes_to_identical_bytes(small_sources, tmp_path):
+    recipe = _small_parts_recipe(tmp_path)
+    clean = tmp_path / "clean"
+    build(small_sources, clean, "--recipe", str(recipe))
     out = tmp_path / "killed"
-    killed_in = []
+    cmd = [*CLI, "build", "--recipe", str(recipe), "--sources", str(small_sources), "--out", str(out),
+           "--workers", "2", "--no-progress"]
+    killed_in, resumed = [], []
     for stage in ("filter", "license", "near_dedup", "shards"):
-        proc = subprocess.Popen([*CLI, "build", "--version", "v6", "--sources", str(small_sources), "--out",
-                                 str(out), "--workers", "2", "--no-progress"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            hits = [p for p in _partials(out) if p.parent.name == stage]
-            if hits:
+            partial = _partials(out, stage)
+            # datatrove stages: kill once some tasks finished, so the resume must keep them; shards: at once
+            done = [p for p in partial if stage == "shards" or any((p / "_datatrove" / "completions").glob("*"))]
+            if done:
                 os.kill(proc.pid, signal.SIGKILL)
-                killed_in.append(hits[0].parent.name)
+                killed_in.append(stage)
                 break
-            time.sleep(0.01)
-        proc.wait()
+            time.sleep(0.005)
+        output = proc.communicate()[0]
+        resumed += [ln for ln in output.splitlines() if "resuming finished tasks" in ln]
         time.sleep(0.5)  # let orphaned datatrove workers notice their parent died (PR_SET_PDEATHSIG)
     assert killed_in == ["filter", "license", "near_dedup", "shards"], killed_in
+    assert len(resumed) >= 3, resumed  # each datatrove stage was resumed with its finished tasks kept
     sealed_builds = [d for d in (out / "builds").glob("*") if (d / "_COMPLETE").exists()] \
         if (out / "builds").exists() else []
     assert sealed_builds == [], "a killed build must not publish"
-    build(small_sources, out)
-    assert data_digests(build_dir(out)) == data_digests(reference_build)
-    assert not _partials(out)
+    build(small_sources, out, "--recipe", str(recipe))
+    assert data_digests(build_dir(out)) == data_digests(build_dir(clean))
+    assert not list((out / "cache").glob("*/*.partial"))
 
 
 def test_second_build_on_same_output_is_refused_while_locked(small_sources, tmp_path):

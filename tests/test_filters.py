@@ -95,3 +95,14 @@ def test_repo_license_files_of_juce_are_identified():
     assert len(found) >= 5
     spdx = set(v[0] for v in found.values())
     assert "ISC" in spdx and any("BSD" in s for s in spdx), spdx
+
+
+def test_license_banner_after_include_guard_is_not_shingled():
+    from cpp_data.stages.shingles import strip_license_header
+
+    banner = "// Copyright 2024 Example Corp.\n// Licensed under the MIT License.\n"
+    code = "#ifndef FOO_H\n#define FOO_H\n" + banner + "/* what foo does */\nint foo();\n#endif\n"
+    stripped = strip_license_header(code)
+    assert "Copyright" not in stripped and "MIT" not in stripped
+    assert "#ifndef FOO_H" in stripped and "/* what foo does */" in stripped and "int foo();" in stripped
+    assert strip_license_header("int x;\n// Copyright later\n") == "int x;\n// Copyright later\n"
