@@ -99,6 +99,12 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     return "\n".join(lines)
 
 
+def _read_only(path: Path) -> None:
+    """Published data files are hard links into the sealed cache: make them read-only so an edit of a
+    build cannot silently change what later builds reuse."""
+    path.chmod(path.stat().st_mode & ~0o222)
+
+
 def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary: dict) -> tuple[Path, bool]:
     out, fp = runner.out, runner.build_fingerprint()
     existing = find_build(out, recipe.version, fp)
@@ -117,9 +123,11 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     files = []
     for entry in shard_files:
         hardlink_or_copy(shards_art.path / entry["path"], partial / entry["path"])
+        _read_only(partial / entry["path"])
         files.append(entry)
     ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
     hardlink_or_copy(ledger_src, partial / "provenance" / "ledger.parquet")
+    _read_only(partial / "provenance" / "ledger.parquet")
     import pyarrow.parquet as pq
 
     files.append({"path": "provenance/ledger.parquet", "kind": "ledger", "split": None,

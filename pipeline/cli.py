@@ -187,8 +187,11 @@ def cmd_build(args) -> int:
         _err(str(exc))
         return EXIT_USAGE
     except StageFailed as exc:
-        _err(f"stage {exc}")
+        _err(f"stage {str(exc).splitlines()[0]}")
         return EXIT_FAILED
+    except OSError as exc:
+        _err(f"{exc.filename or args.out}: {exc.strerror or exc}")
+        return EXIT_USAGE
     if result.build_dir is None:
         print("stages done; not every stage is sealed yet, so no build was published")
         return EXIT_OK

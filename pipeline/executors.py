@@ -164,7 +164,7 @@ def _wait_for_slurm(executor, tasks: int, label: str, poll_s: float) -> None:
 
     while incomplete := executor.get_incomplete_ranks():
         queued = subprocess.run(["squeue", "-h", "-j", str(executor.job_id)], capture_output=True, text=True)
-        if queued.returncode == 0 and not queued.stdout.strip():
+        if not queued.stdout.strip():  # squeue exits 1 ("Invalid job id") once a job is purged
             raise RuntimeError(f"{label}: Slurm job {executor.job_id} ended with {len(incomplete)}/{tasks} tasks "
                                f"incomplete; see the Slurm logs under {executor.slurm_logs_folder}")
         print(f"{label}: waiting for {len(incomplete)}/{tasks} Slurm tasks (job {executor.job_id})", file=sys.stderr)

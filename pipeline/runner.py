@@ -143,14 +143,18 @@ class Runner:
         report = RunReport()
         t0 = time.monotonic()
         self.clean_temporaries()
+        order = self.recipe.stages
         for task in self.tasks:
             final = task.directory(self.out)
+            if self.only is not None and task.name != self.only:
+                if order.index(task.name) > order.index(self.only):
+                    continue  # --only never runs what comes after the stage
+                if not is_sealed(final):
+                    raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
+                                      f"run the build without --only first")
             if is_sealed(final) and not self._forced(task):
                 report.cached.append(task.label)
                 continue
-            if self.only is not None and task.name != self.only:
-                raise StageFailed(f"--only {self.only}: input {task.label} is not built yet; "
-                                  f"run the build without --only first")
             self._run_task(task, final, log)
             report.ran.append(task.label)
         report.seconds = time.monotonic() - t0

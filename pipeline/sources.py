@@ -138,21 +138,45 @@ def walk_directory(root: Path) -> Iterator[tuple[str, os.DirEntry]]:
         stack.extend(reversed(subdirs))
 
 
+class TreeDigest:
+    """`tree:<sha256>` of a directory, fed entry by entry in walk order: path, then a link's target or a
+    file's content digest. Collect feeds it the very bytes it reads, so what it collected is what the pin
+    names."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def add(self, rel: str, link_target: str | None = None, file_sha256: bytes | None = None) -> None:
+        self._h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        if link_target is not None:
+            self._h.update(b"L" + link_target.encode("utf-8", "surrogateescape"))
+        elif file_sha256 is not None:
+            self._h.update(b"F" + file_sha256)
+        self._h.update(b"\n")
+
+    def hexdigest(self) -> str:
+        return "tree:" + self._h.hexdigest()
+
+
+def file_sha256(path: str) -> bytes:
+    fh = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            fh.update(block)
+    return fh.digest()
+
+
 def directory_digest(root: Path) -> str:
     """`tree:<sha256>` over every path, link target and file content under root (sorted, links not followed)."""
-    h = hashlib.sha256()
+    digest = TreeDigest()
     for rel, entry in walk_directory(root):
-        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
         if entry.is_symlink():
-            h.update(b"L" + os.readlink(entry.path).encode("utf-8", "surrogateescape"))
+            digest.add(rel, link_target=os.readlink(entry.path))
         elif entry.is_file(follow_symlinks=False):
-            fh = hashlib.sha256()
-            with open(entry.path, "rb") as f:
-                while block := f.read(1 << 20):
-                    fh.update(block)
-            h.update(b"F" + fh.digest())
-        h.update(b"\n")
-    return "tree:" + h.hexdigest()
+            digest.add(rel, file_sha256=file_sha256(entry.path))
+        else:
+            digest.add(rel)
+    return digest.hexdigest()
 
 
 def resolve(spec: SourceSpec) -> LockedSource:

@@ -73,18 +73,24 @@ def validate_build(build_dir: Path) -> dict:
         raise ShardError(str(exc)) from None
     generation = manifest["schema_generation"]
     shards = rows = 0
-    for entry in manifest["files"]:
+    for i, entry in enumerate(manifest["files"]):
+        missing = [k for k in ("path", "bytes", "sha256") if k not in entry]
+        if missing:
+            raise ShardError(f"{build_dir / 'manifest.json'}: files[{i}] lacks {missing}")
         path = build_dir / entry["path"]
         if not path.is_file():
             raise ShardError(f"{path}: listed in the manifest but missing")
+
+        def damage() -> str:
+            where = _locate_corruption(path) if path.suffix == ".parquet" else None
+            return f" (first damage: {where})" if where else ""
+
         size = path.stat().st_size
         if size != entry["bytes"]:
-            raise ShardError(f"{path}: {size} bytes, manifest says {entry['bytes']}")
+            raise ShardError(f"{path}: {size} bytes, manifest says {entry['bytes']}{damage()}")
         digest = sha256_file(path)
         if digest != entry["sha256"]:
-            where = _locate_corruption(path) if path.suffix == ".parquet" else None
-            detail = f" (first damage: {where})" if where else ""
-            raise ShardError(f"{path}: SHA-256 {digest[:16]}..., manifest says {entry['sha256'][:16]}...{detail}")
+            raise ShardError(f"{path}: SHA-256 {digest[:16]}..., manifest says {entry['sha256'][:16]}...{damage()}")
         if entry.get("kind") == "shard":
             check_shard(path, generation, entry.get("rows"))
             shards += 1

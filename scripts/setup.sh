@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-APT_PACKAGES=(git googletest nlohmann-json3-dev juce-modules-source libpoco-dev)
+APT_PACKAGES=(git python3 python3-venv googletest nlohmann-json3-dev juce-modules-source libpoco-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -21,6 +21,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: cpp-data needs Python 3.11 or newer; $PYTHON is $("$PYTHON" --version 2>&1). Set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv

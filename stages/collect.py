@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from cpp_data.pipeline.sources import directory_digest, walk_directory
+from cpp_data.pipeline.sources import TreeDigest, file_sha256, walk_directory
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
 from cpp_data.stages.license_match import LICENSE_FILE as LICENSE_NAME
@@ -79,7 +79,8 @@ def _git(args: list[str], cwd: Path) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
     if proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args[:2])}: {proc.stderr.strip()}")
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        raise RuntimeError(f"git {' '.join(args[:2])}: {last}")
     return proc.stdout
 
 
@@ -198,27 +199,32 @@ class Collect(Stage):
                     blobs.close()
             else:
                 root = Path(src.url)
-                digest = directory_digest(root)
-                if digest != src.commit:
-                    raise RuntimeError(f"source {src.name!r}: {root} changed since it was locked "
-                                       f"({src.commit[:17]}... -> {digest[:17]}...); run `cpp-data sources lock`")
+                digest = TreeDigest()  # of exactly what is read, checked against the pin at the end
                 for path, entry in tqdm(walk_directory(root), desc=ctx.label, unit="file", leave=False,
                                         disable=not ctx.executor.progress):
                     seen += 1
                     if entry.is_symlink():
+                        digest.add(path, link_target=os.readlink(entry.path))
                         skip(path, 0, None, _symlink_reason(root, Path(entry.path)))
                     elif not entry.is_file(follow_symlinks=False):
+                        digest.add(path)
                         skip(path, 0, None, "not_regular_file")
                     elif (size := entry.stat(follow_symlinks=False).st_size) > p.max_bytes:
-                        skip(path, size, _sha256_file(entry.path), "too_large")
+                        raw = file_sha256(entry.path)
+                        digest.add(path, file_sha256=raw)
+                        skip(path, size, raw.hex(), "too_large")
                     else:
                         try:
                             with open(entry.path, "rb") as f:
                                 data = f.read()
                         except OSError as exc:
-                            skip(path, size, None, f"unreadable:{exc.errno}")
-                            continue
+                            raise RuntimeError(f"source {src.name!r}: cannot read {path}: {exc.strerror}") from None
+                        digest.add(path, file_sha256=hashlib.sha256(data).digest())
                         take(path, data)
+                if digest.hexdigest() != src.commit:
+                    raise RuntimeError(f"source {src.name!r}: {root} changed since it was locked "
+                                       f"({src.commit[:17]}... -> {digest.hexdigest()[:17]}...); "
+                                       f"run `cpp-data sources lock`")
         parts.flush()
         pq.write_table(pa.Table.from_pylist(skipped, schema=REJECTION), ctx.out / "skipped.parquet")
         pq.write_table(pa.Table.from_pylist(licenses, schema=LICENSE_FILE), ctx.out / "license_files.parquet")
@@ -244,10 +250,3 @@ def _symlink_reason(root: Path, link: Path) -> str:
         return "symlink_outside_tree"
     return "symlink"
 
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()

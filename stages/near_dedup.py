@@ -25,6 +25,7 @@ lives in memory, and datatrove's pipeline neither verifies candidates nor knows 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,7 +214,9 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
     listing = sig_dir / "inputs.txt"  # one document part per task, across every source, in a fixed order
     listing.write_text("".join(f"{x}\n" for x in parts))
     pipeline = [dt_io.paths_reader(listing), SignatureStep(sig_dir, p, removed_file)]
+    t0 = time.monotonic()
     stats = run_datatrove(executor, pipeline, len(parts), out / "_datatrove", label)
+    t1 = time.monotonic()
     ranks = list(range(len(parts)))
     counts = np.array([np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r").shape[0] for r in ranks], dtype=np.int64)
     offsets = np.r_[0, np.cumsum(counts)[:-1]] if len(counts) else np.zeros(0, dtype=np.int64)
@@ -261,6 +264,7 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
         candidates += seen
         found.append(pairs)
     verified = np.unique(np.concatenate(found), axis=0) if found else np.empty((0, 2), dtype=np.int64)
+    t2 = time.monotonic()
     uf = UnionFind(total)
     for a, b in verified.tolist():
         uf.union(a, b)
@@ -281,6 +285,8 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
         "near_duplicates_removed": len(rows),
         "near_duplicate_bytes": int(sum(r["size"] or 0 for r in rows)),
         "largest_clusters": largest[:5],
+        "seconds": {"signatures": round(t1 - t0, 2), "buckets_and_verification": round(t2 - t1, 2),
+                    "clusters": round(time.monotonic() - t2, 2)},
     }
 
 

@@ -48,6 +48,7 @@ class ShardParams:
     compression: str = "zstd"
     compression_level: int = 3
     bucket_bytes: int = 256 * 2**20  # in-memory size of one shuffle bucket
+    max_buckets: int = 512  # bound on open bucket files; past it buckets grow beyond bucket_bytes
 
 
 class ShardWriter:
@@ -136,7 +137,8 @@ class Shards(Stage):
         parts = license_parts(ctx)
         total_bytes = sum(pq.ParquetFile(x).metadata.row_group(i).total_byte_size
                           for x in parts for i in range(pq.ParquetFile(x).metadata.num_row_groups))
-        nb = max(1, math.ceil(total_bytes / p.bucket_bytes))
+        # at most max_buckets writers are open at once in pass 1 (file-descriptor limits)
+        nb = min(p.max_buckets, max(1, math.ceil(total_bytes / p.bucket_bytes)))
         tmp = ctx.out / "_buckets"
         tmp.mkdir(exist_ok=True)
         bucket_schema = schema.append(pa.field("_key", pa.uint64()))
@@ -145,8 +147,8 @@ class Shards(Stage):
                          disable=not ctx.executor.progress):
             table, split, order_key = _prepare(pq.read_table(part), removed, p, schema)
             table = table.append_column("_key", pa.array(order_key, type=pa.uint64()))
-            bucket = (order_key // np.uint64(math.ceil(2**64 / nb))).astype(np.int64) if nb > 1 else \
-                np.zeros(len(order_key), dtype=np.int64)
+            width = np.uint64(-(-2**64 // nb)) if nb > 1 else None  # exact integer ceiling of 2^64 / nb
+            bucket = (order_key // width).astype(np.int64) if nb > 1 else np.zeros(len(order_key), dtype=np.int64)
             for s_name, mask in (("valid", split), ("train", ~split)):
                 for b in np.unique(bucket[mask]):
                     sub = table.filter(pa.array(mask & (bucket == b)))

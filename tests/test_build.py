@@ -77,6 +77,13 @@ def test_rerun_does_no_work_and_only_from_rerun(small_sources, tmp_path):
     assert data_digests(build_dir(out)) == digests
 
 
+def test_only_on_a_fresh_output_names_the_missing_input(small_sources, tmp_path):
+    proc = build(small_sources, tmp_path / "fresh", "--only", "filter", check=False)
+    assert proc.returncode == 1
+    assert "its input collect[" in proc.stderr and "without --only" in proc.stderr
+    assert "license" not in proc.stdout  # nothing after the stage ran
+
+
 def test_validate_catches_corruption(reference_build, tmp_path):
     import shutil
 
@@ -85,6 +92,8 @@ def test_validate_catches_corruption(reference_build, tmp_path):
     ok = run_cli("validate", str(copy))
     assert ok.stdout.startswith("ok:")
     shard = copy / "shards" / "train-00000.parquet"
+    assert not shard.stat().st_mode & 0o222, "published shards are read-only"
+    shard.chmod(0o644)
     data = bytearray(shard.read_bytes())
     mid = len(data) // 2
     data[mid:mid + 64] = bytes(b ^ 0xFF for b in data[mid:mid + 64])
@@ -94,6 +103,10 @@ def test_validate_catches_corruption(reference_build, tmp_path):
     msg = bad.stderr.strip()
     assert len(msg.splitlines()) == 1
     assert "train-00000.parquet" in msg and "row group" in msg and "column" in msg, msg
+    shard.write_bytes(bytes(data[: len(data) - 100]))  # truncated: the footer is gone
+    truncated = run_cli("validate", str(copy), check=False)
+    assert truncated.returncode == 1 and "bytes, manifest says" in truncated.stderr
+    assert "first damage" in truncated.stderr and len(truncated.stderr.strip().splitlines()) == 1
     (copy / "_COMPLETE").unlink()
     incomplete = run_cli("validate", str(copy), check=False)
     assert incomplete.returncode == 1 and "_COMPLETE" in incomplete.stderr
