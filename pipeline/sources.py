@@ -5,6 +5,9 @@ A sources file is TOML with one `[[source]]` table per input:
     url = "/usr/src/googletest"     a git URL, a local git repository, or a plain local directory
     ref = "v1.15.0"                 tag, branch or commit (git only; leave it out for a plain directory)
     license = "BSD-3-Clause"        optional SPDX expression, the last fallback of the license cascade
+    vendored = true                 optional: this source is a vendored or mirrored copy; in duplicate clusters
+                                    its files lose to any upstream copy (otherwise only vendor directories
+                                    such as third_party/ mark files as vendored)
 
 Locking resolves every ref to a full commit SHA (`git ls-remote` / `git rev-parse`); a plain directory is pinned
 by a digest of its tree (paths, link targets and file contents), written as `tree:<sha256>`. A build records only
@@ -38,6 +41,7 @@ class SourceSpec:
     url: str
     ref: str | None = None
     license: str | None = None
+    vendored: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,11 +53,12 @@ class LockedSource:
     commit: str  # 40-hex SHA for git, tree:<sha256> for a directory
     locked_at: str
     license: str | None = None
+    vendored: bool = False
 
     def pin(self) -> dict:
-        """What identifies this source's content (goes into stage fingerprints)."""
+        """What identifies this source's content and treatment (goes into stage fingerprints)."""
         return {"name": self.name, "url": self.url, "kind": self.kind, "commit": self.commit,
-                "license": self.license}
+                "license": self.license, "vendored": self.vendored}
 
 
 def load_sources(path: Path) -> list[SourceSpec]:
@@ -75,9 +80,9 @@ def load_sources(path: Path) -> list[SourceSpec]:
         where = f"{path}: source #{i}"
         if not isinstance(table, dict):
             raise SourcesError(f"{where}: must be a [[source]] table")
-        unknown = set(table) - {"name", "url", "ref", "license"}
+        unknown = set(table) - {"name", "url", "ref", "license", "vendored"}
         if unknown:
-            raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, url, ref, license)")
+            raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, url, ref, license, vendored)")
         name, url = table.get("name"), table.get("url")
         if not isinstance(name, str) or not _NAME.match(name):
             raise SourcesError(f"{where}: 'name' must be a string of letters, digits, '.', '_' or '-'")
@@ -93,7 +98,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         lic = table.get("license")
         if lic is not None and not isinstance(lic, str):
             raise SourcesError(f"{where}: 'license' must be an SPDX expression string")
-        specs.append(SourceSpec(name, url, ref, lic))
+        vendored = table.get("vendored", False)
+        if not isinstance(vendored, bool):
+            raise SourcesError(f"{where}: 'vendored' must be true or false")
+        specs.append(SourceSpec(name, url, ref, lic, vendored))
     return specs
 
 
@@ -197,14 +205,14 @@ def resolve(spec: SourceSpec) -> LockedSource:
             except RuntimeError:
                 hint = "the repository has no commits" if spec.ref is None else f"ref {ref!r} not found"
                 raise SourcesError(f"{where}: cannot resolve {ref!r}: {hint}") from None
-            return LockedSource(spec.name, url, "git", spec.ref or "HEAD", commit, now, spec.license)
+            return LockedSource(spec.name, url, "git", spec.ref or "HEAD", commit, now, spec.license, spec.vendored)
         if spec.ref:
             raise SourcesError(f"{where}: 'ref' given but the path is not a git repository; remove 'ref'")
-        return LockedSource(spec.name, url, "dir", None, directory_digest(path), now, spec.license)
+        return LockedSource(spec.name, url, "dir", None, directory_digest(path), now, spec.license, spec.vendored)
     if not spec.ref:
         raise SourcesError(f"{where}: a remote git source needs 'ref' (tag, branch or commit)")
     if _SHA.match(spec.ref):
-        return LockedSource(spec.name, spec.url, "git", spec.ref, spec.ref, now, spec.license)
+        return LockedSource(spec.name, spec.url, "git", spec.ref, spec.ref, now, spec.license, spec.vendored)
     try:
         out = _git("ls-remote", spec.url, spec.ref, f"{spec.ref}^{{}}")
     except RuntimeError as exc:
@@ -212,7 +220,8 @@ def resolve(spec: SourceSpec) -> LockedSource:
     refs = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
     for candidate in (f"refs/tags/{spec.ref}^{{}}", f"refs/tags/{spec.ref}", f"refs/heads/{spec.ref}", spec.ref):
         if candidate in refs:
-            return LockedSource(spec.name, spec.url, "git", spec.ref, refs[candidate], now, spec.license)
+            return LockedSource(spec.name, spec.url, "git", spec.ref, refs[candidate], now, spec.license,
+                                spec.vendored)
     raise SourcesError(f"{where}: ref {spec.ref!r} not found on the remote")
 
 
@@ -241,7 +250,8 @@ def read_lock(path: Path) -> list[LockedSource]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SourcesError(f"{path}: unreadable lock file ({exc})") from None
     try:
-        return [LockedSource(**{"requested_ref": None, "license": None, **table}) for table in data.get("source", [])]
+        return [LockedSource(**{"requested_ref": None, "license": None, "vendored": False, **table})
+                for table in data.get("source", [])]
     except TypeError as exc:
         raise SourcesError(f"{path}: malformed lock entry ({exc})") from None
 
@@ -263,7 +273,7 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
         old = by_name.get(spec.name)
         same = old is not None and old.requested_ref == (spec.ref or ("HEAD" if old.kind == "git" else None))
         if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
-            out.append(LockedSource(**{**asdict(old), "license": spec.license}))
+            out.append(LockedSource(**{**asdict(old), "license": spec.license, "vendored": spec.vendored}))
         else:
             out.append(resolve(spec))
     return out

@@ -62,16 +62,18 @@ class DecodeNormalize(BaseFilter):
 class QualityFilter(BaseFilter):
     name = "quality"
 
-    def __init__(self, params: FilterParams, exclusion_writer=None):
+    def __init__(self, params: FilterParams, source_vendored: bool = False, exclusion_writer=None):
         super().__init__(exclusion_writer)
         self.p = params
+        self.source_vendored = source_vendored
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         p, meta = self.p, doc.metadata
         s = signals(doc.text)
         meta.update(size_bytes=s.size_bytes, n_lines=s.n_lines, max_line_length=s.max_line_length,
                     unique_line_ratio=round(s.unique_line_ratio, 4), comment_share=round(s.comment_share, 4),
-                    byte_entropy=round(s.byte_entropy, 4), is_vendored=is_vendored(meta["path"]))
+                    byte_entropy=round(s.byte_entropy, 4),
+                    is_vendored=self.source_vendored or is_vendored(meta["path"]))
         if s.size_bytes < p.min_bytes:
             return False, "too_small"
         if s.size_bytes > p.max_bytes:
@@ -129,7 +131,8 @@ class Filter(Stage):
         pipeline = [
             dt_io.reader(collected, "files-*.parquet"),
             DecodeNormalize(exclusion_writer=dt_io.rejections_writer(ctx.out, "decode")),
-            QualityFilter(self.params, exclusion_writer=dt_io.rejections_writer(ctx.out, "quality")),
+            QualityFilter(self.params, ctx.source.vendored,
+                          exclusion_writer=dt_io.rejections_writer(ctx.out, "quality")),
             Scrub(self.params, exclusion_writer=dt_io.rejections_writer(ctx.out, "scrub")),
             dt_io.documents_writer(ctx.out),
         ]

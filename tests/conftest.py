@@ -28,7 +28,7 @@ def write_sources(path: Path, sources: list[dict]) -> Path:
     lines = []
     for s in sources:
         lines.append("[[source]]")
-        lines += [f'{k} = "{v}"' for k, v in s.items()]
+        lines += [f'{k} = {str(v).lower()}' if isinstance(v, bool) else f'{k} = "{v}"' for k, v in s.items()]
         lines.append("")
     path.write_text("\n".join(lines))
     return path

@@ -146,3 +146,34 @@ def test_near_dedup_quality_on_labelled_real_files(tmp_path):
         by_keeper.setdefault((r["keeper_repo"], r["keeper_path"]), set()).add(r["cluster_id"])
     assert all(len(ids) == 1 for ids in by_keeper.values())
     assert len({r["cluster_id"] for r in near}) == len(by_keeper)
+
+
+def test_vendored_source_loses_to_upstream_even_in_a_larger_repo(tmp_path):
+    need(GOOGLETEST)
+    from conftest import NLOHMANN
+
+    need(NLOHMANN)
+    app = tmp_path / "app"
+    (app / "include").mkdir(parents=True)
+    json_hpp = (NLOHMANN / "json.hpp").read_text()
+    (app / "include" / "json.hpp").write_text(json_hpp)                       # exact copy, no vendor directory
+    (app / "include" / "json_fwd.hpp").write_text(
+        (NLOHMANN / "json_fwd.hpp").read_text().replace("namespace", "namespace /*patched*/"))  # near copy
+    for p in sorted(GOOGLETEST.rglob("*")):                                # makes app the larger repo
+        if p.suffix in (".cc", ".h") and p.is_file():
+            (app / "src" / p.relative_to(GOOGLETEST)).parent.mkdir(parents=True, exist_ok=True)
+            (app / "src" / p.relative_to(GOOGLETEST)).write_bytes(p.read_bytes())
+    base = [{"name": "nlohmann", "url": str(NLOHMANN)}, {"name": "app", "url": str(app), "license": "MIT"}]
+
+    def keepers(sources, out):
+        build(write_sources(tmp_path / f"{out}.toml", sources), tmp_path / out)
+        rows = pq.read_table(build_dir(tmp_path / out) / "provenance" / "ledger.parquet").to_pylist()
+        return {r["path"]: (r["decision"], r["keeper_repo"]) for r in rows if r["repo"] in ("app", "nlohmann")
+                and r["path"] in ("include/json.hpp", "json.hpp", "include/json_fwd.hpp", "json_fwd.hpp")}
+
+    unflagged = keepers(base, "unflagged")  # the larger repo (app, 3+ MB against 0.9 MB) wins the tie-break
+    assert unflagged["json.hpp"] == ("exact_duplicate", "app")
+    flagged = keepers([base[0], {**base[1], "vendored": True}], "flagged")
+    assert flagged["include/json.hpp"] == ("exact_duplicate", "nlohmann")
+    assert flagged["include/json_fwd.hpp"] == ("near_duplicate", "nlohmann")
+    assert flagged["json.hpp"][0] == "kept" and flagged["json_fwd.hpp"][0] == "kept"
