@@ -96,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="print JSON instead of text")
     d.add_argument("--tables", type=Path, help="also write documents/refusals/licenses Parquet tables here")
 
+    rp = sub.add_parser("report", help="write a self-contained HTML report of a build",
+                        description="Write BUILD/reports/report.html: sources and pins, license distribution by "
+                                    "repo, refusal reasons, duplicate cluster sizes, document lengths and stage "
+                                    "times, as inline SVG plots (no scripts, no network).")
+    rp.add_argument("build", type=Path, help="a build directory (OUT/builds/<name>)")
+
     src = sub.add_parser("sources", help="work with sources files")
     src_sub = src.add_subparsers(dest="sources_command", metavar="SUBCOMMAND")
     lk = src_sub.add_parser("lock", help="resolve every ref to a commit and write a lock file",
@@ -226,6 +232,19 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
+def cmd_report(args) -> int:
+    from cpp_data.pipeline.report import build_report
+    from cpp_data.schemas.reader import ShardError
+
+    try:
+        out = build_report(args.build)
+    except (ShardError, ValueError) as exc:
+        _err(f"report: {exc}")
+        return EXIT_USAGE
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
 def cmd_diff(args) -> int:
     from cpp_data.pipeline.diff import diff_builds, render, write_tables
     from cpp_data.schemas.reader import ShardError
@@ -254,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_status(args)
     if args.command == "diff":
         return cmd_diff(args)
+    if args.command == "report":
+        return cmd_report(args)
     if args.command == "sources" and args.sources_command == "lock":
         return cmd_sources_lock(args)
     parser.print_help()

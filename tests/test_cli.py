@@ -8,7 +8,7 @@ from conftest import run_cli
 
 
 @pytest.mark.parametrize("args,words", [
-    ((), ["build", "validate", "status", "sources", "exit codes"]),
+    ((), ["build", "validate", "status", "sources", "diff", "report", "exit codes"]),
     (("build",), ["--version", "--sources", "--out", "--executor", "--only", "--from", "--force", "examples"]),
     (("validate",), ["_COMPLETE", "checksum", "row group"]),
     (("status",), ["current.json", "changelog"]),
