@@ -36,6 +36,19 @@ def _from_rejections(t: pa.Table) -> pa.Table:
     }, schema=LEDGER)
 
 
+def _from_duplicates(t: pa.Table, decision: str, cluster_id, similarity) -> pa.Table:
+    """Ledger rows of removed duplicates (exact: cluster = text SHA-256, similarity 1; near: as computed)."""
+    n = t.num_rows
+    return pa.table({
+        "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
+        "sha256": t.column("raw_sha256"), "text_sha256": t.column("sha256"), "size": t.column("size"),
+        "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
+        "confidence": t.column("confidence"), "decision": pa.array([decision] * n, pa.string()),
+        "reason": pa.array([decision] * n, pa.string()), "keeper_repo": t.column("keeper_source"),
+        "keeper_path": t.column("keeper_path"), "cluster_id": cluster_id, "similarity": similarity,
+    }, schema=LEDGER)
+
+
 class Ledger(Stage):
     name = "ledger"
     version = 2
@@ -81,27 +94,9 @@ class Ledger(Stage):
                     "keeper_path": pa.nulls(n, pa.string()), "cluster_id": pa.nulls(n, pa.string()),
                     "similarity": pa.nulls(n, pa.float32()),
                 }, schema=LEDGER))
-        n = dup.num_rows
-        emit(pa.table({
-            "repo": dup.column("source"), "commit": dup.column("commit"), "path": dup.column("path"),
-            "sha256": dup.column("raw_sha256"), "text_sha256": dup.column("sha256"), "size": dup.column("size"), "license_spdx": dup.column("license_spdx"),
-            "license_source": dup.column("license_source"), "confidence": dup.column("confidence"),
-            "decision": pa.array(["exact_duplicate"] * n, pa.string()),
-            "reason": pa.array(["exact_duplicate"] * n, pa.string()),
-            "keeper_repo": dup.column("keeper_source"), "keeper_path": dup.column("keeper_path"),
-            "cluster_id": pa.array(dup.column("sha256").to_pylist(), pa.string()),
-            "similarity": pa.array([1.0] * n, pa.float32()),
-        }, schema=LEDGER))
-        n = near.num_rows
-        emit(pa.table({
-            "repo": near.column("source"), "commit": near.column("commit"), "path": near.column("path"),
-            "sha256": near.column("raw_sha256"), "text_sha256": near.column("sha256"), "size": near.column("size"), "license_spdx": near.column("license_spdx"),
-            "license_source": near.column("license_source"), "confidence": near.column("confidence"),
-            "decision": pa.array(["near_duplicate"] * n, pa.string()),
-            "reason": pa.array(["near_duplicate"] * n, pa.string()),
-            "keeper_repo": near.column("keeper_source"), "keeper_path": near.column("keeper_path"),
-            "cluster_id": near.column("cluster_id"), "similarity": near.column("similarity"),
-        }, schema=LEDGER))
+        emit(_from_duplicates(dup, "exact_duplicate", pa.array(dup.column("sha256").to_pylist(), pa.string()),
+                              pa.array([1.0] * dup.num_rows, pa.float32())))
+        emit(_from_duplicates(near, "near_duplicate", near.column("cluster_id"), near.column("similarity")))
         writer.close()
         return {"rows": sum(decisions.values()), "decisions": dict(sorted(decisions.items())),
                 "reasons": dict(sorted(reasons.items()))}
