@@ -183,3 +183,25 @@ def test_wait_queues_behind_a_running_build(small_sources, tmp_path):
     timer.join()
     assert time.monotonic() - started >= 3.0
     assert proc.returncode == 0 and build_dir(out).is_dir()
+
+
+def test_summary_agrees_with_the_data(reference_build):
+    summary = json.loads((reference_build / "reports" / "summary.json").read_text())
+    manifest = json.loads((reference_build / "manifest.json").read_text())
+    ledger = pq.read_table(reference_build / "provenance" / "ledger.parquet").to_pylist()
+    shard_rows = sum(e["rows"] for e in manifest["files"] if e["kind"] == "shard")
+    text_bytes = sum(sum(pq.read_table(reference_build / e["path"], columns=["size_bytes"]).column(0).to_pylist())
+                     for e in manifest["files"] if e["kind"] == "shard")
+    decisions = {}
+    for r in ledger:
+        decisions[r["decision"]] = decisions.get(r["decision"], 0) + 1
+    assert summary["files_seen"] == len(ledger)
+    assert summary["decisions"] == decisions
+    assert summary["documents"] == shard_rows == decisions["kept"] == manifest["totals"]["documents"]
+    assert summary["train_documents"] + summary["valid_documents"] == shard_rows
+    assert summary["exact_duplicates"] == decisions.get("exact_duplicate", 0)
+    assert summary["near_duplicates"] == decisions.get("near_duplicate", 0)
+    assert summary["text_bytes"] == text_bytes
+    assert summary["shards"] == sum(1 for e in manifest["files"] if e["kind"] == "shard")
+    assert summary["shard_bytes"] == sum(e["bytes"] for e in manifest["files"] if e["kind"] == "shard")
+    assert summary["throughput_mb_s"] > 0 and summary["cpp_bytes_collected"] > summary["text_bytes"] / 2
