@@ -92,11 +92,7 @@ def _progress(logging_dir: Path, tasks: int, label: str, enabled: bool) -> tuple
     return stop, thread
 
 
-_ray_started_here = False
-
-
 def _ensure_ray(cfg: ExecutorConfig) -> None:
-    global _ray_started_here
     import ray
 
     if ray.is_initialized():
@@ -105,7 +101,6 @@ def _ensure_ray(cfg: ExecutorConfig) -> None:
         ray.init(address=cfg.ray_address, log_to_driver=False, logging_level="WARNING")
     else:
         ray.init(num_cpus=cfg.workers, log_to_driver=False, logging_level="WARNING", include_dashboard=False)
-        _ray_started_here = True
 
 
 def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: Path, label: str):

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -213,10 +212,6 @@ class Runner:
 
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def eprint(*args: Any) -> None:
-    print(*args, file=sys.stderr)
 
 
 def hardlink_or_copy(src: Path, dst: Path) -> None:

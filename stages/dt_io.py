@@ -59,18 +59,6 @@ def rejections_writer(folder: Path, step: str) -> ParquetWriter:
                          use_content_defined_chunking=False, write_page_index=False)
 
 
-def read_table(paths: list[Path], columns: list[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
-    """Concatenate small Parquet tables (rejections, license files); empty table with `schema` if none."""
-    import pyarrow.parquet as pq
-
-    tables = [pq.read_table(p, columns=columns) for p in paths]
-    if not tables:
-        assert schema is not None
-        sch = pa.schema([schema.field(c) for c in columns]) if columns else schema
-        return sch.empty_table()
-    return pa.concat_tables(tables)
-
-
 def output_counts(folder: Path, tasks: int, stats: dict) -> dict:
     """Counts of a per-document stage, read from what it wrote (documents kept, rejections by rule)."""
     import pyarrow.parquet as pq

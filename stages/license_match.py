@@ -16,7 +16,6 @@ GPL family and EULA markers that the refusal rules need.
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from dataclasses import dataclass
 
@@ -241,7 +240,3 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
         return True, max((r[1] for r in results), key=lambda f: _FAMILY_RANK[f]), ""
 
     return decide(node)
-
-
-def text_key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

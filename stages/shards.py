@@ -135,19 +135,19 @@ class Shards(Stage):
             pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet", columns=["source", "path"]),
         ])
         parts = license_parts(ctx)
-        total_bytes = sum(pq.ParquetFile(x).metadata.row_group(i).total_byte_size
-                          for x in parts for i in range(pq.ParquetFile(x).metadata.num_row_groups))
+        footers = [pq.read_metadata(x) for x in parts]
+        total_bytes = sum(md.row_group(i).total_byte_size for md in footers for i in range(md.num_row_groups))
         # at most max_buckets writers are open at once in pass 1 (file-descriptor limits)
         nb = min(p.max_buckets, max(1, math.ceil(total_bytes / p.bucket_bytes)))
         tmp = ctx.out / "_buckets"
         tmp.mkdir(exist_ok=True)
         bucket_schema = schema.append(pa.field("_key", pa.uint64()))
         writers: dict[tuple[str, int], pq.ParquetWriter] = {}
+        width = np.uint64(-(-2**64 // nb)) if nb > 1 else None  # exact integer ceiling of 2^64 / nb
         for part in tqdm(parts, desc=f"{ctx.label}: route", unit="part", leave=False,
                          disable=not ctx.executor.progress):
             table, split, order_key = _prepare(pq.read_table(part), removed, p, schema)
             table = table.append_column("_key", pa.array(order_key, type=pa.uint64()))
-            width = np.uint64(-(-2**64 // nb)) if nb > 1 else None  # exact integer ceiling of 2^64 / nb
             bucket = (order_key // width).astype(np.int64) if nb > 1 else np.zeros(len(order_key), dtype=np.int64)
             for s_name, mask in (("valid", split), ("train", ~split)):
                 for b in np.unique(bucket[mask]):
