@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 
 COMPLETE = "_COMPLETE"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -17,6 +19,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; published files must be readable like any other
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
