@@ -4,7 +4,8 @@ A generation is a schema axis, distinct from a build revision. Each generation l
 required or optional with the typed fill the tolerant reader uses when an optional column is absent.
 Changes are additive only: a column name is never reused for a new meaning.
 
-Per-character columns (``per_char=True``) are filled with one value per character of ``text``.
+Per-character columns (``per_char=True``) are filled with one value per character of ``text``; per-token
+columns (``per_token=True``) with one value per entry of ``token_ids`` (none when it is absent).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class Column:
     required: bool = False
     fill: Any = None  # typed default for a missing optional column
     per_char: bool = False  # one value per character of `text`
+    per_token: bool = False  # one value per entry of `token_ids`
 
 
 _EDGE = pa.struct([("from", pa.int32()), ("to", pa.int32())])
@@ -111,6 +113,14 @@ GENERATIONS: dict[str, list[Column]] = {
         Column("language_info", pa.string(), fill=""),
         Column("build_info", pa.string(), fill=""),
         Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
+        # token level (REFERENCE section 7): the build tokenizer's ids and per-token mirrors of the character
+        # columns, sampled at each token's first character
+        Column("token_ids", pa.list_(pa.int32()), fill=[]),
+        Column("token_structure_ids", pa.list_(pa.uint8()), fill=0, per_token=True),
+        Column("token_ast_depth", pa.list_(pa.int8()), fill=-1, per_token=True),
+        Column("token_sibling_index", pa.list_(pa.int8()), fill=-1, per_token=True),
+        Column("token_ast_node_type", pa.list_(pa.int16()), fill=-1, per_token=True),
+        Column("token_dep_levels", pa.list_(pa.int8()), fill=-1, per_token=True),
     ],
 }
 

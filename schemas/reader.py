@@ -3,7 +3,7 @@
 - A directory without its `_COMPLETE` marker is never read.
 - Present, well-formed optional columns are used; absent (or mistyped) optional columns get the typed fill of
   their generation (0 for categories, -1 for ast_depth / sibling_index / ast_node_type, ...), per character of
-  `text` for per-character columns.
+  `text` for per-character columns and per token of `token_ids` for per-token columns.
 - A missing or malformed required column fails closed with the shard, row group and column named.
 Reading streams one row group at a time, so memory stays bounded by the row-group size.
 """
@@ -33,10 +33,14 @@ def require_complete(directory: Path) -> Path:
     return directory
 
 
-def _fill_array(col: Column, texts: pa.Array | None, n: int) -> pa.Array:
+def _fill_array(col: Column, table: pa.Table) -> pa.Array:
+    n = table.num_rows
     if col.per_char:
-        lengths = [0 if t is None else len(t) for t in texts.to_pylist()]
+        lengths = [0 if t is None else len(t) for t in table.column("text").to_pylist()]
         return pa.array([[col.fill] * k for k in lengths], type=col.type)
+    if col.per_token:
+        ids = table.column("token_ids").to_pylist() if "token_ids" in table.column_names else [None] * n
+        return pa.array([[col.fill] * len(t or []) for t in ids], type=col.type)
     return pa.array([col.fill] * n, type=col.type)
 
 
@@ -56,8 +60,7 @@ def conform(table: pa.Table, generation: str, where: str) -> pa.Table:
                 raise ShardError(f"{where}, column {col.name!r}: type {arr.type}, expected {col.type}")
         elif col.required:
             raise ShardError(f"{where}, column {col.name!r}: required column is missing")
-        texts = table.column("text").combine_chunks() if col.per_char else None
-        out.append(_fill_array(col, texts, n))
+        out.append(_fill_array(col, table))
     return pa.Table.from_arrays(out, schema=full_schema(generation))
 
 

@@ -47,3 +47,10 @@ def contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
     idx = np.searchsorted(sorted_keys, keys)
     idx[idx == len(sorted_keys)] = 0
     return sorted_keys[idx] == keys
+
+
+def tokenizer_heldout(source: str, path: str, fraction: float) -> bool:
+    """Training-split files the tokenizer never trains on (its held-out set, with the valid split)."""
+    h = hashlib.blake2b(f"tokenizer-heldout\0{source}\0{path}".encode("utf-8", "surrogatepass"),
+                        digest_size=8).digest()
+    return int.from_bytes(h, "big") < fraction * 2**64

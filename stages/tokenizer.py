@@ -1,0 +1,83 @@
+"""tokenizer: train the hybrid C++ tokenizer on the build's own training split (REFERENCE section 8).
+
+Reads the shards stage's training shards one row group at a time (bounded memory: the trainer keeps only
+pre-token counts), leaves out a hashed `heldout_fraction` of training files (by repo and path, so the same
+files on every run) which, with the validation split, form the held-out set of `cpp-data tokenizer eval`, and
+writes tokenizer/ (see cpp_data.tokenizer.files). The same shards and recipe give a byte-identical
+tokenizer.json; its SHA-256 goes in the build manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.manifest import sha256_file
+from cpp_data.stages import keys
+from cpp_data.tokenizer.band import load_band
+from cpp_data.tokenizer.files import load_tokenizer, save_tokenizer
+from cpp_data.tokenizer.train import check_band_pieces, train_cpp_tokenizer
+
+
+@dataclass(frozen=True)
+class TokenizerParams:
+    vocab_size: int = 65_536
+    heldout_fraction: float = 0.05
+    min_frequency: int = 2
+    band_file: str = ""  # empty: the band shipped with cpp-data (tokenizer/cpp_band.toml)
+
+
+def shard_files(directory: Path, split: str | None = None) -> list[Path]:
+    """The shard files of a shards-like stage output (shards.json) or a published build (manifest.json),
+    optionally of one split, in their listed order."""
+    directory = Path(directory)
+    if (directory / "shards.json").is_file():
+        listing = json.loads((directory / "shards.json").read_text())["files"]
+    else:
+        from cpp_data.schemas.manifest import load_manifest
+
+        listing = [e for e in load_manifest(directory)["files"] if e.get("kind") == "shard"]
+    return [directory / e["path"] for e in listing if split is None or e["split"] == split]
+
+
+def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:
+    for f in files:
+        pf = pq.ParquetFile(f)
+        for rg in range(pf.num_row_groups):
+            yield from pf.read_row_group(rg, columns=columns).to_pylist()
+
+
+def training_texts(files: list[Path], heldout_fraction: float) -> Iterator[str]:
+    for row in iter_documents(files, ["text", "source_repo", "source_path"]):
+        if not keys.tokenizer_heldout(row["source_repo"], row["source_path"], heldout_fraction):
+            yield row["text"]
+
+
+class TokenizerStage(Stage):
+    name = "tokenizer"
+    version = 1
+    scope = "corpus"
+    inputs = ("shards",)
+    Params = TokenizerParams
+
+    def run(self, ctx: StageContext) -> dict:
+        p: TokenizerParams = self.params
+        band = load_band(Path(p.band_file) if p.band_file else None)
+        unusable = check_band_pieces(band)
+        if unusable:
+            raise ValueError(f"band entries the pre-tokenizer never yields whole: {unusable[:5]}")
+        train_files = shard_files(ctx.input("shards").path, "train")
+        n = sum(pq.read_metadata(f).num_rows for f in train_files)
+        tok = train_cpp_tokenizer(training_texts(train_files, p.heldout_fraction), band, p.vocab_size,
+                                  length=n, min_frequency=p.min_frequency, show_progress=ctx.executor.progress)
+        path = save_tokenizer(tok, band, ctx.out / "tokenizer")
+        check = load_tokenizer(path)
+        if check.get_vocab_size() != p.vocab_size:
+            raise AssertionError(f"{path}: vocabulary {check.get_vocab_size()}, recipe says {p.vocab_size}")
+        return {"vocab_size": p.vocab_size, "band_revision": band.revision, "band_entries": len(band.entries),
+                "train_documents_seen": n, "sha256": sha256_file(path)}

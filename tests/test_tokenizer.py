@@ -1,0 +1,167 @@
+"""The C++ tokenizer (issue 5): pinned band ids, exact round trip over a whole real corpus, determinism,
+loading through transformers and megatron-core, compression against a generic BPE, token-level columns."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cpp_data.schemas.manifest import load_manifest, sha256_file
+from cpp_data.schemas.reader import conform, iter_build_shards
+from cpp_data.stages.token_columns import add_token_columns
+from cpp_data.tokenizer.band import load_band
+from cpp_data.tokenizer.evaluate import split_documents
+from cpp_data.tokenizer.files import load_tokenizer
+from cpp_data.tokenizer.pretokenizer import to_byte_symbols
+from cpp_data.tokenizer.train import check_band_pieces, train_cpp_tokenizer
+
+from conftest import JUCE, POCO, need, run_cli
+
+# Revision 1 of the band: its specials and entries in id order. Changing, reordering or inserting an entry moves
+# ids that trained models depend on; a new revision may only append (see tokenizer/cpp_band.toml).
+BAND_R1_SHA256 = "1d5ed437e3752e18cf2f94f60ca514d11a4188a832bc03463917994abf098a8f"
+BAND_R1_SIZE = (32, 700)
+
+EDGE_CASES = [
+    "",
+    "\tint x;\t// tab\r\n\treturn x;\r\n",
+    "// Größe, 日本語のコメント, emoji 🚀, combining é\nint f();\n",
+    "auto s = \"" + "a" * 100_000 + "\";\n",
+    "const char* marker = \"<|eos|>\"; // special-token text inside a document\n",
+    "\r", "\n\n\n", "    ", "x\u00a0y\u2028z\x00\x7f",
+]
+
+
+def test_band_ids_are_pinned():
+    band = load_band()
+    digest = hashlib.sha256("\n".join(band.specials + band.entries).encode()).hexdigest()
+    first_r1 = band.specials + band.entries[: BAND_R1_SIZE[1] - 0]
+    assert (len(band.specials), min(len(band.entries), BAND_R1_SIZE[1])) == BAND_R1_SIZE
+    if len(band.entries) == BAND_R1_SIZE[1]:
+        assert digest == BAND_R1_SHA256, "band ids moved: revision 1 may only be appended to"
+    else:  # a later revision: its first entries must still be revision 1's
+        assert hashlib.sha256("\n".join(first_r1).encode()).hexdigest() == BAND_R1_SHA256
+    assert check_band_pieces(band) == [], "every band entry must be one pre-token, or it can never be used"
+
+
+def test_bad_band_file_is_one_clear_line(tmp_path):
+    bad = tmp_path / "band.toml"
+    bad.write_text('specials = ["<p>", "<b>", "<e>", "<u>"]\n[roles]\npad="<p>"\nbos="<b>"\neos="<e>"\nunk="<u>"\n'
+                   '[band.k]\nentries = ["while", "while"]\n')
+    with pytest.raises(ValueError, match=r"band\.toml: band entry 'while' is listed twice"):
+        load_band(bad)
+
+
+def test_vocab_smaller_than_band_is_refused():
+    with pytest.raises(ValueError, match="smaller than the fixed band"):
+        train_cpp_tokenizer(["int main() { return 0; }\n"] * 10, load_band(), 512)
+
+
+def test_round_trip_every_document_of_the_build(reference_build: Path):
+    tok = load_tokenizer(reference_build / "tokenizer")
+    checked = 0
+    for table in iter_build_shards(reference_build, columns_wanted=["text", "token_ids"]):
+        texts, ids = table.column("text").to_pylist(), table.column("token_ids").to_pylist()
+        encs = tok.encode_batch(texts, add_special_tokens=False)
+        for text, stored, enc in zip(texts, ids, encs):
+            assert stored == enc.ids, "token_ids column differs from the build tokenizer's encoding"
+            assert tok.decode(stored, skip_special_tokens=False) == text
+            checked += 1
+    assert checked == load_manifest(reference_build)["totals"]["documents"] > 300
+    for text in EDGE_CASES:
+        assert tok.decode(tok.encode(text).ids, skip_special_tokens=False) == text, repr(text[:40])
+    eos = tok.token_to_id("<|eos|>")
+    assert eos not in tok.encode(EDGE_CASES[4]).ids  # the literal text is not the special token
+
+
+def test_round_trip_whole_juce_and_poco_trees(reference_build: Path):
+    """Every C/C++ file of two more real trees, refused or not (JUCE has non-ASCII comments, CRLF, tabs)."""
+    need(JUCE, POCO)
+    tok = load_tokenizer(reference_build / "tokenizer")
+    files = [p for root in (JUCE, POCO) for p in sorted(root.rglob("*"))
+             if p.suffix in (".h", ".hpp", ".cpp", ".c", ".mm") and p.is_file()]
+    texts = [p.read_bytes().decode("utf-8", "replace") for p in files]
+    assert len(texts) > 2000 and any("\r\n" in t for t in texts) and any(not t.isascii() for t in texts)
+    for path, text, enc in zip(files, texts, tok.encode_batch(texts, add_special_tokens=False)):
+        assert tok.decode(enc.ids, skip_special_tokens=False) == text, path
+
+
+def test_band_sits_at_its_ids_and_vocab_is_exact(reference_build: Path):
+    band = load_band()
+    manifest = load_manifest(reference_build)
+    tok = load_tokenizer(reference_build / "tokenizer")
+    assert tok.get_vocab_size() == manifest["tokenizer"]["vocab_size"] == 65_536
+    assert sha256_file(reference_build / "tokenizer" / "tokenizer.json") == manifest["tokenizer"]["sha256"]
+    vocab = tok.get_vocab()
+    assert sorted(vocab.values()) == list(range(65_536))
+    for i, s in enumerate(band.specials):
+        assert vocab[s] == i
+    first = len(band.specials) + 256
+    for i, entry in enumerate(band.entries):
+        assert vocab[to_byte_symbols(entry)] == first + i, entry
+        assert tok.encode(entry).ids == [first + i], f"band entry {entry!r} is not reached by merges"
+
+
+def test_training_is_deterministic(reference_build: Path):
+    texts = list(split_documents(reference_build)[0])[:400]
+    band = load_band()
+    a = train_cpp_tokenizer(iter(texts), band, 4096).to_str()
+    b = train_cpp_tokenizer(iter(texts), band, 4096).to_str()
+    assert a == b
+    assert json.loads(a)["model"]["vocab"]["<|eos|>"] == band.role_id("eos")
+
+
+def test_loads_in_transformers_and_megatron_core(reference_build: Path):
+    from transformers import PreTrainedTokenizerFast
+
+    band = load_band()
+    directory = reference_build / "tokenizer"
+    hf = PreTrainedTokenizerFast.from_pretrained(str(directory))
+    assert (hf.bos_token_id, hf.eos_token_id, hf.pad_token_id) == (
+        band.role_id("bos"), band.role_id("eos"), band.role_id("pad"))
+    text = "template <typename T>\nstd::vector<std::string> f(T t) {\n    return {};\n}\n"
+    ours = load_tokenizer(directory)
+    assert hf(text)["input_ids"] == ours.encode(text).ids
+    assert hf.decode(hf(text)["input_ids"]) == text
+
+    from megatron.core.tokenizers import MegatronTokenizer
+
+    mt = MegatronTokenizer.from_pretrained(tokenizer_path=str(directory))  # reads tokenizer_metadata.json
+    assert mt.vocab_size == 65_536 and mt.eod == band.role_id("eos")
+    assert list(mt.tokenize(text)) == ours.encode(text).ids
+    assert mt.detokenize(mt.tokenize(text)) == text
+
+
+def test_eval_beats_generic_bpe(reference_build: Path, tmp_path: Path):
+    proc = run_cli("tokenizer", "eval", str(reference_build), "--json", str(tmp_path / "eval.json"), check=False)
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert result["fewer_tokens"] >= 0.08
+    assert result["tokens"]["ours"] < result["tokens"]["generic"]
+    idioms = {i["text"]: i for i in result["idioms"]}
+    assert len(idioms["std::vector<std::string>"]["ours"]) <= 3
+    assert "overall" in proc.stdout and "std::vector<std::string>" in proc.stdout
+
+
+def test_token_mirrors_of_character_columns(reference_build: Path):
+    tok = load_tokenizer(reference_build / "tokenizer")
+    text = "int f() {\n    return g(1);\n}\n"
+    body = text.index("{")
+    structure = [2 if i < body else 3 for i in range(len(text))]  # FUNC_SIGNATURE then FUNC_BODY
+    depth = [i % 7 for i in range(len(text))]
+    table = pa.table({"text": [text], "structure_ids": pa.array([structure], pa.list_(pa.uint8())),
+                      "ast_depth": pa.array([depth], pa.list_(pa.int8()))})
+    out = add_token_columns(table, tok, "v6")
+    enc = tok.encode(text)
+    assert out.column("token_ids").to_pylist()[0] == enc.ids
+    assert out.column("token_structure_ids").to_pylist()[0] == [structure[s] for s, _ in enc.offsets]
+    assert out.column("token_ast_depth").to_pylist()[0] == [depth[s] for s, _ in enc.offsets]
+    assert 2 in out.column("token_structure_ids").to_pylist()[0] and 3 in out.column("token_structure_ids").to_pylist()[0]
+    # the tolerant reader fills absent per-token columns with one typed default per token
+    filled = conform(out.select(["text", "token_ids"]), "v6", "test")
+    assert filled.column("token_sibling_index").to_pylist()[0] == [-1] * len(enc.ids)
+    assert filled.column("token_structure_ids").to_pylist()[0] == [0] * len(enc.ids)
