@@ -46,6 +46,9 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
     shards = runner.artifacts("shards")[0].counts if runner.artifacts("shards") else {}
     dedup = runner.artifacts("exact_dedup")[0].counts if runner.artifacts("exact_dedup") else {}
     near = runner.artifacts("near_dedup")[0].counts if runner.artifacts("near_dedup") else {}
+    tokens = runner.artifacts("token_columns")[0].counts if runner.artifacts("token_columns") else {}
+    tok = runner.artifacts("tokenizer")[0].counts if runner.artifacts("tokenizer") else {}
+    packed = runner.artifacts("packed_rows")[0].counts if runner.artifacts("packed_rows") else {}
     collected_bytes = sum(c.get("bytes_collected", 0) for c in collect)
     stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
     return {
@@ -66,8 +69,13 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
         "train_documents": shards.get("train_documents", 0),
         "valid_documents": shards.get("valid_documents", 0),
         "shards": shards.get("shards", 0),
-        "shard_bytes": shards.get("shard_bytes", 0),
+        "shard_bytes": tokens.get("shard_bytes", shards.get("shard_bytes", 0)),  # the published shards
         "text_bytes": shards.get("text_bytes", 0),
+        "tokens": tokens.get("tokens", 0),
+        "tokenizer_vocab_size": tok.get("vocab_size"),
+        "tokenizer_sha256": tok.get("sha256"),
+        "packed_seq_len": packed.get("seq_len"),
+        "packing": packed.get("telemetry"),
         "wall_seconds": round(seconds, 2),
         "stage_seconds": round(stage_seconds, 2),
         "throughput_mb_s": round(collected_bytes / 1e6 / stage_seconds, 2) if stage_seconds else None,
@@ -91,6 +99,14 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
                  f"valid {summary['valid_documents']:,})")
     lines.append(f"  shards             {summary['shards']} ({summary['shard_bytes'] / 1e6:.1f} MB on disk, "
                  f"{summary['text_bytes'] / 1e6:.1f} MB of text)")
+    for split, t in (summary.get("packing") or {}).items():
+        lines.append(f"  packed {split:<11} {t['rows']:,} rows of {summary['packed_seq_len']}: "
+                     f"{t['slot_utilization']:.1%} of slots used, {t['docs_per_row']:.2f} docs/row, "
+                     f"{t['cropped_token_share']:.1%} of tokens in split documents, {t['fim_documents']:,} FIM")
+    if summary.get("tokenizer_sha256"):
+        bpt = summary["text_bytes"] / summary["tokens"] if summary.get("tokens") else 0
+        lines.append(f"  tokens             {summary['tokens']:,} ({bpt:.2f} bytes/token; tokenizer "
+                     f"{summary['tokenizer_vocab_size']:,} ids, sha256 {summary['tokenizer_sha256'][:12]})")
     tp = summary["throughput_mb_s"]
     lines.append(f"  time               {summary['wall_seconds']:.1f}s this run; stages {summary['stage_seconds']:.1f}s"
                  + (f", {tp} MB/s of C/C++ collected" if tp else ""))
@@ -103,6 +119,34 @@ def _read_only(path: Path) -> None:
     """Published data files are hard links into the sealed cache: make them read-only so an edit of a
     build cannot silently change what later builds reuse."""
     path.chmod(path.stat().st_mode & ~0o222)
+
+
+_EXPORT_KINDS = {".bin": "megatron_bin", ".idx": "megatron_idx", ".parquet": "packed"}
+
+
+def _publish_exports(runner: Runner, partial: Path, final: Path) -> list[dict]:
+    """Hard-link the Megatron export and the packed rows into the build; the launch spec is rewritten with
+    absolute paths of the final build directory so a training launch can use it as is."""
+    from cpp_data.schemas.launch_spec import absolute
+
+    files = []
+    for stage, sub in (("megatron_export", "megatron"), ("packed_rows", "packed")):
+        if not runner.artifacts(stage):
+            continue
+        src = runner.artifacts(stage)[0].path / sub
+        for f in sorted(src.iterdir()):
+            rel = f"{sub}/{f.name}"
+            if f.name == "launch.json":
+                spec = absolute(json.loads(f.read_text()), final / sub)
+                atomic_write_json(partial / rel, spec)
+            else:
+                hardlink_or_copy(f, partial / rel)
+                _read_only(partial / rel)
+            split = next((s for s in ("train", "valid") if f"_{s}." in f.name or f.name.startswith(f"{s}-")), None)
+            kind = _EXPORT_KINDS.get(f.suffix) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
+            files.append({"path": rel, "kind": kind, "split": split, "rows": None,
+                          "bytes": (partial / rel).stat().st_size, "sha256": sha256_file(partial / rel)})
+    return files
 
 
 def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary: dict) -> tuple[Path, bool]:
@@ -118,13 +162,26 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
 
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
-    shards_art = runner.artifacts("shards")[0]
+    # the last stage that writes shards is the one published (token_columns adds token ids to shards')
+    shards_art = (runner.artifacts("token_columns") or runner.artifacts("shards"))[0]
     shard_files = json.loads((shards_art.path / "shards.json").read_text())["files"]
     files = []
     for entry in shard_files:
         hardlink_or_copy(shards_art.path / entry["path"], partial / entry["path"])
         _read_only(partial / entry["path"])
         files.append(entry)
+    tokenizer = None
+    if runner.artifacts("tokenizer"):
+        tok_art = runner.artifacts("tokenizer")[0]
+        for f in sorted((tok_art.path / "tokenizer").iterdir()):
+            rel = f"tokenizer/{f.name}"
+            hardlink_or_copy(f, partial / rel)
+            _read_only(partial / rel)
+            files.append({"path": rel, "kind": "tokenizer", "split": None, "rows": None,
+                          "bytes": f.stat().st_size, "sha256": sha256_file(f)})
+        tokenizer = {"path": "tokenizer/tokenizer.json", "sha256": tok_art.counts["sha256"],
+                     "vocab_size": tok_art.counts["vocab_size"], "band_revision": tok_art.counts["band_revision"]}
+    files += _publish_exports(runner, partial, final)
     ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
     hardlink_or_copy(ledger_src, partial / "provenance" / "ledger.parquet")
     _read_only(partial / "provenance" / "ledger.parquet")
@@ -144,9 +201,10 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         "recipe": recipe.to_json(),
         "sources": [{**asdict(s), "retrieved_at": retrieved.get(s.name)} for s in sources],
         "stages": runner.stage_records(),
-        "tokenizer": None,
+        "tokenizer": tokenizer,
         "files": files,
-        "totals": {k: summary[k] for k in ("documents", "train_documents", "valid_documents", "text_bytes")},
+        "totals": {k: summary[k] for k in ("documents", "train_documents", "valid_documents", "text_bytes",
+                                           "tokens")},
     }
     atomic_write_json(partial / "manifest.json", manifest)
     atomic_write_json(partial / "reports" / "summary.json", summary)

@@ -102,6 +102,83 @@ def _parser() -> argparse.ArgumentParser:
                                     "times, as inline SVG plots (no scripts, no network).")
     rp.add_argument("build", type=Path, help="a build directory (OUT/builds/<name>)")
 
+    tk = sub.add_parser("tokenizer", help="measure a build's tokenizer")
+    tk_sub = tk.add_subparsers(dest="tokenizer_command", metavar="SUBCOMMAND")
+    te = tk_sub.add_parser("eval", help="bytes per token against a generic BPE, and a table of C++ idioms",
+                           description="Train a generic byte-level BPE (HF defaults, GPT-2 pre-tokenizer) of the "
+                                       "build tokenizer's vocabulary size on the same training documents, then "
+                                       "compare bytes per token on the held-out set (the tokenizer's held-out "
+                                       "training files plus the validation split), per repo and overall, and "
+                                       "the tokens of C++ idioms. Exits 1 when a target of REFERENCE section 8 "
+                                       "is not met (>= 8%% fewer tokens; std::vector<std::string> in <= 3).",
+                           formatter_class=fmt)
+    te.add_argument("build", type=Path, help="a build directory (OUT/builds/<name>) whose recipe has a tokenizer")
+    te.add_argument("--json", type=Path, help="also write the full result as JSON here")
+
+    vf = sub.add_parser("verify", help="run the promotion gates on a build (REFERENCE section 11)",
+                        description="Run every gate: files and checksums, counts across manifest/shards/bin-idx, "
+                                    "max(token_id) < vocab_size, first documents decode exactly, empty-document "
+                                    "ratio, megatron-core IndexedDataset and GPTDataset over the export, packed "
+                                    "rows, and one training step of the bundled harness. Exits 1 naming each "
+                                    "failed gate; on success writes OUT/verify/BUILD.json and points "
+                                    "OUT/builds/PROMOTED at the build.",
+                        formatter_class=fmt)
+    vf.add_argument("build", type=Path, help="a build directory (OUT/builds/<name>)")
+    vf.add_argument("--max-empty-ratio", type=float, default=0.001, help="empty-document gate (default 0.001)")
+    vf.add_argument("--no-train-step", action="store_true", help="skip the training-step gate")
+
+    ex = sub.add_parser("export", help="export a build for training (Megatron bin/idx, packed rows)")
+    ex_sub = ex.add_subparsers(dest="export_command", metavar="FORMAT")
+    em = ex_sub.add_parser("megatron", help="Megatron bin/idx per split, plus a launch spec",
+                           description="Write <name>_train and <name>_valid .bin/.idx with megatron-core's "
+                                       "IndexedDatasetBuilder (one document per sequence, EOD appended, dtype by "
+                                       "megatron-core's rule for the vocabulary size), export.json with each "
+                                       "file's SHA-256, and launch.json for a training launch. A v6 build already "
+                                       "holds this export under megatron/; use this for other names, sequence "
+                                       "lengths or builds without it.",
+                           formatter_class=fmt)
+    em.add_argument("build", type=Path)
+    em.add_argument("--out", type=Path, help="export directory (default OUT/exports/<build>/megatron-<name>)")
+    em.add_argument("--name", default="cpp")
+    em.add_argument("--seq-length", type=int, default=2048, help="sequence length for the launch spec")
+    em.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizer threads")
+    ep = ex_sub.add_parser("packed", help="fixed-length packed rows (best-fit-decreasing, FIM)",
+                           description="Write Parquet rows of --seq-len tokens packed best-fit-decreasing with "
+                                       "input_ids, target_ids, loss_mask, doc_ids, valid_token_count, num_docs, "
+                                       "pack_id and the token metadata columns; FIM on the training split.",
+                           formatter_class=fmt)
+    ep.add_argument("build", type=Path)
+    ep.add_argument("--seq-len", type=int, default=4096)
+    ep.add_argument("--fim-rate", type=float, default=0.5)
+    ep.add_argument("--fim-spm-rate", type=float, default=0.5)
+    ep.add_argument("--seed", type=int, default=42)
+    ep.add_argument("--out", type=Path, help="export directory (default OUT/exports/<build>/packed-<seq-len>)")
+
+    tr = sub.add_parser("train", help="train a small GPT on an export (bundled harness)",
+                        description="Train a megatron-core GPTModel on the data a launch spec names, through "
+                                    "GPTDataset/BlendedMegatronDatasetBuilder. Logs loss and tokens/s to "
+                                    "OUT/log.jsonl, checkpoints to OUT/checkpoints/, and resumes from the latest "
+                                    "checkpoint when OUT already holds one. bf16 autocast on CUDA.",
+                        epilog="example: cpp-data train --launch-spec out/builds/NAME/megatron/launch.json "
+                               "--out runs/tiny --model tiny --steps 50",
+                        formatter_class=fmt)
+    tr.add_argument("--launch-spec", type=Path, required=True)
+    tr.add_argument("--out", type=Path, required=True, help="run directory (log, checkpoints, summary)")
+    tr.add_argument("--model", default="tiny", help="tiny, small, gpt-125m or gpt-350m (default tiny)")
+    tr.add_argument("--steps", type=int, default=50)
+    tr.add_argument("--batch-size", type=int, default=8, help="sequences per optimizer step")
+    tr.add_argument("--micro-batch-size", type=int, help="sequences per forward pass (gradient accumulation)")
+    tr.add_argument("--seq-length", type=int, help="default: the launch spec's")
+    tr.add_argument("--lr", type=float, default=3e-3)
+    tr.add_argument("--warmup", type=int, default=10)
+    tr.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    tr.add_argument("--log-every", type=int, default=10)
+    tr.add_argument("--eval-every", type=int, default=0)
+    tr.add_argument("--save-every", type=int, default=0)
+    tr.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
+    tr.add_argument("--seed", type=int, default=1234)
+    tr.add_argument("--stop-after", type=int, help="checkpoint and stop after this step; run again to resume")
+
     src = sub.add_parser("sources", help="work with sources files")
     src_sub = src.add_subparsers(dest="sources_command", metavar="SUBCOMMAND")
     lk = src_sub.add_parser("lock", help="resolve every ref to a commit and write a lock file",
@@ -262,6 +339,110 @@ def cmd_diff(args) -> int:
     return EXIT_OK
 
 
+def cmd_tokenizer_eval(args) -> int:
+    from cpp_data.pipeline.fsutil import atomic_write_json
+    from cpp_data.schemas.reader import ShardError
+    from cpp_data.tokenizer.evaluate import evaluate, format_eval
+
+    try:
+        result = evaluate(args.build)
+    except (ShardError, ValueError) as exc:
+        _err(f"tokenizer eval: {exc}")
+        return EXIT_USAGE
+    print(format_eval(result))
+    if args.json:
+        atomic_write_json(args.json, result)
+    return EXIT_OK if all(v for k, v in result["targets"].items() if k.endswith("_met")) else EXIT_FAILED
+
+
+def cmd_verify(args) -> int:
+    from cpp_data.pipeline.verify import promote, record_failure, verify
+
+    try:
+        print(f"verify {args.build}")
+        ok, gates = verify(args.build, max_empty_ratio=args.max_empty_ratio, train_step=not args.no_train_step)
+    except ValueError as exc:
+        _err(f"verify: {exc}")
+        return EXIT_USAGE
+    if not ok:
+        record_failure(args.build, gates)
+        _err(f"verify: failed gate(s): {', '.join(g.name for g in gates if not g.ok)}; the build is not promoted")
+        return EXIT_FAILED
+    receipt = promote(args.build, gates)
+    print(f"all {len(gates)} gates passed; promoted {args.build.name} (receipt {receipt})")
+    return EXIT_OK
+
+
+def _default_export_dir(build: Path, leaf: str) -> Path:
+    return build.resolve().parent.parent / "exports" / build.resolve().name / leaf
+
+
+def cmd_export(args) -> int:
+    import shutil
+
+    from cpp_data.pipeline.fsutil import is_sealed, seal
+    from cpp_data.schemas.reader import ShardError, require_complete
+
+    try:
+        require_complete(args.build)
+    except ShardError as exc:
+        _err(f"export: {exc}")
+        return EXIT_USAGE
+    if args.export_command == "megatron":
+        os.environ["RAYON_NUM_THREADS"] = str(args.workers)
+        out = args.out or _default_export_dir(args.build, f"megatron-{args.name}")
+    else:
+        out = args.out or _default_export_dir(args.build, f"packed-{args.seq_len}")
+    if is_sealed(out):
+        print(f"{out}: already exported (remove it to export again)")
+        return EXIT_NOTHING_TO_DO
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        if args.export_command == "megatron":
+            from cpp_data.stages.megatron_export import export_shards
+
+            splits = export_shards(args.build, args.build / "tokenizer", partial, args.name, args.seq_length,
+                                   tokenizer_ref=str((args.build / "tokenizer").resolve()))
+            for s, v in splits.items():
+                print(f"{s:<6} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
+                      f"sha256 {v['bin_sha256'][:16]}")
+        else:
+            from cpp_data.stages.packed_rows import PackedParams, pack_shards
+
+            p = PackedParams(seq_len=args.seq_len, fim_rate=args.fim_rate, fim_spm_rate=args.fim_spm_rate,
+                             seed=args.seed)
+            _, telemetry = pack_shards(args.build, args.build / "tokenizer", partial, p)
+            for s, t in telemetry.items():
+                print(f"{s:<6} {t['rows']:>7,} rows  {t['slot_utilization']:.1%} slots used  "
+                      f"{t['docs_per_row']:.2f} docs/row  {t['cropped_token_share']:.1%} cropped  "
+                      f"{t['fim_documents']:,} FIM")
+    except ValueError as exc:
+        _err(f"export: {exc}")
+        return EXIT_USAGE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    seal(partial, out)
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
+def cmd_train(args) -> int:
+    from cpp_data.harness.train import TrainConfig, train
+
+    c = TrainConfig(launch_spec=args.launch_spec, out=args.out, model=args.model, steps=args.steps,
+                    batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seq_length=args.seq_length, lr=args.lr, warmup=args.warmup,
+                    device=args.device, log_every=args.log_every, eval_every=args.eval_every,
+                    save_every=args.save_every, num_workers=args.num_workers, seed=args.seed,
+                    stop_after=args.stop_after)
+    try:
+        summary = train(c)
+    except ValueError as exc:
+        _err(f"train: {exc}")
+        return EXIT_USAGE
+    print(json.dumps(summary, indent=2))
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -275,6 +456,14 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_diff(args)
     if args.command == "report":
         return cmd_report(args)
+    if args.command == "verify":
+        return cmd_verify(args)
+    if args.command == "export" and args.export_command in ("megatron", "packed"):
+        return cmd_export(args)
+    if args.command == "train":
+        return cmd_train(args)
+    if args.command == "tokenizer" and args.tokenizer_command == "eval":
+        return cmd_tokenizer_eval(args)
     if args.command == "sources" and args.sources_command == "lock":
         return cmd_sources_lock(args)
     parser.print_help()

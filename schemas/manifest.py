@@ -5,9 +5,10 @@ Format (JSON, `manifest.json` at the root of a build):
   build: name; schema_generation: v2..v6; created_at (UTC ISO); cpp_data_version
   recipe: {version, path, sha256, stages: {...}} ; sources: the lock entries (url, requested ref, resolved commit)
   stages: [{stage, source, fingerprint, version, params, counts, seconds}]
-  tokenizer: {sha256} or null (until a tokenizer stage runs)
-  files: [{path, kind, split, rows, bytes, sha256}]  paths relative to the build directory
-  totals: {documents, train_documents, valid_documents, text_bytes}
+  tokenizer: {path, sha256, vocab_size, band_revision} or null (recipes without a tokenizer stage)
+  files: [{path, kind, split, rows, bytes, sha256, tokens?}]  paths relative to the build directory; kind is
+         shard, tokenizer or ledger; shards carry their token count once token ids are written
+  totals: {documents, train_documents, valid_documents, text_bytes, tokens}
 """
 
 from __future__ import annotations

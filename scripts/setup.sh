@@ -32,6 +32,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "setup: installing cpp-data and its dependencies into .venv"
+# torch first, pinned: megatron-core's unpinned torch requirement would otherwise pull a multi-GB CUDA build
+.venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test]"
 
 if [ "${1:-}" != "--no-build" ]; then

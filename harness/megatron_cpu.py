@@ -1,0 +1,26 @@
+"""Two small patches that let megatron-core's GPTModel train on CPU (documented in ENVIRONMENT.md).
+
+megatron-core assumes CUDA in two places the local layer spec reaches: rotary embeddings and parameter init call
+`torch.cuda.current_device()`, and the tensor-parallel RNG tracker forks a CUDA RNG state. On CPU the first is
+pointed at "cpu" and the second becomes a no-op context (there is one model-parallel rank, so there is no
+per-rank RNG stream to keep apart). Nothing is patched when CUDA is available.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+_applied = False
+
+
+def apply_cpu_patches() -> None:
+    global _applied
+    if _applied or torch.cuda.is_available():
+        return
+    from megatron.core.tensor_parallel import random as tp_random
+
+    torch.cuda.current_device = lambda: "cpu"
+    tp_random.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.nullcontext()
+    _applied = True

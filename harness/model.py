@@ -1,0 +1,47 @@
+"""GPT configurations of the harness, built as megatron-core GPTModels with the local (no TransformerEngine)
+layer spec: the same model family Megatron trains, with no fused kernels to install."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+
+
+SIZES = {
+    "tiny": ModelSize(2, 64, 4, 256),            # CPU tests: seconds per dozen steps
+    "small": ModelSize(4, 256, 4, 1024),
+    "gpt-125m": ModelSize(12, 768, 12, 3072),    # ~85M in the blocks + vocab x 768 tied embeddings
+    "gpt-350m": ModelSize(24, 1024, 16, 4096),
+}
+
+
+def build_model(size: str, vocab_size: int, seq_length: int, device: torch.device):
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
+    s = SIZES[size]
+    config = TransformerConfig(
+        **asdict(s), use_cpu_initialization=device.type == "cpu", params_dtype=torch.float32,
+        hidden_dropout=0.0, attention_dropout=0.0, gradient_accumulation_fusion=False, bias_dropout_fusion=False,
+        apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+        pipeline_dtype=torch.float32)
+    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=vocab_size,
+                     max_sequence_length=seq_length, position_embedding_type="rope",
+                     share_embeddings_and_output_weights=True)
+    return model.to(device), config
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())

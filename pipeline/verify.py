@@ -1,0 +1,281 @@
+"""`cpp-data verify`: the gates of REFERENCE section 11 that a build passes before it is promoted.
+
+Gates, in order (all run; the command fails naming every gate that failed):
+  files           validate: `_COMPLETE`, every manifest file's size and SHA-256, every shard against its schema
+  counts          manifest totals = shard rows = Megatron sequences per split; token counts agree across the
+                  shards' token_ids, the .bin files (plus one EOD per document) and the manifest
+  token_range     max(token_id) < vocab_size in the shards, every .bin and the packed rows (the silent uint16
+                  truncation of REFERENCE section 10 fails here)
+  decode          the first documents of each split decode back to their exact text, from the .bin files
+  empty_documents share of documents with empty text or no tokens under `max_empty_ratio`
+  megatron_read   megatron-core's IndexedDataset opens every prefix; lengths and document index agree
+  gpt_dataset     BlendedMegatronDatasetBuilder builds GPTDatasets over the launch spec and yields a sample
+  packed          every packed row has seq_len ids, doc_ids and loss_mask agree with valid_token_count
+  train_step      one step of the bundled harness (tiny model, CPU) on the launch spec: a finite loss
+A passing build is promoted: OUT/builds/PROMOTED names it, and OUT/verify/<build>.json keeps the receipt.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text
+from cpp_data.schemas.manifest import load_manifest
+
+
+@dataclass
+class Gate:
+    name: str
+    ok: bool
+    detail: str
+    seconds: float = 0.0
+
+
+class GateFailed(Exception):
+    pass
+
+
+def _files(manifest: dict, kind: str, split: str | None = None) -> list[dict]:
+    return [e for e in manifest["files"] if e.get("kind") == kind and (split is None or e.get("split") == split)]
+
+
+class Verifier:
+    def __init__(self, build: Path, first_docs: int = 8, max_empty_ratio: float = 0.001, train_step: bool = True):
+        self.build = Path(build)
+        self.first_docs, self.max_empty_ratio, self.train_step = first_docs, max_empty_ratio, train_step
+        self.manifest = load_manifest(self.build)
+        self.spec_path = self.build / "megatron" / "launch.json"
+
+    def _need_export(self) -> None:
+        if not _files(self.manifest, "megatron_bin"):
+            raise GateFailed("the build has no Megatron export (its recipe lacks megatron_export)")
+
+    def _prefix(self, split: str) -> Path:
+        entry = next(e for e in _files(self.manifest, "megatron_bin", split))
+        return self.build / entry["path"][: -len(".bin")]
+
+    def _shard_stats(self) -> dict:
+        stats = {}
+        for split in ("train", "valid"):
+            rows = tokens = empty = 0
+            max_id = -1
+            for e in _files(self.manifest, "shard", split):
+                t = pq.read_table(self.build / e["path"], columns=["text", "token_ids"])
+                lengths = pc.list_value_length(t.column("token_ids"))
+                rows += t.num_rows
+                tokens += int(pc.sum(lengths).as_py() or 0)
+                empty += int(pc.sum(pc.or_(pc.equal(pc.utf8_length(t.column("text")), 0),
+                                           pc.equal(lengths, 0))).as_py() or 0)
+                m = pc.max(pc.list_flatten(t.column("token_ids"))).as_py()
+                max_id = max(max_id, -1 if m is None else m)
+            stats[split] = {"rows": rows, "tokens": tokens, "empty": empty, "max_id": max_id}
+        return stats
+
+    # ---- gates -------------------------------------------------------------------------------------------
+    def files(self) -> str:
+        from cpp_data.schemas.validate import validate_build
+
+        res = validate_build(self.build)
+        return f"{res['files']} files, {res['rows']:,} documents"
+
+    def counts(self) -> str:
+        self._need_export()
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        s = self._shard_stats()
+        totals = self.manifest["totals"]
+        if s["train"]["rows"] + s["valid"]["rows"] != totals["documents"]:
+            raise GateFailed(f"shards hold {s['train']['rows'] + s['valid']['rows']} documents, manifest says "
+                             f"{totals['documents']}")
+        if totals.get("tokens") is not None and s["train"]["tokens"] + s["valid"]["tokens"] != totals["tokens"]:
+            raise GateFailed(f"shards hold {s['train']['tokens'] + s['valid']['tokens']} tokens, manifest says "
+                             f"{totals['tokens']}")
+        for split in ("train", "valid"):
+            ds = IndexedDataset(str(self._prefix(split)))
+            if len(ds) != s[split]["rows"]:
+                raise GateFailed(f"{self._prefix(split)}: {len(ds)} sequences, {split} shards hold "
+                                 f"{s[split]['rows']} documents")
+            bin_tokens = int(ds.sequence_lengths.sum())
+            if bin_tokens != s[split]["tokens"] + s[split]["rows"]:
+                raise GateFailed(f"{self._prefix(split)}.bin: {bin_tokens} tokens, shards give "
+                                 f"{s[split]['tokens']} + {s[split]['rows']} EOD")
+        return (f"{totals['documents']:,} documents and {s['train']['tokens'] + s['valid']['tokens']:,} tokens "
+                f"agree across manifest, shards and bin/idx")
+
+    def token_range(self) -> str:
+        self._need_export()
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        vocab = self.manifest["tokenizer"]["vocab_size"]
+        found = {f"shards/{k}": v["max_id"] for k, v in self._shard_stats().items()}
+        for split in ("train", "valid"):
+            ds = IndexedDataset(str(self._prefix(split)))
+            found[f"{self._prefix(split).name}.bin"] = int(_bin_array(ds).max(initial=-1))
+        for e in _files(self.manifest, "packed"):
+            m = pc.max(pc.list_flatten(pq.read_table(self.build / e["path"], columns=["input_ids"])
+                                       .column("input_ids"))).as_py()
+            found[e["path"]] = -1 if m is None else m
+        bad = {k: v for k, v in found.items() if v >= vocab}
+        if bad:
+            raise GateFailed(f"token ids reach the vocabulary size {vocab}: {bad}")
+        return f"max id {max(found.values())} < vocab {vocab} in {len(found)} places"
+
+    def decode(self) -> str:
+        self._need_export()
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        from cpp_data.tokenizer.files import load_tokenizer
+
+        tok = load_tokenizer(self.build / "tokenizer")
+        eod = tok.token_to_id("<|eos|>")
+        checked = 0
+        for split in ("train", "valid"):
+            shards = _files(self.manifest, "shard", split)
+            if not shards:
+                continue
+            texts = pq.ParquetFile(self.build / shards[0]["path"]).read_row_group(0, columns=["text"]) \
+                .column("text").to_pylist()[: self.first_docs]
+            ds = IndexedDataset(str(self._prefix(split)))
+            for i, text in enumerate(texts):
+                ids = ds[i].tolist()
+                if ids[-1] != eod:
+                    raise GateFailed(f"{self._prefix(split)}.bin: sequence {i} does not end with EOD")
+                if tok.decode(ids[:-1], skip_special_tokens=False) != text:
+                    raise GateFailed(f"{self._prefix(split)}.bin: sequence {i} does not decode to its document")
+                checked += 1
+        return f"first {checked} documents decode exactly"
+
+    def empty_documents(self) -> str:
+        s = self._shard_stats()
+        rows = s["train"]["rows"] + s["valid"]["rows"]
+        empty = s["train"]["empty"] + s["valid"]["empty"]
+        ratio = empty / rows if rows else 1.0
+        if not rows or ratio > self.max_empty_ratio:
+            raise GateFailed(f"{empty} of {rows} documents are empty ({ratio:.2%} > {self.max_empty_ratio:.2%})")
+        return f"{empty} empty of {rows:,}"
+
+    def megatron_read(self) -> str:
+        self._need_export()
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        out = []
+        for split in ("train", "valid"):
+            ds = IndexedDataset(str(self._prefix(split)))
+            if not np.array_equal(ds.document_indices, np.arange(len(ds) + 1)):
+                raise GateFailed(f"{self._prefix(split)}.idx: document index is not one sequence per document")
+            for i in range(len(ds)):
+                if len(ds[i]) != ds.sequence_lengths[i]:
+                    raise GateFailed(f"{self._prefix(split)}: sequence {i} length differs from the index")
+            out.append(f"{split} {len(ds):,} sequences ({ds.index.dtype.__name__})")
+        return ", ".join(out)
+
+    def gpt_dataset(self) -> str:
+        self._need_export()
+        from cpp_data.harness.data import build_datasets
+        from cpp_data.harness.train import _init_distributed
+        from cpp_data.schemas.launch_spec import load_launch_spec
+
+        import torch
+
+        spec = load_launch_spec(self.spec_path)
+        _init_distributed(torch.device("cpu"), 1234)
+        with tempfile.TemporaryDirectory() as cache:
+            train, valid = build_datasets(spec, min(spec["seq_length"], 512), 1234, 16, 4, Path(cache))
+            sample = train[0]
+            if int(sample["tokens"].max()) >= spec["vocab_size"]:
+                raise GateFailed("a GPTDataset sample holds an id past the vocabulary")
+        return f"train {len(train)} samples" + (f", valid {len(valid)}" if valid is not None else "")
+
+    def packed(self) -> str:
+        entries = _files(self.manifest, "packed")
+        if not entries:
+            raise GateFailed("the build has no packed rows (its recipe lacks packed_rows)")
+        rows = 0
+        for e in entries:
+            t = pq.read_table(self.build / e["path"])
+            for r in t.to_pylist():
+                n = len(r["input_ids"])
+                doc_ids = r["doc_ids"]
+                valid = sum(1 for d in doc_ids if d)
+                if n != len(r["target_ids"]) or n != len(r["loss_mask"]) or n != len(doc_ids):
+                    raise GateFailed(f"{e['path']}: row {r['pack_id']} has columns of different lengths")
+                if valid != r["valid_token_count"] or max(doc_ids) != r["num_docs"]:
+                    raise GateFailed(f"{e['path']}: row {r['pack_id']} doc_ids disagree with its counts")
+                if any(m and not d for m, d in zip(r["loss_mask"], doc_ids)):
+                    raise GateFailed(f"{e['path']}: row {r['pack_id']} has loss on padding")
+                rows += 1
+        return f"{rows:,} rows consistent"
+
+    def train_step_gate(self) -> str:
+        self._need_export()
+        from cpp_data.harness.train import TrainConfig, train
+
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = train(TrainConfig(launch_spec=self.spec_path, out=Path(tmp), model="tiny", steps=1,
+                                        batch_size=2, seq_length=256, device="cpu", log_every=1, eval_batches=1),
+                            log=lambda *_: None)
+        loss = summary["final_loss"]
+        if loss is None or not np.isfinite(loss):
+            raise GateFailed(f"one training step gave loss {loss}")
+        return f"loss {loss:.3f} after one step"
+
+    def gates(self) -> list[tuple[str, Callable[[], str]]]:
+        g = [("files", self.files), ("counts", self.counts), ("token_range", self.token_range),
+             ("decode", self.decode), ("empty_documents", self.empty_documents),
+             ("megatron_read", self.megatron_read), ("gpt_dataset", self.gpt_dataset), ("packed", self.packed)]
+        if self.train_step:
+            g.append(("train_step", self.train_step_gate))
+        return g
+
+
+def _bin_array(ds) -> np.ndarray:
+    """All token ids of an IndexedDataset as one memory-mapped array (no copy)."""
+    prefix = ds.path_prefix
+    return np.memmap(prefix + ".bin", dtype=ds.index.dtype, mode="r")
+
+
+def verify(build: Path, log=print, **kw) -> tuple[bool, list[Gate]]:
+    v = Verifier(build, **kw)
+    results = []
+    for name, fn in v.gates():
+        t0 = time.monotonic()
+        try:
+            results.append(Gate(name, True, fn()))
+        except GateFailed as exc:
+            results.append(Gate(name, False, str(exc)))
+        except Exception as exc:  # a gate that crashes is a failed gate, with its reason
+            results.append(Gate(name, False, f"{type(exc).__name__}: {exc}"))
+        results[-1].seconds = round(time.monotonic() - t0, 2)
+        g = results[-1]
+        log(f"  {'PASS' if g.ok else 'FAIL'}  {g.name:<16} {g.detail}")
+    ok = all(g.ok for g in results)
+    return ok, results
+
+
+def promote(build: Path, gates: list[Gate]) -> Path:
+    """Record the receipt and point OUT/builds/PROMOTED at the build."""
+    build = Path(build).resolve()
+    out = build.parent.parent
+    receipt = out / "verify" / f"{build.name}.json"
+    atomic_write_json(receipt, {"build": build.name, "verified_at": datetime.now(timezone.utc).isoformat(
+        timespec="seconds"), "passed": True, "gates": [g.__dict__ for g in gates]})
+    atomic_write_text(build.parent / "PROMOTED", build.name + "\n")
+    return receipt
+
+
+def record_failure(build: Path, gates: list[Gate]) -> Path:
+    build = Path(build).resolve()
+    receipt = build.parent.parent / "verify" / f"{build.name}.json"
+    atomic_write_json(receipt, {"build": build.name, "verified_at": datetime.now(timezone.utc).isoformat(
+        timespec="seconds"), "passed": False, "gates": [g.__dict__ for g in gates]})
+    return receipt
+

@@ -1,0 +1,267 @@
+"""packed_rows: fixed-length training rows packed best-fit-decreasing (REFERENCE section 10).
+
+Each document becomes its token ids + EOD (on the training split, with FIM applied first at `fim_rate`).
+A document longer than `seq_len` is cut into `seq_len` pieces; no other document is ever split. Pieces are
+packed best-fit-decreasing within blocks of `block_docs` documents (memory stays bounded by one block; the
+order of blocks follows the shuffled shards) and rows are right-padded with PAD. Columns per row:
+  input_ids, target_ids      seq_len ids; target_ids[k] is the next token of the same document, PAD where
+                             there is none (a document's last token, padding)
+  loss_mask                  1 where target_ids is a real next token, else 0
+  doc_ids                    1.. for the documents of the row in order, 0 for padding
+  valid_token_count, num_docs, pack_id (0.. per split)
+  token_<name>               the per-token metadata columns of the shards, when present, aligned with
+                             input_ids (the column's fill value on specials and padding)
+FIM (training split only), seeded per document by (seed, doc_id): token-level, two cut points uniform over the
+document; PSM `<fim_prefix> P <fim_suffix> S <fim_middle> M` with probability 1 - `fim_spm_rate`, else SPM
+`<fim_prefix> <fim_suffix> S <fim_middle> P M`; EOD follows. Telemetry: slot utilization (real tokens /
+slots), documents per row, cropped-token share (tokens of documents longer than a row), FIM documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.generations import columns as generation_columns
+from cpp_data.schemas.manifest import sha256_file
+from cpp_data.stages.tokenizer import shard_files
+from cpp_data.tokenizer.files import tokenizer_info
+
+
+@dataclass(frozen=True)
+class PackedParams:
+    generation: str = "v6"
+    seq_len: int = 4096
+    fim_rate: float = 0.5
+    fim_spm_rate: float = 0.5
+    seed: int = 42
+    block_docs: int = 16_384
+    rows_per_shard: int = 8192
+    row_group_size: int = 256
+
+
+@dataclass
+class Doc:
+    tokens: np.ndarray
+    meta: dict[str, np.ndarray]
+    long: bool = False
+
+
+def _fim(doc: Doc, rng: np.random.Generator, roles: dict[str, int], spm_rate: float, fills: dict) -> Doc:
+    n = len(doc.tokens)
+    i, j = sorted(rng.integers(0, n + 1, size=2))
+    pre, mid, suf = slice(0, i), slice(i, j), slice(j, n)
+    fp, fs, fm = roles["fim_prefix"], roles["fim_suffix"], roles["fim_middle"]
+
+    def special(tok):
+        return ("special", tok)
+
+    if rng.random() < spm_rate:
+        parts = [special(fp), special(fs), suf, special(fm), pre, mid]
+    else:
+        parts = [special(fp), pre, special(fs), suf, special(fm), mid]
+
+    def assemble(values: np.ndarray, fill) -> np.ndarray:
+        out = [np.array([fill if fill is not None else p[1]], dtype=values.dtype) if isinstance(p, tuple)
+               else values[p] for p in parts]
+        return np.concatenate(out)
+
+    return Doc(assemble(doc.tokens, None), {k: assemble(v, fills[k]) for k, v in doc.meta.items()})
+
+
+def _documents(files: list[Path], meta_cols: list[str]) -> Iterator[tuple[str, np.ndarray, dict]]:
+    for f in files:
+        pf = pq.ParquetFile(f)
+        for rg in range(pf.num_row_groups):
+            t = pf.read_row_group(rg, columns=["doc_id", "token_ids", *meta_cols])
+            ids = t.column("token_ids").combine_chunks()
+            values, offsets = ids.values.to_numpy(zero_copy_only=False), ids.offsets.to_numpy()
+            metas = {}
+            for c in meta_cols:
+                col = t.column(c).combine_chunks()
+                metas[c] = (col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy())
+            for r, doc_id in enumerate(t.column("doc_id").to_pylist()):
+                a, b = offsets[r], offsets[r + 1]
+                yield doc_id, values[a:b].astype(np.int32), {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
+
+
+def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Bins (lists of item indices) by best-fit-decreasing; items must fit `capacity`. Deterministic."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    free_count = np.zeros(capacity + 1, dtype=np.int64)  # how many open bins have exactly c free slots
+    bins_by_free: dict[int, list[int]] = {}
+    bins: list[list[int]] = []
+    for i in order:
+        need = lengths[i]
+        candidates = np.flatnonzero(free_count[need:])
+        if len(candidates):
+            free = need + int(candidates[0])
+            b = bins_by_free[free].pop()
+            free_count[free] -= 1
+        else:
+            b, free = len(bins), capacity
+            bins.append([])
+        bins[b].append(i)
+        free -= need
+        if free > 0:
+            free_count[free] += 1
+            bins_by_free.setdefault(free, []).append(b)
+    return bins
+
+
+class PackedWriter:
+    def __init__(self, directory: Path, split: str, schema: pa.Schema, p: PackedParams):
+        self.directory, self.split, self.schema, self.p = directory, split, schema, p
+        self.rows: list[dict] = []
+        self.writer = None
+        self.in_shard = 0
+        self.index = 0
+        self.files: list[dict] = []
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        if len(self.rows) == self.p.row_group_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.rows:
+            return
+        if self.writer is None:
+            self.tmp = self.directory / f".{self.split}-{self.index:05d}.parquet.tmp"
+            self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd", write_page_checksum=True)
+        self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema), row_group_size=len(self.rows))
+        self.in_shard += len(self.rows)
+        self.rows = []
+        if self.in_shard >= self.p.rows_per_shard:
+            self._close()
+
+    def _close(self) -> None:
+        self.writer.close()
+        final = self.directory / f"{self.split}-{self.index:05d}.parquet"
+        os.replace(self.tmp, final)
+        self.files.append({"path": f"packed/{final.name}", "split": self.split, "rows": self.in_shard,
+                           "bytes": final.stat().st_size, "sha256": sha256_file(final), "kind": "packed"})
+        self.writer, self.in_shard = None, 0
+        self.index += 1
+
+    def close(self) -> list[dict]:
+        self._flush()
+        if self.writer is not None:
+            self._close()
+        return self.files
+
+
+def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedParams, meta_cols: list[str],
+               fills: dict) -> tuple[list[dict], dict]:
+    roles, T = info["roles"], p.seq_len
+    pad, eod = roles["pad"], roles["eos"]
+    fields = [pa.field("pack_id", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
+              pa.field("target_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.uint8())),
+              pa.field("doc_ids", pa.list_(pa.int32())), pa.field("valid_token_count", pa.int32()),
+              pa.field("num_docs", pa.int32())]
+    types = {c.name: c.type for c in generation_columns(p.generation)}
+    fields += [pa.field(c, types[c]) for c in meta_cols]
+    writer = PackedWriter(out, split, pa.schema(fields), p)
+    stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
+    pack_id = 0
+
+    def flush_block(block: list[Doc]) -> None:
+        nonlocal pack_id
+        pieces: list[tuple[Doc, slice, bool]] = []
+        for d in block:
+            n = len(d.tokens)
+            for start in range(0, n, T):
+                pieces.append((d, slice(start, min(n, start + T)), start + T >= n))
+        for members in best_fit_decreasing([s.stop - s.start for _, s, _ in pieces], T):
+            inp = np.full(T, pad, dtype=np.int32)
+            tgt = np.full(T, pad, dtype=np.int32)
+            mask = np.zeros(T, dtype=np.uint8)
+            ids = np.zeros(T, dtype=np.int32)
+            meta = {c: np.full(T, fills[c], dtype=np.int32) for c in meta_cols}
+            pos = 0
+            for k, m in enumerate(members, start=1):
+                d, s, last = pieces[m]
+                seg = d.tokens[s]
+                L = len(seg)
+                inp[pos:pos + L] = seg
+                tgt[pos:pos + L - 1] = seg[1:]
+                mask[pos:pos + L - 1] = 1
+                ids[pos:pos + L] = k
+                for c in meta_cols:
+                    meta[c][pos:pos + L] = d.meta[c][s]
+                pos += L
+            writer.add({"pack_id": pack_id, "input_ids": inp, "target_ids": tgt, "loss_mask": mask, "doc_ids": ids,
+                        "valid_token_count": pos, "num_docs": len(members), **{c: meta[c] for c in meta_cols}})
+            pack_id += 1
+            stats["rows"] += 1
+        stats["pieces"] += len(pieces)
+
+    block: list[Doc] = []
+    for doc_id, tokens, meta in _documents(files, meta_cols):
+        d = Doc(np.concatenate([tokens, [eod]]).astype(np.int32),
+                {c: np.concatenate([v, [fills[c]]]) for c, v in meta.items()})
+        if split == "train" and p.fim_rate > 0 and len(tokens) >= 2:
+            h = hashlib.blake2b(f"fim\0{p.seed}\0{doc_id}".encode(), digest_size=8).digest()
+            rng = np.random.default_rng(int.from_bytes(h, "big"))
+            if rng.random() < p.fim_rate:
+                body = Doc(tokens, meta)
+                f = _fim(body, rng, roles, p.fim_spm_rate, fills)
+                d = Doc(np.concatenate([f.tokens, [eod]]).astype(np.int32),
+                        {c: np.concatenate([v, [fills[c]]]) for c, v in f.meta.items()})
+                stats["fim_documents"] += 1
+        stats["documents"] += 1
+        stats["tokens"] += len(d.tokens)
+        if len(d.tokens) > T:
+            stats["cropped_tokens"] += len(d.tokens)
+        block.append(d)
+        if len(block) == p.block_docs:
+            flush_block(block)
+            block = []
+    if block:
+        flush_block(block)
+    return writer.close(), stats
+
+
+def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParams) -> tuple[list[dict], dict]:
+    info = tokenizer_info(tokenizer_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cols = [c for c in generation_columns(p.generation) if c.per_token]
+    present = set(pq.read_schema(shard_files(shards_dir)[0]).names) if shard_files(shards_dir) else set()
+    meta_cols = [c.name for c in cols if c.name in present]
+    fills = {c.name: c.fill for c in cols}
+    files, telemetry = [], {}
+    for split in ("train", "valid"):
+        f, stats = pack_split(shard_files(shards_dir, split), out, split, info, p, meta_cols, fills)
+        files += f
+        slots = stats["rows"] * p.seq_len
+        telemetry[split] = {
+            **stats,
+            "slot_utilization": round(stats["tokens"] / slots, 4) if slots else 0.0,
+            "docs_per_row": round(stats["pieces"] / stats["rows"], 3) if stats["rows"] else 0.0,
+            "cropped_token_share": round(stats["cropped_tokens"] / stats["tokens"], 4) if stats["tokens"] else 0.0,
+        }
+    atomic_write_json(out / "packed.json", {"seq_len": p.seq_len, "files": files, "telemetry": telemetry,
+                                            "meta_columns": meta_cols})
+    return files, telemetry
+
+
+class PackedRows(Stage):
+    name = "packed_rows"
+    version = 1
+    scope = "corpus"
+    inputs = ("token_columns", "tokenizer")
+    Params = PackedParams
+
+    def run(self, ctx: StageContext) -> dict:
+        files, telemetry = pack_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
+                                       ctx.out / "packed", self.params)
+        return {"seq_len": self.params.seq_len, "files": len(files), "telemetry": telemetry}

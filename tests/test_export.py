@@ -1,0 +1,164 @@
+"""Megatron bin/idx export and packed rows (issue 6), read back with megatron-core's own readers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from cpp_data.schemas.launch_spec import load_launch_spec
+from cpp_data.schemas.manifest import load_manifest, sha256_file
+from cpp_data.stages.megatron_export import megatron_dtype, write_indexed
+from cpp_data.tokenizer.band import load_band
+
+from conftest import run_cli
+
+BAND = load_band()
+EOS, PAD = BAND.role_id("eos"), BAND.role_id("pad")
+FIM = {BAND.role_id("fim_prefix"), BAND.role_id("fim_middle"), BAND.role_id("fim_suffix")}
+
+
+def _shard_tokens(build: Path, split: str) -> list[list[int]]:
+    manifest = load_manifest(build)
+    out = []
+    for e in manifest["files"]:
+        if e["kind"] == "shard" and e["split"] == split:
+            out += pq.read_table(build / e["path"], columns=["token_ids"]).column(0).to_pylist()
+    return out
+
+
+def test_bin_idx_read_back_by_megatron_core(reference_build: Path):
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDataset
+
+    manifest = load_manifest(reference_build)
+    bins = {e["path"]: e["sha256"] for e in manifest["files"] if e["kind"] == "megatron_bin"}
+    assert set(bins) == {"megatron/cpp_train.bin", "megatron/cpp_valid.bin"}
+    for split in ("train", "valid"):
+        prefix = reference_build / "megatron" / f"cpp_{split}"
+        assert sha256_file(prefix.with_suffix(".bin")) == bins[f"megatron/cpp_{split}.bin"]
+        ds = IndexedDataset(str(prefix))
+        docs = _shard_tokens(reference_build, split)
+        assert len(ds) == len(docs) > 0
+        for i, ids in enumerate(docs):
+            assert ds[i].tolist() == ids + [EOS]
+        # the header, as megatron-core's format says: magic, version 1, dtype code 4 (int32 for 65,536 ids)
+        head = prefix.with_suffix(".idx").read_bytes()[:34]
+        assert head[:9] == b"MMIDIDX\x00\x00"
+        version, code, seqs, docs_plus_one = struct.unpack("<QBQQ", head[9:34])
+        assert (version, code, seqs, docs_plus_one) == (1, 4, len(docs), len(docs) + 1)
+        assert ds.index.dtype == np.int32 == DType.optimal_dtype(65_536)
+
+
+def test_small_vocab_uses_uint16_and_oversized_ids_are_refused(tmp_path: Path):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    docs = [np.array([1, 2, 65_000], dtype=np.int64), np.array([], dtype=np.int64), np.array([7], dtype=np.int64)]
+    info = write_indexed(tmp_path / "small", iter(docs), vocab_size=65_499, eod=0)
+    assert info["dtype"] == "uint16" and info["dtype_code"] == 8 and megatron_dtype(65_499) == np.uint16
+    ds = IndexedDataset(str(tmp_path / "small"))
+    assert [ds[i].tolist() for i in range(3)] == [[1, 2, 65_000, 0], [0], [7, 0]]
+    assert write_indexed(tmp_path / "big", iter(docs), vocab_size=65_500, eod=0)["dtype"] == "int32"
+    # REFERENCE's costliest bug: ids past the vocabulary (e.g. 131,005 through a uint16 writer) must never pass
+    with pytest.raises(ValueError, match="does not fit the vocabulary"):
+        write_indexed(tmp_path / "bad", iter([np.array([131_005])]), vocab_size=65_536, eod=0)
+    assert not (tmp_path / "bad.bin").exists()
+
+
+def test_export_command_is_deterministic_and_matches_the_build(reference_build: Path, tmp_path: Path):
+    for name in ("a", "b"):
+        run_cli("export", "megatron", str(reference_build), "--out", str(tmp_path / name), "--workers", "2")
+    for f in ("cpp_train.bin", "cpp_train.idx", "cpp_valid.bin", "cpp_valid.idx"):
+        a, b = (tmp_path / "a" / f).read_bytes(), (tmp_path / "b" / f).read_bytes()
+        assert a == b == (reference_build / "megatron" / f).read_bytes(), f
+    assert (tmp_path / "a" / "_COMPLETE").exists()
+    again = run_cli("export", "megatron", str(reference_build), "--out", str(tmp_path / "a"), check=False)
+    assert again.returncode == 3  # already exported
+
+
+def test_launch_spec_drives_a_weighted_megatron_blend(reference_build: Path, tmp_path: Path):
+    import torch
+
+    from cpp_data.harness.data import build_datasets
+    from cpp_data.harness.train import _init_distributed
+
+    spec = load_launch_spec(reference_build / "megatron" / "launch.json")
+    args = spec["megatron_args"]
+    assert args[args.index("--tokenizer-type") + 1] == "HuggingFaceTokenizer"
+    assert Path(args[args.index("--tokenizer-model") + 1], "tokenizer.json").is_file()
+    assert args[args.index("--vocab-size") + 1] == "65536"
+    assert Path(args[args.index("--train-data-path") + 2] + ".bin").is_file()
+    assert spec["data_path"][0] == "1.0" and spec["split"] == "100,0,0"
+    # a weighted blend of two prefixes, as a launch would mix exports
+    train_prefix = spec["blend_per_split"]["train"][0][1]
+    valid_prefix = spec["blend_per_split"]["valid"][0][1]
+    blended = {**spec, "blend_per_split": {"train": [[0.7, train_prefix], [0.3, valid_prefix]],
+                                           "valid": [[1.0, valid_prefix]], "test": []}}
+    _init_distributed(torch.device("cpu"), 1)
+    train, valid = build_datasets(blended, 128, 7, 200, 8, tmp_path / "cache")
+    ids = Counter(int(train[i]["dataset_id"]) for i in range(200))
+    assert set(ids) == {0, 1} and ids[0] > ids[1]
+    assert int(train[0]["tokens"].max()) < 65_536 and len(valid) >= 8
+
+
+def _segments(row: dict) -> list[list[int]]:
+    segs: dict[int, list[int]] = {}
+    for tok, d in zip(row["input_ids"], row["doc_ids"]):
+        if d:
+            segs.setdefault(d, []).append(tok)
+    return [segs[k] for k in sorted(segs)]
+
+
+def test_packed_rows(reference_build: Path):
+    manifest = load_manifest(reference_build)
+    meta = json.loads((reference_build / "packed" / "packed.json").read_text())
+    T = meta["seq_len"]
+    assert T == 4096
+    rows = {s: [r for e in manifest["files"] if e["kind"] == "packed" and e["split"] == s
+                for r in pq.read_table(reference_build / e["path"]).to_pylist()] for s in ("train", "valid")}
+    for split, rs in rows.items():
+        assert [r["pack_id"] for r in rs] == list(range(len(rs)))
+        for r in rs:
+            assert len(r["input_ids"]) == len(r["target_ids"]) == len(r["loss_mask"]) == len(r["doc_ids"]) == T
+            d = r["doc_ids"]
+            assert d[0] == 1 and max(d) == r["num_docs"] and sum(1 for x in d if x) == r["valid_token_count"]
+            assert all(x == 0 for x in d[r["valid_token_count"]:])  # right-padded
+            for k in range(T - 1):
+                if r["loss_mask"][k]:
+                    assert d[k + 1] == d[k] and r["target_ids"][k] == r["input_ids"][k + 1]
+        tokens = sum(r["valid_token_count"] for r in rs)
+        assert meta["telemetry"][split]["slot_utilization"] == round(tokens / (len(rs) * T), 4)
+        assert len(rs) >= -(-tokens // T)
+    # validation: no FIM; every document (token ids + EOD) is one segment, or pieces of T when longer
+    expected = Counter(tuple((ids + [EOS])[k:k + T]) for ids in _shard_tokens(reference_build, "valid")
+                       for k in range(0, len(ids) + 1, T))
+    got = Counter(tuple(s) for r in rows["valid"] for s in _segments(r))
+    assert expected and expected == got
+    # training: about half the documents are FIM, each a permutation of its document around 3 sentinels
+    train_docs = _shard_tokens(reference_build, "train")
+    fim = meta["telemetry"]["train"]["fim_documents"]
+    assert 0.4 < fim / len(train_docs) < 0.6
+    originals = Counter(tuple(sorted(ids + [EOS])) for ids in train_docs if len(ids) + 4 < T)
+    seen_fim = 0
+    for r in rows["train"]:
+        for s in _segments(r):
+            if s[0] == BAND.role_id("fim_prefix") and s[-1] == EOS and len(s) < T:
+                assert sum(1 for t in s if t in FIM) == 3
+                assert tuple(sorted(t for t in s if t not in FIM)) in originals
+                seen_fim += 1
+    assert seen_fim > 0.3 * fim
+
+
+def test_packed_export_is_deterministic(reference_build: Path, tmp_path: Path):
+    for name in ("a", "b"):
+        run_cli("export", "packed", str(reference_build), "--seq-len", "1024", "--out", str(tmp_path / name))
+    files = sorted(p.name for p in (tmp_path / "a").glob("*.parquet"))
+    assert files and all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+    rows = pq.read_table(tmp_path / "a" / "train-00000.parquet", columns=["input_ids"]).column(0).to_pylist()
+    assert all(len(r) == 1024 for r in rows)
+    shutil.rmtree(tmp_path / "b")

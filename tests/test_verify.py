@@ -1,0 +1,52 @@
+"""`cpp-data verify` (issue 6): every gate passes on a real build and promotes it; a broken build fails
+naming the gate and is not promoted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import run_cli
+
+
+def _copy_build(build: Path, dst: Path) -> Path:
+    """A writable copy of a build under dst/builds/<name> (the gates read only the build itself)."""
+    target = dst / "builds" / build.name
+    shutil.copytree(build, target)
+    for p in target.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return target
+
+
+def test_verify_passes_and_promotes(reference_build: Path, tmp_path: Path):
+    build = _copy_build(reference_build, tmp_path)
+    proc = run_cli("verify", str(build))
+    for gate in ("files", "counts", "token_range", "decode", "empty_documents", "megatron_read", "gpt_dataset",
+                 "packed", "train_step"):
+        assert f"PASS  {gate}" in proc.stdout, proc.stdout
+    assert (tmp_path / "builds" / "PROMOTED").read_text().strip() == build.name
+    receipt = json.loads((tmp_path / "verify" / f"{build.name}.json").read_text())
+    assert receipt["passed"] and len(receipt["gates"]) == 9
+
+
+def test_verify_catches_ids_past_the_vocabulary(reference_build: Path, tmp_path: Path):
+    build = _copy_build(reference_build, tmp_path)
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["tokenizer"]["vocab_size"] = 32_000  # as if the ids came from a larger vocabulary than declared
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    proc = run_cli("verify", str(build), "--no-train-step", check=False)
+    assert proc.returncode == 1
+    assert "FAIL  token_range" in proc.stdout and "failed gate(s): token_range" in proc.stderr
+    assert not (tmp_path / "builds" / "PROMOTED").exists()
+
+
+def test_verify_catches_a_corrupted_bin(reference_build: Path, tmp_path: Path):
+    build = _copy_build(reference_build, tmp_path)
+    data = bytearray((build / "megatron" / "cpp_valid.bin").read_bytes())
+    data[8] ^= 0xFF  # a flipped byte inside the first document
+    (build / "megatron" / "cpp_valid.bin").write_bytes(bytes(data))
+    proc = run_cli("verify", str(build), "--no-train-step", check=False)
+    assert proc.returncode == 1
+    assert "FAIL  files" in proc.stdout and "FAIL  decode" in proc.stdout, proc.stdout
+    assert not (tmp_path / "builds" / "PROMOTED").exists()
