@@ -1,4 +1,5 @@
-"""`cpp-data diff A B`: what changed between two builds, keyed by (repo, path) with the commit each side saw.
+"""`cpp-data diff A B`: what changed between two builds, keyed by (repo, path) with the commit each side saw;
+for the history generations (v2, v3), whose documents are versions, by (repo, path, commit read at).
 
 - documents: added (only in B), removed (only in A), changed (same repo and path, other text or commit),
   unchanged, from the shards of each build (read through the tolerant reader);
@@ -24,20 +25,25 @@ from cpp_data.schemas.reader import iter_build_shards, require_complete
 _COLS = ["source_repo", "source_path", "source_commit", "sha256", "license_spdx", "size_bytes"]
 
 
-def _documents(build: Path) -> dict[tuple[str, str], tuple[str, str, str, int]]:
+HISTORY_GENERATIONS = ("v2", "v3")
+
+
+def _documents(build: Path, versions: bool) -> dict[tuple[str, str, str], tuple[str, str, str, int]]:
     docs = {}
-    for table in iter_build_shards(build, columns_wanted=_COLS):
-        for r, p, c, s, lic, n in zip(*(table.column(x).to_pylist() for x in _COLS)):
-            docs[(r, p)] = (c, s, lic, n)
+    cols = _COLS + (["text_commit"] if versions else [])
+    for table in iter_build_shards(build, columns_wanted=cols):
+        for r, p, c, s, lic, n, *at in zip(*(table.column(x).to_pylist() for x in cols)):
+            docs[(r, p, at[0] if versions else "")] = (c, s, lic, n)
     return docs
 
 
-def _ledger(build: Path) -> dict[tuple[str, str], tuple[str, str]]:
+def _ledger(build: Path, versions: bool) -> dict[tuple[str, str, str], tuple[str, str]]:
     path = build / "provenance" / "ledger.parquet"
     if not path.is_file():
         return {}
-    t = pq.read_table(path, columns=["repo", "path", "decision", "reason"])
-    return {(r, p): (d, why) for r, p, d, why in zip(*(t.column(x).to_pylist() for x in t.column_names))}
+    t = pq.read_table(path, columns=["repo", "path", "commit", "decision", "reason"])
+    return {(r, p, c if versions else ""): (d, why)
+            for r, p, c, d, why in zip(*(t.column(x).to_pylist() for x in t.column_names))}
 
 
 def _schema(build: Path, manifest: dict) -> dict[str, str]:
@@ -51,7 +57,8 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
     """Compare two sealed builds; returns the summary and the per-document rows."""
     a, b = require_complete(Path(a)), require_complete(Path(b))
     ma, mb = load_manifest(a), load_manifest(b)
-    da, db = _documents(a), _documents(b)
+    versions = ma["schema_generation"] in HISTORY_GENERATIONS and mb["schema_generation"] in HISTORY_GENERATIONS
+    da, db = _documents(a, versions), _documents(b, versions)
     rows = []
     kinds: Counter = Counter()
     for key in sorted(da.keys() | db.keys()):
@@ -65,12 +72,12 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
         else:
             kind = "unchanged"
         kinds[kind] += 1
-        rows.append({"repo": key[0], "path": key[1], "change": kind,
+        rows.append({"repo": key[0], "path": key[1], "version": key[2], "change": kind,
                      "commit_a": old[0] if old else None, "commit_b": new[0] if new else None,
                      "sha256_a": old[1] if old else None, "sha256_b": new[1] if new else None,
                      "license_a": old[2] if old else None, "license_b": new[2] if new else None,
                      "bytes_a": old[3] if old else None, "bytes_b": new[3] if new else None})
-    la, lb = _ledger(a), _ledger(b)
+    la, lb = _ledger(a, versions), _ledger(b, versions)
     refused: Counter = Counter()
     for key, (decision, reason) in lb.items():
         before = la.get(key, ("absent", ""))[0]
@@ -110,7 +117,8 @@ def write_tables(result: dict[str, Any], directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     docs = directory / "documents.parquet"
     pq.write_table(pa.Table.from_pylist(result["_rows"], schema=pa.schema([
-        ("repo", pa.string()), ("path", pa.string()), ("change", pa.string()), ("commit_a", pa.string()),
+        ("repo", pa.string()), ("path", pa.string()), ("version", pa.string()), ("change", pa.string()),
+        ("commit_a", pa.string()),
         ("commit_b", pa.string()), ("sha256_a", pa.string()), ("sha256_b", pa.string()),
         ("license_a", pa.string()), ("license_b", pa.string()), ("bytes_a", pa.int64()), ("bytes_b", pa.int64()),
     ])), docs)

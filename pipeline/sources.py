@@ -8,6 +8,8 @@ A sources file is TOML with one `[[source]]` table per input:
     vendored = true                 optional: this source is a vendored or mirrored copy; in duplicate clusters
                                     its files lose to any upstream copy (otherwise only vendor directories
                                     such as third_party/ mark files as vendored)
+    history_from = "v1.12.0"        optional (git): the older end of the commit walk of the v2/v3 recipes
+                                    (exclusive); locked to a commit like `ref`
 
 Locking resolves every ref to a full commit SHA (`git ls-remote` / `git rev-parse`); a plain directory is pinned
 by a digest of its tree (paths, link targets and file contents), written as `tree:<sha256>`. A build records only
@@ -42,6 +44,7 @@ class SourceSpec:
     ref: str | None = None
     license: str | None = None
     vendored: bool = False
+    history_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,16 @@ class LockedSource:
     locked_at: str
     license: str | None = None
     vendored: bool = False
+    history_from: str | None = None  # requested
+    history_from_commit: str | None = None  # resolved
 
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints)."""
-        return {"name": self.name, "url": self.url, "kind": self.kind, "commit": self.commit,
-                "license": self.license, "vendored": self.vendored}
+        pin = {"name": self.name, "url": self.url, "kind": self.kind, "commit": self.commit,
+               "license": self.license, "vendored": self.vendored}
+        if self.history_from_commit:  # only then, so pins of sources without history keep their fingerprints
+            pin["history_from_commit"] = self.history_from_commit
+        return pin
 
 
 def load_sources(path: Path) -> list[SourceSpec]:
@@ -80,9 +88,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         where = f"{path}: source #{i}"
         if not isinstance(table, dict):
             raise SourcesError(f"{where}: must be a [[source]] table")
-        unknown = set(table) - {"name", "url", "ref", "license", "vendored"}
+        allowed = {"name", "url", "ref", "license", "vendored", "history_from"}
+        unknown = set(table) - allowed
         if unknown:
-            raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, url, ref, license, vendored)")
+            raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(allowed))})")
         name, url = table.get("name"), table.get("url")
         if not isinstance(name, str) or not _NAME.match(name):
             raise SourcesError(f"{where}: 'name' must be a string of letters, digits, '.', '_' or '-'")
@@ -101,7 +110,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         vendored = table.get("vendored", False)
         if not isinstance(vendored, bool):
             raise SourcesError(f"{where}: 'vendored' must be true or false")
-        specs.append(SourceSpec(name, url, ref, lic, vendored))
+        since = table.get("history_from")
+        if since is not None and (not isinstance(since, str) or not since):
+            raise SourcesError(f"{where}: 'history_from' must be a non-empty ref string")
+        specs.append(SourceSpec(name, url, ref, lic, vendored, since))
     return specs
 
 
@@ -188,7 +200,18 @@ def directory_digest(root: Path) -> str:
 
 
 def resolve(spec: SourceSpec) -> LockedSource:
-    """Resolve a source's ref to a commit (or a directory to its tree digest); raises SourcesError."""
+    """Resolve a source's ref (and history_from) to commits, or a directory to its tree digest."""
+    locked = _resolve_ref(spec)
+    if spec.history_from is None:
+        return locked
+    where = f"source {spec.name!r} ({spec.url})"
+    if locked.kind != "git":
+        raise SourcesError(f"{where}: 'history_from' needs a git source")
+    since = _resolve_ref(SourceSpec(spec.name, spec.url, spec.history_from)).commit
+    return LockedSource(**{**asdict(locked), "history_from": spec.history_from, "history_from_commit": since})
+
+
+def _resolve_ref(spec: SourceSpec) -> LockedSource:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     where = f"source {spec.name!r} ({spec.url})"
     if _is_local(spec.url):
@@ -272,6 +295,7 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
     for spec in specs:
         old = by_name.get(spec.name)
         same = old is not None and old.requested_ref == (spec.ref or ("HEAD" if old.kind == "git" else None))
+        same = same and old.history_from == spec.history_from
         if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
             out.append(LockedSource(**{**asdict(old), "license": spec.license, "vendored": spec.vendored}))
         else:

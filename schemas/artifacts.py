@@ -8,6 +8,24 @@ from __future__ import annotations
 import pyarrow as pa
 
 # collect: one row per C/C++ file taken from a source at its pinned commit; content is the raw bytes.
+# History versions (v2, v3): what a document of a commit walk carries besides its (repo, path, commit); null for
+# a snapshot at the pin. `commit` of the row is the commit the text is read at (the parent, for a v2 "before").
+HISTORY = pa.struct(
+    [
+        ("side", pa.string()),  # v2: before | after; v3: diff
+        ("commit", pa.string()),  # the commit the document belongs to (changed the file)
+        ("parent_commit", pa.string()),  # its first parent ("" for a root commit)
+        ("author_time", pa.int64()),
+        ("commit_time", pa.int64()),
+        ("change", pa.string()),  # A added | M modified | D deleted | R renamed
+        ("rename_from", pa.string()),
+        ("is_merge", pa.bool_()),
+        ("header_style", pa.string()),  # v3: doxygen | simple
+        ("license_state", pa.string()),  # the LICENSE files of the tree at `commit` (license_files.state)
+        ("lineage", pa.string()),  # the path the file had where the walk first saw it (renames followed)
+    ]
+)
+
 COLLECTED_FILE = pa.schema(
     [
         ("source", pa.string()),
@@ -16,6 +34,7 @@ COLLECTED_FILE = pa.schema(
         ("size", pa.int64()),
         ("sha256", pa.string()),  # of the raw bytes
         ("content", pa.binary()),
+        ("history", HISTORY),
     ]
 )
 
@@ -25,6 +44,7 @@ LICENSE_FILE = pa.schema(
         ("source", pa.string()),
         ("path", pa.string()),
         ("content", pa.binary()),
+        ("state", pa.string()),  # history walks: the tree state these files belong to; null at a pin
     ]
 )
 
@@ -65,6 +85,7 @@ DOCUMENT = pa.schema(
         ("license_source", pa.string()),
         ("license_confidence", pa.float32()),
         ("license_family", pa.string()),  # permissive | weak_copyleft | copyleft | unknown
+        ("history", HISTORY),
     ]
 )
 

@@ -70,10 +70,16 @@ _FILE_DOC = [
 
 _TEXT = Column("text", pa.string(), required=True)
 
+# source_commit of a history document is the commit it belongs to; for a v2 "before" the text is as of
+# parent_commit. `text_commit` names the commit the text was read at in both cases.
 _HISTORY = [
     Column("parent_commit", pa.string(), fill=""),
     Column("author_time", pa.int64(), fill=-1),
     Column("commit_time", pa.int64(), fill=-1),
+    Column("text_commit", pa.string(), fill=""),
+    Column("change_type", pa.string(), fill=""),  # A added, M modified, D deleted, R renamed
+    Column("rename_from", pa.string(), fill=""),
+    Column("is_merge", pa.bool_(), fill=False),
 ]
 
 GENERATIONS: dict[str, list[Column]] = {

@@ -42,6 +42,12 @@ class CollectParams:
     max_bytes: int = 1_000_000  # larger files are recorded as too_large and never loaded into a part
     files_per_part: int = 500  # one datatrove task per part downstream
     max_license_file_bytes: int = 200_000
+    # v2/v3: collect the versions of a commit walk instead of the files at the pin (see stages/history.py)
+    history: str = ""  # "" | "pairs" (v2: before and after) | "diffs" (v3: one document per commit and file)
+    history_max_commits: int = 1000
+    history_paths: tuple[str, ...] = ()  # fnmatch globs; empty: every C/C++ file
+    doxygen_share: float = 0.5  # v3 header styles: doxygen at this share, simple otherwise
+    history_seed: int = 42
 
 
 def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
@@ -143,7 +149,7 @@ def _git_entries(repo: Path, commit: str):
 
 class Collect(Stage):
     name = "collect"
-    version = 1
+    version = 2
     scope = "source"
     Params = CollectParams
 
@@ -162,6 +168,9 @@ class Collect(Stage):
             skipped.append({"source": src.name, "commit": src.commit, "path": path, "size": size, "sha256": sha,
                             "decision": "skipped", "reason": reason, "license_spdx": None,
                             "license_source": None, "confidence": None})
+
+        if p.history:
+            return self._history(ctx, p, parts, skipped, licenses, reasons, retrieved_at)
 
         def take(path: str, data: bytes) -> None:
             nonlocal kept_bytes
@@ -237,6 +246,38 @@ class Collect(Stage):
             "skipped": dict(sorted(reasons.items())),
             "license_files": len(licenses),
         }
+
+
+    def _history(self, ctx, p, parts, skipped, licenses, reasons, retrieved_at) -> dict:
+        from cpp_data.stages.history import collect_history
+
+        src = ctx.source
+        if p.history not in ("pairs", "diffs"):
+            raise ValueError(f"collect.history must be 'pairs' or 'diffs', not {p.history!r}")
+        kept = {"bytes": 0, "files": 0}
+
+        def add(path: str, commit: str, data: bytes, history: dict) -> None:
+            kept["bytes"] += len(data)
+            kept["files"] += 1
+            parts.add({"source": src.name, "commit": commit, "path": path, "size": len(data),
+                       "sha256": hashlib.sha256(data).hexdigest(), "content": data, "history": history})
+
+        def skip(path: str, commit: str, size: int, sha: str | None, reason: str) -> None:
+            reasons[reason] += 1
+            skipped.append({"source": src.name, "commit": commit, "path": path, "size": size, "sha256": sha,
+                            "decision": "skipped", "reason": reason, "license_spdx": None,
+                            "license_source": None, "confidence": None})
+
+        def add_license(path: str, data: bytes, state: str) -> None:
+            licenses.append({"source": src.name, "path": path, "content": data, "state": state})
+
+        counts = collect_history(ctx, p, add, skip, add_license)
+        parts.flush()
+        pq.write_table(pa.Table.from_pylist(skipped, schema=REJECTION), ctx.out / "skipped.parquet")
+        pq.write_table(pa.Table.from_pylist(licenses, schema=LICENSE_FILE), ctx.out / "license_files.parquet")
+        return {"retrieved_at": retrieved_at, "files_seen": kept["files"] + len(skipped),
+                "files_collected": kept["files"], "bytes_collected": kept["bytes"], "parts": parts.n,
+                "skipped": dict(sorted(reasons.items())), "license_files": len(licenses), "history": counts}
 
 
 def _symlink_reason(root: Path, link: Path) -> str:

@@ -24,7 +24,7 @@ def _row_adapter(self, data: dict, path: str, id_in_file: int | str) -> dict:
     text = data.pop("text", None)
     if text is None:
         text = data.pop("content")  # raw bytes: the decode step turns them into text
-    return {"text": text, "id": f"{data['source']}/{data['path']}", "metadata": data}
+    return {"text": text, "id": f"{data['source']}/{data['path']}@{data['commit']}", "metadata": data}
 
 
 def reader(folder: Path, pattern: str) -> ParquetReader:

@@ -37,7 +37,7 @@ def license_parts(ctx: StageContext) -> list:
 
 class ExactDedup(Stage):
     name = "exact_dedup"
-    version = 2
+    version = 3
     scope = "corpus"
     inputs = ("collect", "license")
     Params = ExactDedupParams
@@ -73,6 +73,7 @@ class ExactDedup(Stage):
                 "neg_repo_bytes": pa.array([-repo_bytes.get(s, 0) for s in t.column("source").to_pylist()]),
                 "source": t.column("source"),
                 "path": t.column("path"),
+                "commit": t.column("commit"),
             })
             order = pc.sort_indices(rank, sort_keys=[(c, "ascending") for c in rank.column_names])
             t = t.take(order)

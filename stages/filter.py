@@ -119,7 +119,7 @@ class Scrub(BaseFilter):
 
 class Filter(Stage):
     name = "filter"
-    version = 2
+    version = 3
     scope = "source"
     inputs = ("collect",)
     Params = FilterParams

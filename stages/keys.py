@@ -1,7 +1,9 @@
 """Stable per-document keys: dedup lookups, the train/valid split and the seeded shuffle order.
 
-All come from BLAKE2b over (repo, path) so they are reproducible across machines and runs, and the split does
-not depend on the shuffle seed (changing the seed never moves a file between train and valid).
+A document is identified by (repo, path, commit it was read at): at a pin every file of a repo has the same
+commit, and in a history walk (v2, v3) the versions of one path differ by commit. All keys come from BLAKE2b, so
+they are reproducible across machines and runs. The train/valid split hashes (repo, path) only, so every version
+of a file lands on the same side, and it does not depend on the shuffle seed.
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ import numpy as np
 import pyarrow as pa
 
 
-def doc_key(source: str, path: str) -> bytes:
-    """16-byte identity of a file within a build (used to look up dedup decisions)."""
-    return hashlib.blake2b(f"{source}\0{path}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def doc_key(source: str, path: str, commit: str) -> bytes:
+    """16-byte identity of a document within a build (used to look up dedup decisions)."""
+    return hashlib.blake2b(f"{source}\0{path}\0{commit}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def key_array(sources, paths) -> np.ndarray:
-    return np.array([doc_key(s, p) for s, p in zip(sources, paths)], dtype="S16")
+def key_array(sources, paths, commits) -> np.ndarray:
+    return np.array([doc_key(s, p, c) for s, p, c in zip(sources, paths, commits)], dtype="S16")
+
+
+def table_keys(table: pa.Table) -> np.ndarray:
+    """Keys of a table with source, path and commit columns."""
+    return key_array(table.column("source").to_pylist(), table.column("path").to_pylist(),
+                     table.column("commit").to_pylist())
 
 
 def is_valid_split(source: str, path: str, valid_fraction: float) -> bool:
@@ -26,8 +34,9 @@ def is_valid_split(source: str, path: str, valid_fraction: float) -> bool:
     return int.from_bytes(h, "big") < valid_fraction * 2**64
 
 
-def shuffle_key(seed: int, source: str, path: str) -> int:
-    h = hashlib.blake2b(f"{seed}\0{source}\0{path}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+def shuffle_key(seed: int, source: str, path: str, commit: str) -> int:
+    h = hashlib.blake2b(f"{seed}\0{source}\0{path}\0{commit}".encode("utf-8", "surrogatepass"),
+                        digest_size=8).digest()
     return int.from_bytes(h, "big")
 
 
@@ -35,9 +44,15 @@ def doc_id(source: str, commit: str, path: str) -> str:
     return hashlib.blake2b(f"{source}\0{commit}\0{path}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
+def lineage(source: str, path: str) -> int:
+    """64-bit id of a file's lineage (every version of one path of one repo)."""
+    return int.from_bytes(hashlib.blake2b(f"{source}\0{path}".encode("utf-8", "surrogatepass"),
+                                          digest_size=8).digest(), "big")
+
+
 def removed_keys(tables: list[pa.Table]) -> np.ndarray:
-    """Sorted S16 keys of every (source, path) listed in the given duplicate tables."""
-    keys = [key_array(t.column("source").to_pylist(), t.column("path").to_pylist()) for t in tables if t.num_rows]
+    """Sorted S16 keys of every (source, path, commit) listed in the given duplicate tables."""
+    keys = [table_keys(t) for t in tables if t.num_rows]
     return np.sort(np.concatenate(keys)) if keys else np.array([], dtype="S16")
 
 

@@ -51,7 +51,7 @@ def _from_duplicates(t: pa.Table, decision: str, cluster_id, similarity) -> pa.T
 
 class Ledger(Stage):
     name = "ledger"
-    version = 2
+    version = 3
     scope = "corpus"
     inputs = ("collect", "filter", "license", "exact_dedup", "near_dedup")
     Params = LedgerParams
@@ -82,8 +82,7 @@ class Ledger(Stage):
                     "license_confidence"]
             for f in sorted(by_source["license"][source].glob("part-*.parquet")):
                 t = pq.read_table(f, columns=cols)
-                k = keys.key_array(t.column("source").to_pylist(), t.column("path").to_pylist())
-                t = t.filter(pa.array(~keys.contains(removed, k)))
+                t = t.filter(pa.array(~keys.contains(removed, keys.table_keys(t))))
                 n = t.num_rows
                 emit(pa.table({
                     "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),

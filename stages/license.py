@@ -1,6 +1,7 @@
 """license: the license cascade and allow-list policy of REFERENCE section 4, per document.
 
-The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono),
+The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono), and
+for a history walk once per license state of the tree, so a version is judged by the licenses of its commit,
 before the datatrove tasks start; each task then runs the cascade on its documents and refuses what the
 policy does not allow, recording the rule (no_license, license_not_allowed, copyleft_not_opted_in,
 eula_source_available) and the confidence of the license it found.
@@ -66,12 +67,13 @@ class LicenseStep(BaseFilter):
         super().__init__(exclusion_writer)
         self.p = params
         self.allow = frozenset(params.allow)
-        self.directory_licenses = directory_licenses
+        self.directory_licenses = directory_licenses  # license state (None at a pin) -> directory -> license
         self.declared = declared
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         meta = doc.metadata
-        answer = classify(doc.text, nearest(self.directory_licenses, meta["path"]), self.declared,
+        state = (meta.get("history") or {}).get("license_state")
+        answer = classify(doc.text, nearest(self.directory_licenses.get(state, {}), meta["path"]), self.declared,
                           self.p.header_min_chars)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
         meta.update(license_spdx=answer.spdx, license_source=answer.source, license_confidence=answer.confidence,
@@ -85,7 +87,7 @@ class LicenseStep(BaseFilter):
 
 class License(Stage):
     name = "license"
-    version = 2
+    version = 3
     scope = "source"
     inputs = ("collect", "filter")
     Params = LicenseParams
@@ -94,7 +96,10 @@ class License(Stage):
     def run(self, ctx: StageContext) -> dict:
         docs = ctx.input("filter").path
         rows = pq.read_table(ctx.input("collect").path / "license_files.parquet").to_pylist()
-        directory_licenses = repo_licenses(rows)
+        by_state: dict = {}
+        for row in rows:
+            by_state.setdefault(row.get("state"), []).append(row)
+        directory_licenses = {state: repo_licenses(rs) for state, rs in by_state.items()}
         tasks = dt_io.count_parts(docs, "part-*.parquet")
         pipeline = [
             dt_io.reader(docs, "part-*.parquet"),
@@ -106,5 +111,8 @@ class License(Stage):
         counts = dt_io.output_counts(ctx.out, tasks, stats)
         counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
                                      if ".source_" in k}
-        counts["repo_license_files"] = {d: v[0] for d, v in sorted(directory_licenses.items())}
+        counts["repo_license_files"] = {d: v[0] for d, v in sorted(directory_licenses.get(None, {}).items())}
+        if len(directory_licenses) > 1 or None not in directory_licenses:
+            counts["license_states"] = {st: {d: v[0] for d, v in sorted(dl.items())}
+                                        for st, dl in sorted(directory_licenses.items(), key=lambda x: str(x[0]))}
         return counts

@@ -83,13 +83,13 @@ class SignatureStep(PipelineStep):
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         p = self.p
-        dup = pq.read_table(self.removed_file, columns=["source", "path"])
+        dup = pq.read_table(self.removed_file, columns=["source", "path", "commit"])
         removed = keys.removed_keys([dup])
         template = MinHash(num_perm=p.num_perm, seed=p.seed, hashfunc=_int, scheme="affine32")
-        sigs, rows, sets = [], [], []
+        sigs, rows, sets, lineages = [], [], [], []
         for doc in data:
             meta = doc.metadata
-            if keys.contains(removed, keys.key_array([meta["source"]], [meta["path"]]))[0]:
+            if keys.contains(removed, keys.key_array([meta["source"]], [meta["path"]], [meta["commit"]]))[0]:
                 self.stat_update("exact_duplicate_skipped")
                 continue
             h = shingle_hashes(doc.text, p.ngram)
@@ -100,6 +100,7 @@ class SignatureStep(PipelineStep):
             m.update_batch(h.tolist())
             sigs.append(m.hashvalues.astype(np.uint32))
             sets.append(h)
+            lineages.append(keys.lineage(meta["source"], (meta.get("history") or {}).get("lineage") or meta["path"]))
             rows.append({c: meta.get(c) for c in _DOC_COLS})
             self.stat_update("signed")
         sig = np.vstack(sigs) if sigs else np.empty((0, p.num_perm), dtype=np.uint32)
@@ -107,6 +108,7 @@ class SignatureStep(PipelineStep):
         np.save(self.out / f"shingles-{rank:05d}.npy",
                 np.concatenate(sets) if sets else np.empty(0, dtype=np.uint32))
         np.save(self.out / f"shingle-offsets-{rank:05d}.npy", np.cumsum([0] + [len(x) for x in sets], dtype=np.int64))
+        np.save(self.out / f"lineage-{rank:05d}.npy", np.array(lineages, dtype=np.uint64))
         pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([_doc_field(c) for c in _DOC_COLS])),
                        self.out / f"docs-{rank:05d}.parquet")
         for band in range(p.bands):
@@ -188,7 +190,7 @@ def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: 
 
 class NearDedup(Stage):
     name = "near_dedup"
-    version = 3
+    version = 4
     scope = "corpus"
     inputs = ("collect", "license", "exact_dedup")
     Params = NearDedupParams
@@ -241,11 +243,15 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
         sb = shingle_sets[rb][shingle_offsets[rb][ib]:shingle_offsets[rb][ib + 1]]
         return jaccard(np.asarray(sa), np.asarray(sb))
 
+    # versions of one file (a history walk) are not each other's duplicates: they are the point of v2/v3
+    lineage_of = np.concatenate([np.load(sig_dir / f"lineage-{r:05d}.npy") for r in ranks]) if ranks \
+        else np.empty(0, dtype=np.uint64)
     checked: dict[tuple[int, int], float] = {}  # pair -> exact Jaccard, so a pair met in several bands is scored once
 
     def verify(pairs: np.ndarray) -> np.ndarray:
         """Estimated Jaccard as a cheap prefilter, then the exact Jaccard of the shingle sets decides."""
         pairs = np.sort(pairs, axis=1)
+        pairs = pairs[lineage_of[pairs[:, 0]] != lineage_of[pairs[:, 1]]]
         est = (signature(pairs[:, 0]) == signature(pairs[:, 1])).mean(axis=1)
         keep = []
         for (a, b), e in zip(pairs.tolist(), est.tolist()):
@@ -320,7 +326,7 @@ def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[lis
             sims = np.array([exact_jaccard(keeper, g) for g in others])
             close = sims >= threshold
             k = meta[keeper]
-            cluster_id = keys.doc_key(k["source"], k["path"]).hex()[:16]
+            cluster_id = keys.doc_key(k["source"], k["path"], k["commit"]).hex()[:16]
             size = 1 + int(close.sum())
             for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
                 m = meta[g]

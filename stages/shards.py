@@ -35,6 +35,13 @@ SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path"
                  "max_line_length", "unique_line_ratio", "comment_share", "byte_entropy", "is_vendored",
                  "redactions"]
 _RENAME = {"source": "source_repo", "commit": "source_commit", "path": "source_path"}
+# history generations: the columns taken from each document's `history` struct
+HISTORY_COLUMNS = {
+    "v2": ["parent_commit", "author_time", "commit_time", "text_commit", "change_type", "rename_from", "is_merge",
+           "side"],
+    "v3": ["parent_commit", "author_time", "commit_time", "text_commit", "change_type", "rename_from", "is_merge",
+           "header_style"],
+}
 SPLITS = ("train", "valid")
 
 
@@ -105,34 +112,54 @@ class ShardWriter:
         return self.files
 
 
+def _flatten_history(table: pa.Table) -> pa.Table:
+    """History struct -> the v2/v3 columns; `commit` becomes the commit the document belongs to."""
+    hist = table.column("history").to_pylist()
+    if any(h is None for h in hist):
+        raise ValueError("a v2/v3 build got documents without history (set collect.history in the recipe)")
+    text_commit = table.column("commit")
+    table = table.set_column(table.column_names.index("commit"), "commit", pa.array([h["commit"] for h in hist]))
+    cols = {"parent_commit": [h["parent_commit"] for h in hist], "author_time": [h["author_time"] for h in hist],
+            "commit_time": [h["commit_time"] for h in hist], "text_commit": text_commit.to_pylist(),
+            "change_type": [h["change"] for h in hist], "rename_from": [h["rename_from"] or "" for h in hist],
+            "is_merge": [h["is_merge"] for h in hist], "side": [h["side"] for h in hist],
+            "header_style": [h["header_style"] or "" for h in hist]}
+    for name, values in cols.items():
+        table = table.append_column(name, pa.array(values))
+    return table.drop(["history"])
+
+
 def _prepare(table: pa.Table, removed: np.ndarray, p: ShardParams, schema: pa.Schema):
     """Drop removed duplicates; add doc ids; compute split and shuffle keys. Returns (table, split, key)."""
-    sources, paths = table.column("source").to_pylist(), table.column("path").to_pylist()
-    keep = ~keys.contains(removed, keys.key_array(sources, paths))
+    keep = ~keys.contains(removed, keys.table_keys(table))
     table = table.filter(pa.array(keep))
-    sources = [s for s, k in zip(sources, keep) if k]
-    paths = [q for q, k in zip(paths, keep) if k]
+    sources, paths = table.column("source").to_pylist(), table.column("path").to_pylist()
     commits = table.column("commit").to_pylist()
+    doc_ids = [keys.doc_id(s, c, q) for s, c, q in zip(sources, commits, paths)]
+    if p.generation in HISTORY_COLUMNS:
+        table = _flatten_history(table)
     table = table.rename_columns([_RENAME.get(n, n) for n in table.column_names])
-    table = table.append_column("doc_id", pa.array([keys.doc_id(s, c, q) for s, c, q in zip(sources, commits, paths)]))
+    table = table.append_column("doc_id", pa.array(doc_ids))
     split = np.array([keys.is_valid_split(s, q, p.valid_fraction) for s, q in zip(sources, paths)], dtype=bool)
-    order_key = np.array([keys.shuffle_key(p.seed, s, q) for s, q in zip(sources, paths)], dtype=np.uint64)
+    order_key = np.array([keys.shuffle_key(p.seed, s, q, c) for s, q, c in zip(sources, paths, commits)],
+                         dtype=np.uint64)
     return table.select(schema.names).cast(schema), split, order_key
 
 
 class Shards(Stage):
     name = "shards"
-    version = 1
+    version = 2
     scope = "corpus"
     inputs = ("license", "exact_dedup", "near_dedup")
     Params = ShardParams
 
     def run(self, ctx: StageContext) -> dict:
         p: ShardParams = self.params
-        schema = write_schema(p.generation, SHARD_COLUMNS)
+        schema = write_schema(p.generation, SHARD_COLUMNS + HISTORY_COLUMNS.get(p.generation, []))
         removed = keys.removed_keys([
-            pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path"]),
-            pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet", columns=["source", "path"]),
+            pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path", "commit"]),
+            pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet",
+                          columns=["source", "path", "commit"]),
         ])
         parts = license_parts(ctx)
         footers = [pq.read_metadata(x) for x in parts]
