@@ -33,8 +33,13 @@ def collect_status(out: Path) -> dict[str, Any]:
         if entry["complete"]:
             m = json.loads((d / "manifest.json").read_text())
             entry.update(generation=m["schema_generation"], created_at=m["created_at"], **m.get("totals", {}))
-            verify = d / "reports" / "verify.json"
-            entry["last_verify"] = json.loads(verify.read_text()).get("result") if verify.is_file() else None
+            receipt = out / "verify" / f"{d.name}.json"  # written by `cpp-data verify`
+            if receipt.is_file():
+                r = json.loads(receipt.read_text())
+                entry["last_verify"] = ("passed" if r.get("passed") else "failed: " + ", ".join(
+                    g["name"] for g in r.get("gates", []) if not g.get("ok"))) + f" ({r.get('verified_at')})"
+            else:
+                entry["last_verify"] = None
         builds.append(entry)
     stages: dict[str, dict[str, int]] = {}
     cache = out / "cache"
@@ -43,11 +48,26 @@ def collect_status(out: Path) -> dict[str, Any]:
         partial = sum(1 for d in stage_dir.iterdir() if d.name.endswith(".partial"))
         stages[stage_dir.name] = {"sealed": sealed, "in_progress_or_killed": partial}
     latest = (out / "builds" / "LATEST").read_text().strip() if (out / "builds" / "LATEST").is_file() else None
-    return {"out": str(out.resolve()), "sources": sources, "builds": builds, "latest": latest, "stages": stages}
+    promoted = (out / "builds" / "PROMOTED").read_text().strip() if (out / "builds" / "PROMOTED").is_file() else None
+    generations: dict[str, dict] = {}  # the newest complete build of each generation
+    for b in builds:
+        if b["complete"]:
+            g = generations.get(b["generation"])
+            if g is None or b["created_at"] >= g["created_at"]:
+                generations[b["generation"]] = {k: b.get(k) for k in ("name", "created_at", "documents",
+                                                                      "train_documents", "valid_documents",
+                                                                      "tokens", "last_verify")}
+    return {"out": str(out.resolve()), "sources": sources, "builds": builds, "latest": latest,
+            "promoted": promoted, "generations": dict(sorted(generations.items())), "stages": stages}
 
 
 def render_md(status: dict[str, Any]) -> str:
-    lines = [f"# cpp-data status: {status['out']}", "", f"Latest build: {status['latest'] or 'none'}", "",
+    lines = [f"# cpp-data status: {status['out']}", "", f"Latest build: {status['latest'] or 'none'}",
+             f"Promoted (passed verify): {status.get('promoted') or 'none'}", "",
+             "## Generations", "", "| generation | newest build | documents | tokens | last verify |", "|---|---|---|---|---|"]
+    lines += [f"| {g} | {v['name']} | {v.get('documents') or '-'} | {v.get('tokens') or '-'} | "
+              f"{v.get('last_verify') or '-'} |" for g, v in status.get("generations", {}).items()]
+    lines += ["",
              "## Sources", "", "| name | ref | commit |", "|---|---|---|"]
     lines += [f"| {s['name']} | {s['ref'] or '-'} | `{s['commit'][:17]}` |" for s in status["sources"]]
     lines += ["", "## Builds", "", "| build | generation | documents | train | valid | last verify |",

@@ -28,6 +28,10 @@ def test_verify_passes_and_promotes(reference_build: Path, tmp_path: Path):
     assert (tmp_path / "builds" / "PROMOTED").read_text().strip() == build.name
     receipt = json.loads((tmp_path / "verify" / f"{build.name}.json").read_text())
     assert receipt["passed"] and len(receipt["gates"]) == 9
+    status = json.loads(run_cli("status", "--out", str(tmp_path), "--json").stdout)
+    assert status["promoted"] == build.name
+    v6 = status["generations"]["v6"]
+    assert v6["last_verify"].startswith("passed") and v6["tokens"] > 0 and v6["documents"] > 0
 
 
 def test_verify_catches_ids_past_the_vocabulary(reference_build: Path, tmp_path: Path):
