@@ -53,3 +53,18 @@ def seal(directory: Path, final: Path) -> None:
 
 def is_sealed(directory: Path) -> bool:
     return (Path(directory) / COMPLETE).is_file()
+
+
+def read_versioned_json(path: Path, fmt: str, missing: str = "missing") -> dict:
+    """A JSON file whose "format" key must equal `fmt`; ValueError names the file and the problem."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: {missing}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        got = data.get("format") if isinstance(data, dict) else None
+        raise ValueError(f"{path}: format {got!r}, expected {fmt!r}")
+    return data

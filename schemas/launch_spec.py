@@ -15,10 +15,9 @@ output, and made absolute when a build is published; `resolve_paths` accepts eit
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.fsutil import atomic_write_json, read_versioned_json
 
 FORMAT = "cpp-data-launch/1"
 
@@ -71,15 +70,7 @@ def absolute(spec: dict, base: Path) -> dict:
 def load_launch_spec(path: Path) -> dict:
     """Read a launch spec with absolute paths; ValueError names the file and the problem."""
     path = Path(path)
-    try:
-        spec = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such launch spec") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if spec.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {spec.get('format')!r}, expected {FORMAT!r}")
-    spec = absolute(spec, path.parent)
+    spec = absolute(read_versioned_json(path, FORMAT, "no such launch spec"), path.parent)
     for split, blend in spec["blend_per_split"].items():
         for _, prefix in blend:
             for ext in (".bin", ".idx"):

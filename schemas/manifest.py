@@ -14,7 +14,6 @@ Format (JSON, `manifest.json` at the root of a build):
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def load_manifest(build_dir: Path) -> dict[str, Any]:
     """Read and minimally check `manifest.json`; raises ValueError with the file named."""
+    from cpp_data.pipeline.fsutil import read_versioned_json
+
     path = Path(build_dir) / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: missing") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    manifest = read_versioned_json(path, FORMAT)
     for key in ("schema_generation", "files"):
         if key not in manifest:
             raise ValueError(f"{path}: missing key {key!r}")

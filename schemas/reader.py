@@ -46,7 +46,6 @@ def _fill_array(col: Column, table: pa.Table) -> pa.Array:
 
 def conform(table: pa.Table, generation: str, where: str) -> pa.Table:
     """Return `table` with exactly the columns of `generation`, filling the missing optional ones."""
-    n = table.num_rows
     out = []
     for col in columns(generation):
         if col.name in table.column_names:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 from datatrove.data import Document
 from datatrove.pipeline.readers import ParquetReader
 from datatrove.pipeline.writers import ParquetWriter

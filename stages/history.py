@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cpp_data.stages.collect import DEFAULT_EXTENSIONS, _BlobReader, _git, is_cpp
+from cpp_data.stages.collect import _BlobReader, _git, is_cpp
 from cpp_data.stages.license_match import LICENSE_FILE as LICENSE_NAME
 
 
