@@ -49,6 +49,7 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
     tokens = runner.artifacts("token_columns")[0].counts if runner.artifacts("token_columns") else {}
     tok = runner.artifacts("tokenizer")[0].counts if runner.artifacts("tokenizer") else {}
     packed = runner.artifacts("packed_rows")[0].counts if runner.artifacts("packed_rows") else {}
+    coverage = {a.source: a.counts for a in runner.artifacts("semantics")}
     collected_bytes = sum(c.get("bytes_collected", 0) for c in collect)
     stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
     return {
@@ -74,6 +75,7 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
         "tokens": tokens.get("tokens", 0),
         "tokenizer_vocab_size": tok.get("vocab_size"),
         "tokenizer_sha256": tok.get("sha256"),
+        "semantic_coverage": coverage,
         "packed_seq_len": packed.get("seq_len"),
         "packing": packed.get("telemetry"),
         "wall_seconds": round(seconds, 2),
@@ -99,6 +101,10 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
                  f"valid {summary['valid_documents']:,})")
     lines.append(f"  shards             {summary['shards']} ({summary['shard_bytes'] / 1e6:.1f} MB on disk, "
                  f"{summary['text_bytes'] / 1e6:.1f} MB of text)")
+    for source, c in (summary.get("semantic_coverage") or {}).items():
+        lines.append(f"  libclang {source:<11} {c['database']} database: {c['files_matched_to_compile_command']}/"
+                     f"{c['source_files']} sources matched, {c['tus_clean']}/{c['tus']} TUs clean, "
+                     f"{c['tus_with_errors']} with errors, {c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
     for split, t in (summary.get("packing") or {}).items():
         lines.append(f"  packed {split:<11} {t['rows']:,} rows of {summary['packed_seq_len']}: "
                      f"{t['slot_utilization']:.1%} of slots used, {t['docs_per_row']:.2f} docs/row, "
@@ -202,6 +208,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         "sources": [{**asdict(s), "retrieved_at": retrieved.get(s.name)} for s in sources],
         "stages": runner.stage_records(),
         "tokenizer": tokenizer,
+        "semantic_coverage": summary.get("semantic_coverage", {}),
         "files": files,
         "totals": {k: summary[k] for k in ("documents", "train_documents", "valid_documents", "text_bytes",
                                            "tokens")},

@@ -8,9 +8,11 @@ from cpp_data.stages.license import License
 from cpp_data.stages.megatron_export import MegatronExport
 from cpp_data.stages.near_dedup import NearDedup
 from cpp_data.stages.packed_rows import PackedRows
+from cpp_data.stages.semantics import Semantics
 from cpp_data.stages.shards import Shards
+from cpp_data.stages.structure import Structure
 from cpp_data.stages.token_columns import TokenColumns
 from cpp_data.stages.tokenizer import TokenizerStage
 
-STAGES = {cls.name: cls for cls in (Collect, Filter, License, ExactDedup, NearDedup, Shards, TokenizerStage,
-                                    TokenColumns, MegatronExport, PackedRows, Ledger)}
+STAGES = {cls.name: cls for cls in (Collect, Filter, License, ExactDedup, NearDedup, Shards, Structure, TokenizerStage,
+                                    TokenColumns, MegatronExport, PackedRows, Semantics, Ledger)}

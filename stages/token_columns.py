@@ -1,6 +1,7 @@
 """token_columns: the v6 token-level columns (REFERENCE section 7), written as a new copy of the shards.
 
-For every document: `token_ids` from the build's tokenizer, and for each per-character column the shard carries
+For every document of the structure stage's shards: `token_ids` from the build's tokenizer, and for each
+per-character column the shard carries
 (structure_ids, ast_depth, ...) its per-token mirror `token_<name>`, sampled at each token's first character
 (the tokenizer's character offsets). Files, row groups, row order and every other column stay exactly as the
 shards stage wrote them, so `text` is byte-identical.
@@ -12,6 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
@@ -32,10 +34,18 @@ class TokenColumnsParams:
     compression_level: int = 3
 
 
-def mirror(values: list, offsets: list[tuple[int, int]]) -> list:
-    """A per-character column sampled at each token's first character."""
-    n = len(values)
-    return [values[min(start, n - 1)] if n else 0 for start, _ in offsets]
+def mirror_column(col: pa.ListArray, token_starts: list[np.ndarray], fill) -> pa.ListArray:
+    """A per-character list column sampled at each token's first character (vectorized per row group)."""
+    values = col.values.to_numpy(zero_copy_only=False)
+    offsets = col.offsets.to_numpy()
+    picked = []
+    for i, starts in enumerate(token_starts):
+        n = offsets[i + 1] - offsets[i]
+        picked.append(values[offsets[i] + np.minimum(starts, n - 1)] if n else np.full(len(starts), fill))
+    lengths = np.zeros(len(token_starts) + 1, dtype=np.int32)
+    np.cumsum([len(x) for x in token_starts], out=lengths[1:])
+    flat = np.concatenate(picked) if picked else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(lengths), pa.array(flat).cast(col.type.value_type))
 
 
 def add_token_columns(table: pa.Table, tok, generation: str) -> pa.Table:
@@ -45,10 +55,11 @@ def add_token_columns(table: pa.Table, tok, generation: str) -> pa.Table:
     encodings = (tok.encode_batch(texts, add_special_tokens=False) if mirrors
                  else tok.encode_batch_fast(texts, add_special_tokens=False))
     out = table.append_column("token_ids", pa.array([e.ids for e in encodings], type=pa.list_(pa.int32())))
-    for col in mirrors:
-        values = table.column(col.name).to_pylist()
-        mirrored = [mirror(v or [], e.offsets) for v, e in zip(values, encodings)]
-        out = out.append_column(f"token_{col.name}", pa.array(mirrored, type=col.type))
+    if mirrors:
+        starts = [np.fromiter((a for a, _ in e.offsets), dtype=np.int64, count=len(e.offsets)) for e in encodings]
+        for col in mirrors:
+            out = out.append_column(f"token_{col.name}",
+                                    mirror_column(table.column(col.name).combine_chunks(), starts, col.fill))
     schema = write_schema(generation, out.column_names)
     return out.select(schema.names).cast(schema)
 
@@ -57,13 +68,13 @@ class TokenColumns(Stage):
     name = "token_columns"
     version = 1
     scope = "corpus"
-    inputs = ("shards", "tokenizer")
+    inputs = ("structure", "tokenizer")
     Params = TokenColumnsParams
 
     def run(self, ctx: StageContext) -> dict:
         p: TokenColumnsParams = self.params
         tok = load_tokenizer(ctx.input("tokenizer").path / "tokenizer")
-        src = ctx.input("shards").path
+        src = ctx.input("structure").path
         listing = []
         tokens = 0
         (ctx.out / "shards").mkdir()

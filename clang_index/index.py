@@ -1,0 +1,52 @@
+"""Index a whole project: every TU of a compile database through the process pool, rows merged.
+
+Rows are deduplicated across TUs (a header's definitions are met by every TU including it; the first TU in
+input order wins). The result tables are what the semantics stage writes as Parquet.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from cpp_data.clang_index.compile_db import CompileCommand, check_libclang, find_resource_dir
+from cpp_data.clang_index.pool import run_pool
+from cpp_data.clang_index.walker import index_tu
+
+
+class IndexResult(NamedTuple):
+    """Rows of `index_project`, deduplicated across TUs (first TU wins), plus one status row per TU."""
+    functions: list[dict]
+    edges: list[dict]
+    type_refs: list[dict]
+    includes: list[dict]
+    preamble: list[dict]
+    tu_status: list[dict]
+
+
+
+def index_project(commands: list[CompileCommand], project_root: str | Path, workers: int = 2, timeout_s: float = 60,
+                  max_rss_mb: int | None = 4096, skip_seen_files: bool = False) -> IndexResult:
+    """Index every TU (own process each, killed after timeout_s, address space capped at max_rss_mb) and merge.
+    skip_seen_files: do not re-walk headers already walked by a finished TU (faster; a header's rows then come from
+    whichever TU finished first, so header variants under different -D flags are not all seen)."""
+    check_libclang()
+    per_tu = run_pool(index_tu, commands, (os.path.realpath(project_root), str(find_resource_dir())), workers, timeout_s,
+                      max_rss_mb, set() if skip_seen_files else None)
+    out = IndexResult([], [], [], [], [], [])
+    seen: set[tuple] = set()
+    keys = {"functions": ("usr",), "edges": ("src", "dst", "kind"), "type_refs": ("src", "dst"),
+            "includes": ("includer", "included", "line"), "preamble": ("file", "kind", "start_line", "name")}
+    for res in per_tu:
+        for table, key in keys.items():
+            for row in res.get(table, ()):
+                k = (table, *(row[c] for c in key))
+                if k not in seen:
+                    seen.add(k)
+                    getattr(out, table).append(row)
+        out.tu_status.append({c: res.get(c, d) for c, d in (("file", ""), ("status", "crashed"), ("seconds", 0.0),
+                              ("parse_s", 0.0), ("walk_s", 0.0), ("warnings", 0), ("errors", 0), ("fatals", 0),
+                              ("error_messages", []), ("source_bytes", 0), ("header_bytes", 0))})
+    return out
+

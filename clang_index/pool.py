@@ -1,0 +1,94 @@
+"""Run one function per translation unit, each in its own process, with a timeout and a memory cap.
+
+Threads deadlocked on hung TUs in the reference design, and a pool of reused workers cannot kill one task: here
+every TU gets a fresh forkserver process, killed at `timeout_s` (status "timeout") and capped with RLIMIT_AS; a
+worker that dies is recorded as "crashed". Nothing a TU does can hang or stop the run.
+
+Test hook: CLANG_INDEX_TEST_HOOK="hang:SUBSTR" (or "crash:SUBSTR") makes the worker of every TU whose path
+contains SUBSTR sleep forever (or abort) before it starts; the tests use it to prove the handling above.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import resource
+import time
+from collections import deque
+from typing import Any, Callable
+
+from cpp_data.clang_index.compile_db import CompileCommand
+
+HOOK_ENV = "CLANG_INDEX_TEST_HOOK"
+
+
+
+def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple, max_mb: int | None,
+           hook: str | None) -> None:
+    """Worker process body: cap the address space, run fn(*args), send the result (or the exception) back."""
+    if max_mb:
+        resource.setrlimit(resource.RLIMIT_AS, (max_mb << 20, max_mb << 20))
+    if hook == "hang":
+        time.sleep(10 ** 6)
+    elif hook == "crash":
+        os.abort()
+    try:
+        res = fn(*args)
+    except BaseException as e:  # MemoryError under the cap, bugs: a recorded crash, not a lost worker
+        res = {"status": "crashed", "error_messages": [f"{type(e).__name__}: {e}"]}
+    conn.send(res)
+    conn.close()
+
+
+
+def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tuple, workers: int, timeout_s: float,
+             max_rss_mb: int | None, seen_files: set[str] | None = None) -> list[dict]:
+    """Run fn(cmd, *extra) for each command, each in a fresh forkserver process; results in input order, each with
+    'file', 'status' (ok|errors|timeout|crashed|missing_file), 'seconds' (wall, including process start).
+    With `seen_files`, fn also gets frozenset(seen_files) and each result's 'walked_files' are added to it."""
+    hook_kind, _, hook_sub = os.environ.get(HOOK_ENV, "").partition(":")
+    ctx = mp.get_context("forkserver")
+    results: list[dict | None] = [None] * len(commands)
+    pending = deque(range(len(commands)))
+    running: dict[int, tuple[Any, Any, float]] = {}  # index -> (process, connection, start time)
+    while pending or running:
+        while pending and len(running) < workers:
+            i = pending.popleft()
+            if not os.path.isfile(commands[i].file):
+                results[i] = {"file": commands[i].file, "status": "missing_file", "seconds": 0.0}
+                continue
+            r, w = ctx.Pipe(duplex=False)
+            hook = hook_kind if hook_sub and hook_sub in commands[i].file else None
+            args = (commands[i], *extra) + ((frozenset(seen_files),) if seen_files is not None else ())
+            p = ctx.Process(target=_child, args=(w, fn, args, max_rss_mb, hook), daemon=True)
+            p.start()
+            w.close()
+            running[i] = (p, r, time.monotonic())
+        if not running:
+            continue
+        wait_s = max(0.0, min(t0 + timeout_s for _, _, t0 in running.values()) - time.monotonic())
+        ready = set(mp.connection.wait([x for p, r, _ in running.values() for x in (r, p.sentinel)], wait_s))
+        for i, (p, r, t0) in list(running.items()):
+            res = None
+            if r in ready or p.sentinel in ready:
+                try:
+                    res = r.recv() if r.poll() else None
+                except (EOFError, OSError):
+                    res = None
+                p.join(5)
+                if res is None:
+                    res = {"status": "crashed", "error_messages": [f"worker exit code {p.exitcode}"]}
+            elif time.monotonic() - t0 >= timeout_s:
+                res = {"status": "timeout", "error_messages": [f"killed after {timeout_s:g}s"]}
+            if res is not None:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+                r.close()
+                del running[i]
+                results[i] = {**res, "file": commands[i].file, "seconds": time.monotonic() - t0}
+                if seen_files is not None:
+                    seen_files.update(res.get("walked_files", ()))
+    return results  # type: ignore[return-value]
+

@@ -1,0 +1,126 @@
+"""semantics: the build-aware semantic index of a source with libclang (REFERENCE section 6).
+
+Where the compile database comes from, in order: the source's own `compile_commands.json` (at its root or in
+`build/`), else, when the recipe allows (`generate_cmake`), a configure-only CMake run into this stage's output
+(never a build, never into the source tree), else none: every C/C++ file then falls back to the tree-sitter
+layer, and that is recorded. A database generated at HEAD is never reused for another pin (it lives in this
+stage's output, keyed by the pin). Git sources are materialized at their pin with `git archive` for parsing.
+
+Outputs (Parquet): functions, edges (call/ref), type_refs, includes, preamble, tu_status, levels (dependency
+level per function USR), and coverage.json, the receipt the build summary and manifest carry: files matched to
+a compile command, TUs indexed cleanly, TUs with errors, files fallen back to tree-sitter. libclang or its
+builtin headers missing fails the stage loudly; it never reports an empty success.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.stages.collect import DEFAULT_EXTENSIONS, fetch_commit
+
+_SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
+
+
+@dataclass(frozen=True)
+class SemanticsParams:
+    generate_cmake: bool = False  # configure CMake projects that ship no compile database
+    cmake_args: tuple[str, ...] = ()
+    workers: int = 2
+    timeout_s: float = 120.0  # per TU
+    max_rss_mb: int = 4096  # per TU worker (address space)
+
+
+def find_database(root: Path) -> Path | None:
+    for candidate in (root / "compile_commands.json", root / "build" / "compile_commands.json"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _materialize(src, into: Path) -> Path:
+    """The source's files on disk at its pin: a plain directory as it is, a git source via git archive."""
+    if src.kind != "git":
+        return Path(src.url)
+    repo = fetch_commit(src.url, src.commit, src.requested_ref, into / "repo.git")
+    tree = into / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", src.commit], cwd=repo, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def _write(rows: list[dict], path: Path) -> None:
+    pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), path, compression="zstd")
+
+
+def source_files(root: Path) -> list[str]:
+    return sorted(str(p.resolve()) for p in root.rglob("*")
+                  if p.suffix.lower() in DEFAULT_EXTENSIONS and p.is_file() and not p.is_symlink())
+
+
+class Semantics(Stage):
+    name = "semantics"
+    version = 1
+    scope = "source"
+    Params = SemanticsParams
+
+    def run(self, ctx: StageContext) -> dict:
+        from cpp_data.clang_index.compile_db import (check_libclang, find_resource_dir, generate_cmake_database,
+                                                     load_compile_commands)
+        from cpp_data.clang_index.index import index_project
+        from cpp_data.clang_index.levels import dependency_levels
+
+        p: SemanticsParams = self.params
+        check_libclang()
+        find_resource_dir()  # both fail loudly, before any work
+        with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".src-") as tmp:
+            root = _materialize(ctx.source, Path(tmp)).resolve()
+            db, origin = find_database(root), "source"
+            if db is None and p.generate_cmake and (root / "CMakeLists.txt").is_file():
+                db, origin = generate_cmake_database(root, Path(tmp) / "cmake-build", list(p.cmake_args)), "cmake"
+            files = source_files(root)
+            sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
+            if db is None:
+                commands, origin = [], "none"
+            else:
+                commands = load_compile_commands(db)
+            res = index_project(commands, root, p.workers, p.timeout_s, p.max_rss_mb)
+            rel = len(str(root)) + 1
+            levels = dependency_levels(res.edges)
+            for f in res.functions:
+                f["level"] = levels.get(f["usr"], 0)
+            for table in (res.functions, res.preamble, res.tu_status):
+                for row in table:
+                    row["file"] = row["file"][rel:] if row["file"].startswith(str(root)) else row["file"]
+            for row in res.includes:
+                for k in ("includer", "included"):
+                    row[k] = row[k][rel:] if row[k].startswith(str(root)) else row[k]
+            for name in ("functions", "edges", "type_refs", "includes", "preamble", "tu_status"):
+                _write(getattr(res, name), ctx.out / f"{name}.parquet")
+            compiled = {str((root / s["file"]).resolve()) if not s["file"].startswith("/") else s["file"]
+                        for s in res.tu_status}
+            walked = {str(root / f["file"]) for f in res.functions}
+            status = [s["status"] for s in res.tu_status]
+            coverage = {
+                "database": origin,
+                "source_files": len(sources),
+                "files_matched_to_compile_command": sum(1 for f in sources if f in compiled),
+                "tus": len(status),
+                "tus_clean": status.count("ok"),
+                "tus_with_errors": status.count("errors"),
+                "tus_failed": len(status) - status.count("ok") - status.count("errors"),
+                "files_indexed": len({f for f in files if f in walked or f in compiled}),
+                "files_fallen_back_to_tree_sitter": len([f for f in files if f not in walked and f not in compiled]),
+                "functions": len(res.functions), "edges": len(res.edges),
+            }
+            atomic_write_json(ctx.out / "coverage.json", coverage)
+        return coverage
+

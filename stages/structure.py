@@ -1,0 +1,147 @@
+"""structure: the tree-sitter layer's columns on every document of the shards (REFERENCE sections 6 and 7).
+
+Pass 1 analyzes every document and keeps only its spans and calls, grouped by repository, to link calls by name
+within each repository (stages/syntax.py `call_graph`) and to give every function its dependency level
+(clang_index/levels.py: leaves 0, cycles as one). Pass 2 analyzes again and writes, beside the shards' columns
+and with the same files, row groups and row order (so `text` stays byte-identical):
+  structure_ids, ast_depth, sibling_index, ast_node_type  one value per character of `text`
+  chunk_boundaries   functions, classes, namespaces and typedefs: start, end (characters), kind, name, dep_level
+  call_edges         {from, to}: indices into the document's chunks, for calls between its own functions
+  language_info      JSON: language (c or c++ by extension), parser, error_byte_share (bytes in ERROR nodes)
+Analyzing twice costs a second parse but keeps memory bounded by one row group plus the per-repository name
+tables, not by the per-character arrays of the whole corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from cpp_data.clang_index.levels import dependency_levels
+from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.generations import columns as generation_columns
+from cpp_data.schemas.generations import write_schema
+from cpp_data.schemas.manifest import sha256_file
+from cpp_data.stages import syntax
+
+CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
+_ARRAYS = {"structure_ids": np.uint8, "ast_depth": np.int8, "sibling_index": np.int8, "ast_node_type": np.int16}
+
+
+@dataclass(frozen=True)
+class StructureParams:
+    generation: str = "v6"
+    max_candidates: int = 8  # calls whose name matches more definitions than this are not linked
+    compression: str = "zstd"
+    compression_level: int = 3
+
+
+def _lists(arrays: list[np.ndarray], dtype) -> pa.Array:
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    values = np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
+def repository_levels(files: dict, max_candidates: int) -> tuple[dict, dict]:
+    """(edges by caller file, level by (file, qualname)) of one repository's name-level call graph."""
+    edges = syntax.call_graph(files, max_candidates)
+    levels = dependency_levels(((e.caller_file, e.caller), (e.callee_file, e.callee)) for e in edges)
+    by_file: dict[str, list] = defaultdict(list)
+    for e in edges:
+        by_file[e.caller_file].append(e)
+    return by_file, levels
+
+
+def document_columns(text: str, path: str, fs, edges: list, levels: dict) -> dict:
+    chunks = [s for s in fs.spans if s.kind in CHUNK_KINDS]
+    index = {s.qualname: i for i, s in enumerate(chunks) if s.kind == "function"}
+    call_edges = sorted({(index[e.caller], index[e.callee]) for e in edges
+                         if e.callee_file == path and e.caller in index and e.callee in index})
+    return {
+        "chunk_boundaries": [{"start": s.start, "end": s.end, "kind": s.kind, "name": s.qualname,
+                              "dep_level": levels.get((path, s.qualname), 0) if s.kind == "function" else -1}
+                             for s in chunks],
+        "call_edges": [{"from": a, "to": b} for a, b in call_edges],
+        "language_info": json.dumps({"language": "c" if path.endswith(".c") else "c++",
+                                     "parser": "tree-sitter-cpp", "error_byte_share": round(fs.error_byte_share, 4)},
+                                    sort_keys=True),
+    }
+
+
+class Structure(Stage):
+    name = "structure"
+    version = 1
+    scope = "corpus"
+    inputs = ("shards",)
+    Params = StructureParams
+
+    def run(self, ctx: StageContext) -> dict:
+        p: StructureParams = self.params
+        src = ctx.input("shards").path
+        listing = json.loads((src / "shards.json").read_text())["files"]
+        parser = syntax.new_parser()
+        repos: dict[str, dict] = defaultdict(dict)  # repo -> {(path, commit): spans and calls only}
+        for entry in tqdm(listing, desc=f"{ctx.label}: call graph", unit="shard", leave=False,
+                          disable=not ctx.executor.progress):
+            pf = pq.ParquetFile(src / entry["path"])
+            for rg in range(pf.num_row_groups):
+                t = pf.read_row_group(rg, columns=["text", "source_repo", "source_path"])
+                for text, repo, path in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+                    fs = syntax.analyze(text, parser)
+                    repos[repo][path] = replace(fs, structure_ids=None, ast_depth=None, sibling_index=None,
+                                                ast_node_type=None)
+        graphs = {repo: repository_levels(files, p.max_candidates) for repo, files in repos.items()}
+        n_edges = sum(len(e) for by_file, _ in graphs.values() for e in by_file.values())
+        del repos
+        (ctx.out / "shards").mkdir()
+        out_listing, error_bytes, total_bytes, chunks = [], 0, 0, 0
+        for entry in tqdm(listing, desc=f"{ctx.label}: columns", unit="shard", leave=False,
+                          disable=not ctx.executor.progress):
+            pf = pq.ParquetFile(src / entry["path"])
+            final = ctx.out / entry["path"]
+            tmp = final.with_name(f".{final.name}.tmp")
+            writer = None
+            for rg in range(pf.num_row_groups):
+                table = pf.read_row_group(rg)
+                arrays = {name: [] for name in _ARRAYS}
+                extra = {"chunk_boundaries": [], "call_edges": [], "language_info": []}
+                for text, repo, path in zip(*(table.column(c).to_pylist()
+                                              for c in ("text", "source_repo", "source_path"))):
+                    fs = syntax.analyze(text, parser)
+                    error_bytes += fs.error_bytes
+                    total_bytes += fs.n_bytes
+                    for name in _ARRAYS:
+                        arrays[name].append(getattr(fs, name))
+                    by_file, levels = graphs[repo]
+                    cols = document_columns(text, path, fs, by_file.get(path, []), levels)
+                    chunks += len(cols["chunk_boundaries"])
+                    for k in extra:
+                        extra[k].append(cols[k])
+                types = {c.name: c.type for c in generation_columns(p.generation)}
+                for name, dtype in _ARRAYS.items():
+                    table = table.append_column(name, _lists(arrays[name], dtype).cast(types[name]))
+                for name, values in extra.items():
+                    table = table.append_column(name, pa.array(values, type=types[name]))
+                schema = write_schema(p.generation, table.column_names)
+                table = table.select(schema.names).cast(schema)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, schema, compression=p.compression,
+                                              compression_level=p.compression_level, write_page_checksum=True)
+                writer.write_table(table, row_group_size=table.num_rows)
+            if writer is not None:
+                writer.close()
+                os.replace(tmp, final)
+            out_listing.append({**entry, "bytes": final.stat().st_size, "sha256": sha256_file(final)})
+        atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": out_listing})
+        return {"documents": sum(e["rows"] for e in out_listing), "chunks": chunks, "call_edges_by_name": n_edges,
+                "error_byte_share": round(error_bytes / total_bytes, 4) if total_bytes else 0.0,
+                "shard_bytes": sum(e["bytes"] for e in out_listing)}

@@ -1,0 +1,473 @@
+"""The tree-sitter C/C++ structure layer (REFERENCE section 6, the throughput layer), used by the structure
+stage. Written here because no library maps a tree-sitter tree to these per-character arrays and spans.
+
+For one source text (a Python str) `analyze` returns a `FileStructure`:
+
+* spans: functions (free, methods, out-of-line `A::f`, ctors/dtors, operators, templates; signature/body split),
+  class/struct/union/enum specifiers with bodies, namespaces, typedefs/using-aliases and comments, with character
+  offsets into the str (tree-sitter works in UTF-8 bytes; offsets are converted through a byte->char index);
+* per-character numpy arrays: `structure_ids` (uint8, the 9 categories below), `ast_depth` (int8, clamped to 127),
+  `sibling_index` (int8, index among the named siblings, clamped to 63) and `ast_node_type` (int16, 0..255) of the
+  deepest named node covering the character (0 for all three where no named node covers it);
+* the calls made inside each function (short callee name + written qualifier), and the share of bytes inside
+  ERROR nodes. Never raises on bad input: macro-heavy code just yields ERROR nodes and fewer spans.
+
+`call_graph` links the calls of many files by name (see its docstring for the resolution rule).
+
+Structure precedence: spans are painted outer to inner, so the innermost span wins, and comments are painted last
+(a comment inside a function body is COMMENT). FUNC_SIGNATURE runs from the function (or its `template <...>` head)
+to the body, so a constructor's initializer list is signature; a class head (incl. template head and base clause)
+and its closing brace are CLASS_DECL, everything inside its braces CLASS_MEMBER unless a nested span claims it;
+namespace and `extern "C"` heads and braces are NAMESPACE (their interiors are painted by what they contain).
+PREAMBLE applies at namespace scope only (file top level, namespaces, extern "C", #if blocks, never inside classes or
+functions): includes, macro definitions, #pragma and other directive lines (incl. #if/#ifdef/#else/#endif lines),
+using-declarations/directives, function prototypes and body-less class forward declarations.
+
+ast_node_type buckets (stable across grammar versions: they depend on node type names only, never on kind ids):
+0 = no named node, 1..len(COMMON_NODE_TYPES) = that fixed table, every other type name hashes (crc32) into the
+remaining buckets len(COMMON_NODE_TYPES)+1..255.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping, NamedTuple
+
+import numpy as np
+import tree_sitter_cpp
+from tree_sitter import Language, Node, Parser
+
+OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
+CATEGORY_NAMES = ("OTHER", "PREAMBLE", "FUNC_SIGNATURE", "FUNC_BODY", "CLASS_DECL", "CLASS_MEMBER", "COMMENT",
+                  "TYPEDEF", "NAMESPACE")
+MAX_DEPTH, MAX_SIBLING = 127, 63
+LANGUAGE = Language(tree_sitter_cpp.language())
+COMMON_NODE_TYPES = (
+    "ERROR translation_unit comment identifier field_identifier type_identifier namespace_identifier primitive_type "
+    "number_literal string_literal string_content char_literal raw_string_literal escape_sequence concatenated_string "
+    "true false null this auto sized_type_specifier type_qualifier storage_class_specifier function_definition "
+    "function_declarator parameter_list parameter_declaration optional_parameter_declaration compound_statement "
+    "expression_statement declaration init_declarator pointer_declarator reference_declarator array_declarator "
+    "abstract_pointer_declarator abstract_reference_declarator abstract_function_declarator call_expression "
+    "argument_list field_expression qualified_identifier template_function template_method template_type "
+    "template_argument_list type_descriptor template_declaration template_parameter_list type_parameter_declaration "
+    "binary_expression unary_expression assignment_expression update_expression conditional_expression "
+    "cast_expression pointer_expression subscript_expression parenthesized_expression sizeof_expression "
+    "new_expression delete_expression lambda_expression lambda_capture_specifier initializer_list condition_clause "
+    "if_statement else_clause for_statement for_range_loop while_statement do_statement switch_statement "
+    "case_statement break_statement continue_statement return_statement labeled_statement try_statement catch_clause "
+    "throw_statement class_specifier struct_specifier union_specifier enum_specifier enumerator_list enumerator "
+    "field_declaration_list field_declaration access_specifier base_class_clause field_initializer_list "
+    "field_initializer friend_declaration destructor_name operator_name operator_cast namespace_definition "
+    "declaration_list nested_namespace_specifier using_declaration alias_declaration type_definition "
+    "linkage_specification static_assert_declaration preproc_include preproc_def preproc_function_def preproc_call "
+    "preproc_if preproc_ifdef preproc_else preproc_elif preproc_defined preproc_arg preproc_params "
+    "preproc_directive system_lib_string virtual_specifier explicit_function_specifier attribute_specifier "
+    "attribute_declaration decltype placeholder_type_specifier trailing_return_type noexcept "
+    "default_method_clause delete_method_clause pure_virtual_clause comma_expression user_defined_literal"
+).split()
+_FIXED_BUCKET = {name: i + 1 for i, name in enumerate(COMMON_NODE_TYPES)}
+
+
+def node_type_bucket(type_name: str) -> int:
+    """Bucket (1..255) of a named node type: its index in COMMON_NODE_TYPES, else a crc32 hash into the rest."""
+    fixed = _FIXED_BUCKET.get(type_name)
+    n = len(COMMON_NODE_TYPES)
+    return fixed if fixed else n + 1 + zlib.crc32(type_name.encode()) % (255 - n)
+
+
+_ERROR_KIND = 0xFFFF  # tree-sitter's builtin error symbol (kind_id of ERROR nodes)
+_KIND_NAMES = [LANGUAGE.node_kind_for_id(k) or "" for k in range(LANGUAGE.node_kind_count)]
+BUCKET_BY_KIND = np.zeros(_ERROR_KIND + 1, np.int16)  # kind_id -> bucket (several kind ids share one name)
+BUCKET_BY_KIND[:len(_KIND_NAMES)] = [node_type_bucket(n) for n in _KIND_NAMES]
+BUCKET_BY_KIND[_ERROR_KIND] = node_type_bucket("ERROR")
+_COMMENT_KINDS = frozenset(k for k, n in enumerate(_KIND_NAMES) if n == "comment")
+_CALL_KINDS = frozenset(k for k, n in enumerate(_KIND_NAMES) if n == "call_expression")
+_IS_NAMED = [LANGUAGE.node_kind_is_named(k) for k in range(len(_KIND_NAMES))]  # indexed by kind_id, ERROR included
+_IS_NAMED += [False] * (_ERROR_KIND - len(_IS_NAMED)) + [True]
+_SPECIAL_KINDS = _COMMENT_KINDS | _CALL_KINDS | {_ERROR_KIND}
+_CLASS_TYPES = {"class_specifier": "class", "struct_specifier": "struct", "union_specifier": "union",
+                "enum_specifier": "enum"}
+_PREAMBLE_TYPES = frozenset({"preproc_include", "preproc_def", "preproc_function_def", "preproc_call",
+                             "using_declaration", "namespace_alias_definition"})
+_PREPROC_BLOCKS = frozenset({"preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif", "preproc_elifdef"})
+_WRAPPERS = frozenset({"pointer_declarator", "reference_declarator", "function_declarator", "init_declarator",
+                       "parenthesized_declarator", "attributed_declarator"})
+_SPACE = re.compile(r"\s+")
+_SPACE_AROUND_PUNCT = re.compile(r" (?=\W)|(?<=\W) ")
+_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+
+
+class Span(NamedTuple):
+    """A structural span; offsets are character offsets into the analyzed str (end exclusive)."""
+    kind: str                # function | class | struct | union | enum | namespace | typedef | comment
+    name: str                # short declared name ('f', '~A', 'operator==', '' for comments and anonymous ones)
+    qualname: str            # scope chain + declarator as written, e.g. 'ns::A::f'
+    scope: tuple[str, ...]   # enclosing namespaces/classes ('(anonymous)' for unnamed ones)
+    start: int
+    end: int
+    body_start: int          # function: body start (signature = start..body_start); class/namespace: '{'; else -1
+    line: int                # 1-based first line
+
+
+class Call(NamedTuple):
+    """A call expression inside function `spans[caller]`: callee short name and the qualifier written before it."""
+    caller: int
+    name: str
+    qualifier: str  # 'ns::A' for ns::A::f(...), '' otherwise (member calls obj.f() included)
+    offset: int     # character offset of the call
+
+
+class CallEdge(NamedTuple):
+    caller: str
+    caller_file: str
+    callee: str
+    callee_file: str
+    candidates: int  # how many definitions the name resolved to (> 1: ambiguous, linked to all)
+
+
+@dataclass
+class FileStructure:
+    spans: list[Span]
+    calls: list[Call]
+    structure_ids: np.ndarray  # uint8[n_chars]
+    ast_depth: np.ndarray      # int8[n_chars]
+    sibling_index: np.ndarray  # int8[n_chars]
+    ast_node_type: np.ndarray  # int16[n_chars]
+    n_bytes: int
+    error_bytes: int           # bytes inside (outermost) ERROR nodes
+    n_missing: int             # zero-width MISSING nodes inserted by error recovery
+
+    @property
+    def error_byte_share(self) -> float:
+        return self.error_bytes / self.n_bytes if self.n_bytes else 0.0
+
+
+def new_parser() -> Parser:
+    return Parser(LANGUAGE)
+
+
+def _text(src: bytes, node: Node) -> str:
+    """Node text with whitespace removed except where it separates two word characters."""
+    raw = src[node.start_byte:node.end_byte].decode("utf-8", "replace")
+    return _SPACE_AROUND_PUNCT.sub("", _SPACE.sub(" ", raw).strip())
+
+
+def _declarator_name(src: bytes, decl: Node | None, no_type: bool) -> tuple[str, str]:
+    """(written name, short name) of a function declarator; macro-style definitions without a return type
+    (`TEST(Suite, Name) {...}`) are named by their whole declarator text."""
+    if decl is None:
+        return "", ""
+    if no_type and decl.type == "function_declarator":
+        inner = decl.child_by_field_name("declarator")
+        if inner is not None and inner.type == "identifier" and _text(src, inner).isupper():
+            name = _text(src, decl)
+            return name, name
+    while decl.type in _WRAPPERS:
+        inner = decl.child_by_field_name("declarator")
+        if inner is None:
+            named = decl.named_children
+            if not named:
+                break
+            inner = named[0] if decl.type == "reference_declarator" else named[-1]
+        decl = inner
+    if decl.type == "operator_cast":  # conversion operator: 'operator bool'
+        type_node = decl.child_by_field_name("type")
+        name = "operator " + (_text(src, type_node) if type_node else "")
+        return name, name
+    short = _short_name(src, decl)
+    if decl.type == "qualified_identifier":
+        last = _last_name(decl)
+        qual = src[decl.start_byte:last.start_byte].decode("utf-8", "replace")
+        return _SPACE.sub("", qual) + short, short
+    return _text(src, decl), short
+
+
+def _last_name(node: Node) -> Node:
+    """The innermost `name` of a (nested) qualified_identifier."""
+    while node.type == "qualified_identifier" and (nxt := node.child_by_field_name("name")) is not None:
+        node = nxt
+    return node
+
+
+def _short_name(src: bytes, node: Node) -> str:
+    node = _last_name(node)
+    if node.type == "operator_cast":
+        type_node = node.child_by_field_name("type")
+        return "operator " + (_text(src, type_node) if type_node else "")
+    if node.type in ("template_function", "template_method", "template_type"):
+        node = node.child_by_field_name("name") or node
+    return _text(src, node)
+
+
+def _callee(src: bytes, fn: Node | None) -> tuple[str, str] | None:
+    """(short name, qualifier) of a call's `function` node; None for calls through expressions."""
+    if fn is None:
+        return None
+    if fn.type == "field_expression":
+        fn = fn.child_by_field_name("field")
+        if fn is None:
+            return None
+    if fn.type == "qualified_identifier":
+        last = _last_name(fn)
+        qual = src[fn.start_byte:last.start_byte].decode("utf-8", "replace")
+        return _short_name(src, last), _SPACE.sub("", qual).strip(":")
+    if fn.type in ("identifier", "field_identifier", "template_function", "template_method", "destructor_name"):
+        return _short_name(src, fn), ""
+    return None
+
+
+def _class_with_body(node: Node | None) -> Node | None:
+    if node is not None and node.type in _CLASS_TYPES and node.child_by_field_name("body") is not None:
+        return node
+    return None
+
+
+def _is_forward_decl(node: Node) -> bool:
+    """A prototype (`int f(int);`, `A();` ...) or a body-less class declaration."""
+    decl = node.child_by_field_name("declarator")
+    if decl is None:
+        type_node = node.child_by_field_name("type")
+        return type_node is not None and type_node.type in _CLASS_TYPES
+    while decl is not None and decl.type in _WRAPPERS and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator") or (decl.named_children or [None])[0]
+    return decl is not None and decl.type == "function_declarator"
+
+
+def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list[Span]]:
+    """Walk the declaration containers (namespaces, classes, extern "C", #if blocks, templates, ERROR nodes, never
+    function bodies); return paint ranges (start byte, end byte, category) in outer-to-inner order and the spans
+    (byte offsets; `analyze` converts them)."""
+    paint: list[tuple[int, int, int]] = []
+    spans: list[Span] = []
+    # (node, scope, at namespace scope, start of a template head owning the node or -1)
+    stack: list[tuple[Node, tuple[str, ...], bool, int]] = [(c, (), True, -1) for c in root.named_children]
+    while stack:
+        node, scope, ns_level, head = stack.pop()
+        kind, start, end = node.type, node.start_byte, node.end_byte
+        head = start if head < 0 else head
+        if kind == "function_definition":
+            body = node.child_by_field_name("body")
+            written, short = _declarator_name(src, node.child_by_field_name("declarator"),
+                                              node.child_by_field_name("type") is None)
+            body_start = body.start_byte if body is not None else end
+            paint.append((head, body_start, FUNC_SIGNATURE))
+            paint.append((body_start, end, FUNC_BODY))
+            spans.append(Span("function", short, "::".join(scope + (written,)), scope, head, end,
+                              body_start if body is not None else -1, node.start_point[0] + 1))
+        elif kind == "template_declaration":
+            stack.extend((c, scope, ns_level, head) for c in node.named_children
+                         if c.type not in ("template_parameter_list", "comment"))
+        elif kind in _CLASS_TYPES:
+            body = node.child_by_field_name("body")
+            if body is None:
+                if ns_level:
+                    paint.append((head, end, PREAMBLE))
+                continue
+            name_node = node.child_by_field_name("name")
+            name = _text(src, name_node) if name_node is not None else "(anonymous)"
+            b0, b1 = body.start_byte, body.end_byte
+            paint.append((head, b0 + 1, CLASS_DECL))
+            paint.append((b0 + 1, b1 - 1, CLASS_MEMBER))
+            paint.append((b1 - 1, b1, CLASS_DECL))
+            spans.append(Span(_CLASS_TYPES[kind], _short_name(src, name_node) if name_node else "",
+                              "::".join(scope + (name,)), scope, head, end, b0, node.start_point[0] + 1))
+            stack.extend((c, scope + (name,), False, -1) for c in body.named_children)
+        elif kind in ("namespace_definition", "linkage_specification"):
+            body = node.child_by_field_name("body")
+            if body is None:
+                continue
+            inner = scope
+            if kind == "namespace_definition":
+                name_node = node.child_by_field_name("name")
+                name = _text(src, name_node) if name_node is not None else "(anonymous)"
+                inner = scope + (name,)
+                spans.append(Span("namespace", name, "::".join(inner), scope, start, end, body.start_byte,
+                                  node.start_point[0] + 1))
+            if body.type == "declaration_list":
+                paint.append((start, body.start_byte + 1, NAMESPACE))
+                paint.append((body.end_byte - 1, body.end_byte, NAMESPACE))
+                stack.extend((c, inner, True, -1) for c in body.named_children)
+            else:
+                paint.append((start, body.start_byte, NAMESPACE))
+                stack.append((body, inner, True, -1))
+        elif kind in ("type_definition", "alias_declaration"):
+            paint.append((head, end, TYPEDEF))
+            name_node = node.child_by_field_name("declarator" if kind == "type_definition" else "name")
+            name = _text(src, name_node) if name_node is not None else ""
+            spans.append(Span("typedef", name, "::".join(scope + (name,)), scope, head, end, -1,
+                              node.start_point[0] + 1))
+            if (cls := _class_with_body(node.child_by_field_name("type"))) is not None:
+                stack.append((cls, scope, False, -1))
+        elif kind in ("declaration", "field_declaration", "friend_declaration"):
+            type_node = node.child_by_field_name("type")
+            if kind == "friend_declaration" and node.named_children:
+                type_node = node.named_children[0]
+            if (cls := _class_with_body(type_node)) is not None:
+                stack.append((cls, scope, ns_level, head if head < start else -1))
+            elif ns_level and _is_forward_decl(node):
+                paint.append((head, end, PREAMBLE))
+        elif kind in _PREPROC_BLOCKS:
+            if ns_level:  # the directive line and a closing '#endif'
+                eol = src.find(b"\n", start, end)
+                paint.append((start, eol if eol >= 0 else end, PREAMBLE))
+                last = node.children[-1] if node.child_count else None
+                if last is not None and last.type == "#endif":
+                    paint.append((last.start_byte, last.end_byte, PREAMBLE))
+            skip = {node.child_by_field_name("condition"), node.child_by_field_name("name")}
+            stack.extend((c, scope, ns_level, -1) for c in node.named_children if c not in skip)
+        elif kind in _PREAMBLE_TYPES:
+            if ns_level:
+                paint.append((start, end, PREAMBLE))
+        elif kind == "ERROR":
+            stack.extend((c, scope, ns_level, -1) for c in node.named_children)
+    return paint, spans
+
+
+def analyze(text: str, parser: Parser | None = None) -> FileStructure:
+    """Spans, per-character arrays, calls and ERROR share of one C/C++ source text."""
+    src = text.encode("utf-8", "surrogatepass")
+    n_chars, n_bytes = len(text), len(src)
+    tree = (parser or new_parser()).parse(src)
+    if n_bytes == n_chars:
+        to_char = None
+    else:  # char index of each byte offset (offsets always fall on character starts)
+        lead = (np.frombuffer(src, np.uint8) & 0xC0) != 0x80
+        to_char = np.zeros(n_bytes + 1, np.int64)
+        np.cumsum(lead, out=to_char[1:])
+
+    def chars(offsets: np.ndarray) -> np.ndarray:
+        return offsets if to_char is None else to_char[offsets]
+
+    # One cursor walk over the tree (cheaper than materializing child lists): for every named node of non-zero
+    # width record (start byte, end byte, depth, named-sibling index, parent record, kind id).
+    flat: list[int] = []  # 6 ints per record
+    record = flat.extend
+    comments, calls, errors, n_missing = [], [], [], 0
+    check_missing = tree.root_node.has_error  # MISSING nodes only occur in trees with errors
+    parents, counts = [-1], [0]  # per open level: record index of the parent, named children seen so far
+    cursor = tree.walk()
+    while True:
+        node = cursor.node
+        kind = node.kind_id
+        if _IS_NAMED[kind]:
+            s, e = node.start_byte, node.end_byte
+            if e > s:
+                if kind in _SPECIAL_KINDS:
+                    (comments if kind in _COMMENT_KINDS else calls if kind in _CALL_KINDS else errors).append(node)
+                record((s, e, len(parents) - 1, counts[-1], parents[-1], kind))
+                counts[-1] += 1
+                if cursor.goto_first_child():
+                    parents.append(len(flat) // 6 - 1)
+                    counts.append(0)
+                    continue
+            elif check_missing:
+                n_missing += node.is_missing
+        elif check_missing:  # anonymous nodes are tokens (leaves): not descended into
+            n_missing += node.is_missing
+        while not cursor.goto_next_sibling():
+            if not cursor.goto_parent():
+                break
+            parents.pop()
+            counts.pop()
+        else:
+            continue
+        break
+
+    # Deepest named node per character: enter/exit events sorted by position (exits before entries, inner exits
+    # first, outer entries first); the node of the last event at or before a character covers it.
+    rec = np.array(flat, np.int64).reshape(-1, 6)
+    n_nodes, d = len(rec), rec[:, 2]
+    pos = chars(np.concatenate([rec[:, 1], rec[:, 0]]))
+    is_enter = np.repeat(np.array([0, 1], np.int8), n_nodes)
+    order = np.lexsort((np.concatenate([-d, d]), is_enter, pos))
+    value = np.concatenate([rec[:, 4], np.arange(n_nodes)])[order]
+    pos = np.concatenate([[0], pos[order], [n_chars]])
+    owner = np.repeat(np.concatenate([[-1], value]), np.diff(pos))  # -1: no node (indexes the appended 0)
+    ast_depth = np.append(np.minimum(d, MAX_DEPTH).astype(np.int8), np.int8(0))[owner]
+    sibling_index = np.append(np.minimum(rec[:, 3], MAX_SIBLING).astype(np.int8), np.int8(0))[owner]
+    ast_node_type = np.append(BUCKET_BY_KIND[rec[:, 5]], np.int16(0))[owner]
+
+    # ERROR bytes: union of ERROR ranges (nested ones are contained in their ancestors).
+    error_bytes, covered = 0, 0
+    for s, e in sorted((n.start_byte, n.end_byte) for n in errors):
+        if e > covered:
+            error_bytes += e - max(s, covered)
+            covered = e
+
+    paint, spans = _structure(src, tree.root_node)
+    spans += [Span("comment", "", "", (), c.start_byte, c.end_byte, -1, c.start_point[0] + 1) for c in comments]
+    if to_char is not None and (paint or spans):  # convert byte offsets to char offsets in one gather
+        offs = to_char[np.array([(s, e) for s, e, _ in paint] + [(sp.start, sp.end) for sp in spans]
+                                + [(max(sp.body_start, 0), 0) for sp in spans], np.int64).reshape(-1, 2)].tolist()
+        paint = [(s, e, cat) for (s, e), (_, _, cat) in zip(offs, paint)]
+        spans = [Span(*sp[:4], s, e, b if sp.body_start >= 0 else -1, sp.line)
+                 for sp, (s, e), (b, _) in zip(spans, offs[len(paint):], offs[len(paint) + len(spans):])]
+    structure_ids = np.zeros(n_chars, np.uint8)
+    for s, e, cat in paint:
+        structure_ids[s:e] = cat
+    for sp in spans[len(spans) - len(comments):]:
+        structure_ids[sp.start:sp.end] = COMMENT
+
+    # Calls: attribute each to the function span containing it (function spans never overlap: bodies are not walked).
+    funcs = sorted((sp.start, sp.end, i) for i, sp in enumerate(spans) if sp.kind == "function")
+    fstarts = np.array([f[0] for f in funcs], np.int64)
+    out_calls: list[Call] = []
+    if funcs and calls:
+        call_pos = chars(np.array([c.start_byte for c in calls], np.int64))
+        slot = np.searchsorted(fstarts, call_pos, side="right") - 1
+        for node, p, k in zip(calls, call_pos.tolist(), slot.tolist()):
+            if k >= 0 and p < funcs[k][1] and (callee := _callee(src, node.child_by_field_name("function"))):
+                out_calls.append(Call(funcs[k][2], callee[0], callee[1], p))
+    return FileStructure(spans, out_calls, structure_ids, ast_depth, sibling_index, ast_node_type, n_bytes,
+                         error_bytes, n_missing)
+
+
+def _components(qualified: str) -> list[str]:
+    """'ns::A<B::C>::f' -> ['ns', 'A', 'f'] (template arguments dropped before splitting)."""
+    prev = None
+    while prev != qualified:
+        prev, qualified = qualified, _TEMPLATE_ARGS.sub("", qualified)
+    return [c for c in qualified.split("::") if c]
+
+
+def call_graph(files: Mapping[str, FileStructure], max_candidates: int | None = 8) -> list[CallEdge]:
+    """Name-level caller -> callee edges within a repository.
+
+    A call's short name is matched against every function defined in `files` with that short name (calls to names
+    defined nowhere, e.g. std or macros, are dropped). The candidates are then narrowed by each of these filters in
+    turn, a filter being skipped when it would leave none: (1) a written qualifier (`ns::A::f()`, `A::f()`) must be a
+    suffix of the candidate's scope; (2) candidates in the caller's file; (3) candidates whose scope equals the
+    caller's (same class/namespace). Whatever remains is linked, all of it when ambiguous (`candidates` > 1),
+    unless more than `max_candidates` remain (generic names such as `size`, `get`): such calls are dropped.
+    Edges are deduplicated per (caller, caller file, callee, callee file)."""
+    by_name: dict[str, list[tuple[str, Span, list[str]]]] = defaultdict(list)
+    for path, fs in files.items():
+        for sp in fs.spans:
+            if sp.kind == "function":
+                by_name[sp.name].append((path, sp, _components(sp.qualname)[:-1]))
+    edges: dict[tuple[str, str, str, str], int] = {}
+    for path, fs in files.items():
+        for call in fs.calls:
+            cands = by_name.get(call.name)
+            if not cands:
+                continue
+            caller = fs.spans[call.caller]
+            caller_scope = _components(caller.qualname)[:-1]
+            qual = _components(call.qualifier)
+            filters = (lambda c: c[2][len(c[2]) - len(qual):] == qual if qual else True,
+                       lambda c: c[0] == path, lambda c: c[2] == caller_scope)
+            for keep in filters:
+                narrowed = [c for c in cands if keep(c)]
+                cands = narrowed or cands
+            if max_candidates is not None and len(cands) > max_candidates:
+                continue
+            for callee_path, callee, _ in cands:
+                edges[(caller.qualname, path, callee.qualname, callee_path)] = len(cands)
+    return [CallEdge(*key, n) for key, n in edges.items()]
+
+
+CPP_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".tpp")
