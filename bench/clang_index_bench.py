@@ -63,3 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bare parse wall: {bare:.1f}s  indexing overhead vs bare parse: {100 * (wall - bare) / bare:+.0f}%")
     return 0
 
+
+
+if __name__ == "__main__":
+    sys.exit(main())
