@@ -43,7 +43,9 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
     """Files seen, kept, refused by rule, duplicates, shards, bytes, time and throughput."""
     collect = [a.counts for a in runner.artifacts("collect")]
     ledger = runner.artifacts("ledger")[0].counts if runner.artifacts("ledger") else {}
-    shards = runner.artifacts("shards")[0].counts if runner.artifacts("shards") else {}
+    # the documents a build publishes: v4's or v5's documents, else the shards stage's
+    doc_stage = next((s for s in ("context_graph", "dependency_documents") if runner.artifacts(s)), "shards")
+    shards = runner.artifacts(doc_stage)[0].counts if runner.artifacts(doc_stage) else {}
     dedup = runner.artifacts("exact_dedup")[0].counts if runner.artifacts("exact_dedup") else {}
     near = runner.artifacts("near_dedup")[0].counts if runner.artifacts("near_dedup") else {}
     tokens = runner.artifacts("token_columns")[0].counts if runner.artifacts("token_columns") else {}
@@ -169,7 +171,8 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     # the last stage that writes shards is the one published (token_columns adds token ids to shards')
-    shards_art = (runner.artifacts("token_columns") or runner.artifacts("shards"))[0]
+    shards_art = (runner.artifacts("token_columns") or runner.artifacts("context_graph")
+                  or runner.artifacts("dependency_documents") or runner.artifacts("shards"))[0]
     shard_files = json.loads((shards_art.path / "shards.json").read_text())["files"]
     files = []
     for entry in shard_files:

@@ -94,6 +94,7 @@ GENERATIONS: dict[str, list[Column]] = {
         Column("target_name", pa.string(), fill=""),
         Column("n_callers", pa.int32(), fill=0),
         Column("n_callees", pa.int32(), fill=0),
+        Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
     ],
     # v5: libclang dependency-ordered documents.
     "v5": [
@@ -102,6 +103,7 @@ GENERATIONS: dict[str, list[Column]] = {
         Column("target_name", pa.string(), fill=""),
         Column("max_dep_level", pa.int32(), fill=-1),
         Column("build_info", pa.string(), fill=""),
+        Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
     ],
     # v6: enriched documents; `text` is the only required column.
     "v6": [

@@ -1,6 +1,8 @@
 """The stages of the DAG, one module each; STAGES maps a recipe's stage names to their classes."""
 
 from cpp_data.stages.collect import Collect
+from cpp_data.stages.context_graph import ContextGraph
+from cpp_data.stages.dependency_documents import DependencyDocuments
 from cpp_data.stages.exact_dedup import ExactDedup
 from cpp_data.stages.filter import Filter
 from cpp_data.stages.ledger import Ledger
@@ -15,4 +17,5 @@ from cpp_data.stages.token_columns import TokenColumns
 from cpp_data.stages.tokenizer import TokenizerStage
 
 STAGES = {cls.name: cls for cls in (Collect, Filter, License, ExactDedup, NearDedup, Shards, Structure, TokenizerStage,
-                                    TokenColumns, MegatronExport, PackedRows, Semantics, Ledger)}
+                                    TokenColumns, MegatronExport, PackedRows, Semantics, ContextGraph,
+                                    DependencyDocuments, Ledger)}

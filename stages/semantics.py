@@ -6,8 +6,8 @@ Where the compile database comes from, in order: the source's own `compile_comma
 layer, and that is recorded. A database generated at HEAD is never reused for another pin (it lives in this
 stage's output, keyed by the pin). Git sources are materialized at their pin with `git archive` for parsing.
 
-Outputs (Parquet): functions, edges (call/ref), type_refs, includes, preamble, tu_status, levels (dependency
-level per function USR), and coverage.json, the receipt the build summary and manifest carry: files matched to
+Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble, tu_status (with the compile
+command), each function's dependency level, and coverage.json, the receipt the build summary and manifest carry: files matched to
 a compile command, TUs indexed cleanly, TUs with errors, files fallen back to tree-sitter. libclang or its
 builtin headers missing fails the stage loudly; it never reports an empty success.
 """
@@ -68,7 +68,7 @@ def source_files(root: Path) -> list[str]:
 
 class Semantics(Stage):
     name = "semantics"
-    version = 1
+    version = 2
     scope = "source"
     Params = SemanticsParams
 
@@ -95,11 +95,21 @@ class Semantics(Stage):
             res = index_project(commands, root, p.workers, p.timeout_s, p.max_rss_mb)
             rel = len(str(root)) + 1
             levels = dependency_levels(res.edges)
+            texts: dict[str, bytes] = {}
             for f in res.functions:
                 f["level"] = levels.get(f["usr"], 0)
+                if f["file"] not in texts:
+                    texts[f["file"]] = Path(f["file"]).read_bytes()
+                f["text"] = texts[f["file"]][f["start_offset"]:f["end_offset"]].decode("utf-8", "replace")
+            by_file = {c.file: c for c in commands}
+            for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
+                c = by_file.get(s["file"])
+                s["directory"], s["arguments"] = (c.directory, " ".join(c.arguments)) if c else ("", "")
             for table in (res.functions, res.preamble, res.tu_status):
                 for row in table:
-                    row["file"] = row["file"][rel:] if row["file"].startswith(str(root)) else row["file"]
+                    for k in ("file", "tu"):
+                        if k in row and row[k].startswith(str(root)):
+                            row[k] = row[k][rel:]
             for row in res.includes:
                 for k in ("includer", "included"):
                     row[k] = row[k][rel:] if row[k].startswith(str(root)) else row[k]

@@ -8,7 +8,8 @@ and with the same files, row groups and row order (so `text` stays byte-identica
   chunk_boundaries   functions, classes, namespaces and typedefs: start, end (characters), kind, name, dep_level
   call_edges         {from, to}: indices into the document's chunks, for calls between its own functions
   language_info      JSON: language (c or c++ by extension), parser, error_byte_share (bytes in ERROR nodes)
-Analyzing twice costs a second parse but keeps memory bounded by one row group plus the per-repository name
+It also writes call_graph.parquet: the repository-level edges (repo, caller_file, caller, callee_file, callee)
+that the v4 context documents are built from. Analyzing twice costs a second parse but keeps memory bounded by one row group plus the per-repository name
 tables, not by the per-character arrays of the whole corpus.
 """
 
@@ -33,12 +34,13 @@ from cpp_data.schemas.manifest import sha256_file
 from cpp_data.stages import syntax
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
+ENRICHED = "v6"  # the generation whose columns these shards carry, whatever the recipe's (they feed v4 too)
+MAX_NAME = 256  # error-recovered parses of macro code can yield a whole region as a "name"
 _ARRAYS = {"structure_ids": np.uint8, "ast_depth": np.int8, "sibling_index": np.int8, "ast_node_type": np.int16}
 
 
 @dataclass(frozen=True)
 class StructureParams:
-    generation: str = "v6"
     max_candidates: int = 8  # calls whose name matches more definitions than this are not linked
     compression: str = "zstd"
     compression_level: int = 3
@@ -67,7 +69,7 @@ def document_columns(text: str, path: str, fs, edges: list, levels: dict) -> dic
     call_edges = sorted({(index[e.caller], index[e.callee]) for e in edges
                          if e.callee_file == path and e.caller in index and e.callee in index})
     return {
-        "chunk_boundaries": [{"start": s.start, "end": s.end, "kind": s.kind, "name": s.qualname,
+        "chunk_boundaries": [{"start": s.start, "end": s.end, "kind": s.kind, "name": s.qualname[:MAX_NAME],
                               "dep_level": levels.get((path, s.qualname), 0) if s.kind == "function" else -1}
                              for s in chunks],
         "call_edges": [{"from": a, "to": b} for a, b in call_edges],
@@ -79,7 +81,7 @@ def document_columns(text: str, path: str, fs, edges: list, levels: dict) -> dic
 
 class Structure(Stage):
     name = "structure"
-    version = 1
+    version = 2
     scope = "corpus"
     inputs = ("shards",)
     Params = StructureParams
@@ -99,7 +101,13 @@ class Structure(Stage):
                     fs = syntax.analyze(text, parser)
                     repos[repo][path] = replace(fs, structure_ids=None, ast_depth=None, sibling_index=None,
                                                 ast_node_type=None)
-        graphs = {repo: repository_levels(files, p.max_candidates) for repo, files in repos.items()}
+        graphs = {repo: repository_levels(files, p.max_candidates) for repo, files in sorted(repos.items())}
+        pq.write_table(pa.Table.from_pylist(
+            [{"repo": repo, "caller_file": e.caller_file, "caller": e.caller, "callee_file": e.callee_file,
+              "callee": e.callee} for repo, (by_file, _) in graphs.items() for f in sorted(by_file)
+             for e in by_file[f]],
+            schema=pa.schema([(n, pa.string()) for n in ("repo", "caller_file", "caller", "callee_file", "callee")])),
+            ctx.out / "call_graph.parquet", compression="zstd")
         n_edges = sum(len(e) for by_file, _ in graphs.values() for e in by_file.values())
         del repos
         (ctx.out / "shards").mkdir()
@@ -126,12 +134,12 @@ class Structure(Stage):
                     chunks += len(cols["chunk_boundaries"])
                     for k in extra:
                         extra[k].append(cols[k])
-                types = {c.name: c.type for c in generation_columns(p.generation)}
+                types = {c.name: c.type for c in generation_columns(ENRICHED)}
                 for name, dtype in _ARRAYS.items():
                     table = table.append_column(name, _lists(arrays[name], dtype).cast(types[name]))
                 for name, values in extra.items():
                     table = table.append_column(name, pa.array(values, type=types[name]))
-                schema = write_schema(p.generation, table.column_names)
+                schema = write_schema(ENRICHED, table.column_names)
                 table = table.select(schema.names).cast(schema)
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, schema, compression=p.compression,
@@ -141,7 +149,7 @@ class Structure(Stage):
                 writer.close()
                 os.replace(tmp, final)
             out_listing.append({**entry, "bytes": final.stat().st_size, "sha256": sha256_file(final)})
-        atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": out_listing})
+        atomic_write_json(ctx.out / "shards.json", {"generation": ENRICHED, "files": out_listing})
         return {"documents": sum(e["rows"] for e in out_listing), "chunks": chunks, "call_edges_by_name": n_edges,
                 "error_byte_share": round(error_bytes / total_bytes, 4) if total_bytes else 0.0,
                 "shard_bytes": sum(e["bytes"] for e in out_listing)}

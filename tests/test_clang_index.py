@@ -149,3 +149,60 @@ def test_googletest_cmake_build_through_a_build(tmp_path):
     callers = {name[e["src"]] for e in pq.read_table(art / "edges.parquet").to_pylist()
                if e["dst"] == fact["usr"] and e["kind"] == "call"}
     assert "(anonymous)::FactorialTest_Positive_Test::TestBody" in callers  # a test body calls Factorial
+
+
+def test_v5_dependency_documents_from_the_fixture(tmp_path):
+    """A v5 build of the fixture project with its own compile database: preamble, then dependencies by level
+    (leaves first), then the function; build_info is its compile command; pieces trace to the file bytes."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX, proj)
+    (proj / "src" / "broken.cc").unlink()
+    src = proj / "src"
+    (proj / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(src), "file": f, "command": f"c++ -I../include '-DNAME=\"x y\"' -std=c++17 -c {f}"}
+         for f in ("util.cc", "main.cc")]
+        + [{"directory": str(src), "file": "cfile.c", "command": "cc -std=c11 -c cfile.c"}]))
+    sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
+    run_cli("build", "--version", "v5", "--sources", str(sources), "--out", str(tmp_path / "out"), "--workers", "1",
+            "--no-progress")
+    build = build_dir(tmp_path / "out")
+    run_cli("validate", str(build))
+    rows = {r["target_name"]: r for f in sorted((build / "shards").glob("*.parquet")) for r in pq.read_table(f).to_pylist()}
+    assert {"main", "fx::leaf", "fx::ping", "c_entry"} <= set(rows)
+    main = rows["main"]
+    text = main["text"]
+    assert text.startswith('#include "util.h"\n') and "using namespace fx;" in text.split("int main()")[0]
+    assert text.rstrip("\n").endswith("return sc;\n}")
+    # dependencies: everything main reaches, leaves (level 0) before level 1, main last
+    names = [c["path"] for c in main["constituents"]]
+    assert names[-1] == "src/main.cc" and main["max_dep_level"] == 1
+    pos = {name: text.find(snippet) for name, snippet in (("leaf", "int leaf(int x)"), ("pong", "int pong("),
+                                                          ("add", "add(int"), ("main", "int main()"))}
+    assert all(v >= 0 for v in pos.values()), pos
+    assert pos["leaf"] < pos["pong"] < pos["main"] and pos["leaf"] < pos["add"] < pos["main"]
+    assert "c_helper" not in text  # not reachable from main
+    info = json.loads(main["build_info"])
+    assert "main.cc" in info["command"] and "-std=c++17" in info["command"] and info["status"] == "ok"
+    for c in main["constituents"]:
+        piece = (proj / c["path"]).read_bytes()[c["start"]:c["end"]].decode()
+        assert piece in text and c["license_spdx"] == "MIT"
+
+
+def test_v5_trims_the_highest_level_first():
+    from cpp_data.stages.dependency_documents import build_document
+
+    def fn(usr, level, size):
+        return {"usr": usr, "name": usr, "level": level, "file": "a.cc", "start_offset": 0, "end_offset": size,
+                "text": f"// {usr}\n" + "x" * size}
+    meta = {"repo_of": {u: "r" for u in "abcd"}, "commit_of": {u: "c" for u in "abcd"},
+            "license_of": {("r", "a.cc"): {"license_spdx": "MIT", "license_source": "declared",
+                                           "license_confidence": 1.0, "license_family": "permissive"}}}
+    root, deps = fn("d", 3, 100), [fn("a", 0, 300), fn("b", 1, 300), fn("c", 2, 300)]
+    doc = build_document(root, deps, [], meta, budget=850)
+    assert [c["start"] for c in doc["constituents"]] == [0, 0, 0] and "// c\n" not in doc["text"]
+    assert doc["text"].index("// a\n") < doc["text"].index("// b\n") < doc["text"].index("// d\n")
+    assert doc["max_dep_level"] == 1

@@ -23,9 +23,11 @@ def test_help_texts(args, words):
 def test_unimplemented_generation_names_missing_stages(tmp_path):
     src = tmp_path / "s.toml"
     src.write_text(f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\n")
-    proc = run_cli("build", "--version", "v4", "--sources", str(src), "--out", str(tmp_path / "o"), check=False)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('schema_generation = "v6"\nstages = ["collect", "fancy_documents"]\n')
+    proc = run_cli("build", "--recipe", str(recipe), "--sources", str(src), "--out", str(tmp_path / "o"), check=False)
     assert proc.returncode == 2
-    assert "structure" in proc.stderr and "not implemented" in proc.stderr
+    assert "fancy_documents" in proc.stderr and "not implemented" in proc.stderr
     proc = run_cli("build", "--version", "v9", "--sources", str(src), "--out", str(tmp_path / "o"), check=False)
     assert proc.returncode == 2 and "available: v2, v3, v4, v5, v6" in proc.stderr
 

@@ -1,0 +1,157 @@
+"""dependency_documents: the v5 documents (REFERENCE section 7), one per function, from libclang's graph.
+
+For every function definition the semantics stage indexed in a kept file (licensed, not a duplicate): the
+preamble of its file (includes, using-declarations, typedefs, forward declarations, in line order), then the
+functions it reaches through call and reference edges up to `max_depth` (5), ordered by dependency level
+(leaves first, so definitions precede their use), then the function itself. Over `budget_bytes` the
+dependencies of the highest level are dropped first. `build_info` is the compile command of the TU the function
+was indexed from; `constituents` give every piece's repo, commit, path, byte range in the file and license.
+Only dependencies on the root's side of the train/valid split are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.schemas.generations import write_schema
+from cpp_data.schemas.manifest import sha256_file
+from cpp_data.stages import keys
+from cpp_data.stages.exact_dedup import license_parts
+from cpp_data.stages.shards import SPLITS, ShardParams, ShardWriter
+
+DOC_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "license_spdx", "license_source",
+               "license_confidence", "license_family", "sha256", "size_bytes", "target_name", "max_dep_level",
+               "build_info", "constituents"]
+
+
+@dataclass(frozen=True)
+class DependencyDocumentsParams:
+    generation: str = "v5"
+    max_depth: int = 5
+    budget_bytes: int = 16_384  # ~4,096 tokens of C++
+    valid_fraction: float = 0.01
+    docs_per_shard: int = 50_000
+    row_group_size: int = 1024
+
+
+def _rows(path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def reachable(root: str, callees: dict, max_depth: int) -> set[str]:
+    seen, frontier = {root}, [root]
+    for _ in range(max_depth):
+        frontier = [d for f in frontier for d in callees.get(f, ()) if d not in seen]
+        seen.update(frontier)
+    return seen - {root}
+
+
+def build_document(root: dict, deps: list[dict], preamble: list[dict], meta: dict, budget: int) -> dict:
+    deps = sorted(deps, key=lambda f: (f["level"], f["name"], f["usr"]))
+    head = "".join(p["text"] + "\n" for p in preamble)
+
+    def size(ds):
+        return len(head.encode()) + sum(len(d["text"].encode()) + 2 for d in ds) + len(root["text"].encode())
+    while deps and size(deps) > budget:  # trim from the highest level first (the largest of it first)
+        top = max(d["level"] for d in deps)
+        victim = max((d for d in deps if d["level"] == top), key=lambda d: (len(d["text"]), d["usr"]))
+        deps.remove(victim)
+    text = head + ("\n" if head else "") + "".join(d["text"] + "\n\n" for d in deps) + root["text"] + "\n"
+    constituents = [{"repo": meta["repo_of"][f["usr"]], "commit": meta["commit_of"][f["usr"]], "path": f["file"],
+                     "start": f["start_offset"], "end": f["end_offset"],
+                     "license_spdx": meta["license_of"][(meta["repo_of"][f["usr"]], f["file"])]["license_spdx"]}
+                    for f in [*deps, root]]
+    licenses = sorted({c["license_spdx"] for c in constituents if c["license_spdx"]})
+    lic = meta["license_of"][(meta["repo_of"][root["usr"]], root["file"])]
+    return {"text": text, "target_name": root["name"], "constituents": constituents,
+            "max_dep_level": max((d["level"] for d in deps), default=-1),
+            "license_spdx": licenses[0] if len(licenses) == 1 else " AND ".join(f"({x})" for x in licenses),
+            "license_source": lic["license_source"], "license_confidence": lic["license_confidence"],
+            "license_family": lic["license_family"]}
+
+
+class DependencyDocuments(Stage):
+    name = "dependency_documents"
+    version = 1
+    scope = "corpus"
+    inputs = ("semantics", "license", "exact_dedup", "near_dedup")
+    Params = DependencyDocumentsParams
+
+    def run(self, ctx: StageContext) -> dict:
+        p: DependencyDocumentsParams = self.params
+        removed = keys.removed_keys([
+            pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path", "commit"]),
+            pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet",
+                          columns=["source", "path", "commit"])])
+        license_of = {}
+        for part in license_parts(ctx):
+            t = pq.read_table(part, columns=["source", "commit", "path", "license_spdx", "license_source",
+                                             "license_confidence", "license_family"])
+            keep = ~keys.contains(removed, keys.table_keys(t))
+            for row, k in zip(t.to_pylist(), keep):
+                if k:
+                    license_of[(row["source"], row["path"])] = row
+        schema = write_schema(p.generation, DOC_COLUMNS)
+        out = ctx.out / "shards"
+        out.mkdir()
+        sp = ShardParams(generation=p.generation, docs_per_shard=p.docs_per_shard, row_group_size=p.row_group_size)
+        writers = {s: ShardWriter(out, s, schema, sp) for s in SPLITS}
+        pending = {s: [] for s in SPLITS}
+        counts = {"roots": 0, "documents": 0, "trimmed": 0, "text_bytes": 0}
+        for art in sorted(ctx.inputs["semantics"], key=lambda a: a.source):
+            repo = art.source
+            commit = next(s.commit for s in ctx.sources if s.name == repo)
+            functions = [f for f in _rows(art.path / "functions.parquet") if (repo, f["file"]) in license_of]
+            by_usr = {f["usr"]: f for f in functions}
+            callees = defaultdict(list)
+            for e in _rows(art.path / "edges.parquet"):
+                if e["src"] in by_usr and e["dst"] in by_usr:
+                    callees[e["src"]].append(e["dst"])
+            preamble = defaultdict(list)
+            for row in sorted(_rows(art.path / "preamble.parquet"), key=lambda r: (r["file"], r["start_line"])):
+                preamble[row["file"]].append(row)
+            tus = {s["file"]: s for s in _rows(art.path / "tu_status.parquet")}
+            meta = {"repo_of": {u: repo for u in by_usr}, "commit_of": {u: commit for u in by_usr},
+                    "license_of": license_of}
+            for f in functions:
+                counts["roots"] += 1
+                split = "valid" if keys.is_valid_split(repo, f["file"], p.valid_fraction) else "train"
+                deps = [by_usr[u] for u in sorted(reachable(f["usr"], callees, p.max_depth))
+                        if keys.is_valid_split(repo, by_usr[u]["file"], p.valid_fraction) == (split == "valid")]
+                doc = build_document(f, deps, preamble.get(f["file"], []), meta, p.budget_bytes)
+                counts["trimmed"] += len(doc["constituents"]) - 1 < len(deps)
+                tu_row = tus.get(f.get("tu", ""), {})
+                doc.update(doc_id=hashlib.blake2b(f"{repo}\0{f['usr']}".encode(), digest_size=8).hexdigest(),
+                           source_repo=repo, source_commit=commit, source_path=f["file"],
+                           sha256=hashlib.sha256(doc["text"].encode()).hexdigest(),
+                           size_bytes=len(doc["text"].encode()),
+                           build_info=json.dumps({"tu": f.get("tu"), "directory": tu_row.get("directory", ""),
+                                                  "command": tu_row.get("arguments", ""),
+                                                  "status": tu_row.get("status", "")}, sort_keys=True))
+                counts["text_bytes"] += doc["size_bytes"]
+                pending[split].append(doc)
+                if len(pending[split]) == p.row_group_size:
+                    writers[split].write(pa.Table.from_pylist(pending[split], schema=schema))
+                    pending[split] = []
+        files = []
+        for s in SPLITS:
+            if pending[s]:
+                writers[s].write(pa.Table.from_pylist(pending[s], schema=schema))
+            written = writers[s].close()
+            counts[f"{s}_documents"] = sum(e["rows"] for e in written)
+            files += written
+        for entry in files:
+            path = ctx.out / entry["path"]
+            entry.update(kind="shard", bytes=path.stat().st_size, sha256=sha256_file(path))
+        atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": files})
+        counts["documents"] = counts["train_documents"] + counts["valid_documents"]
+        counts["shards"], counts["shard_bytes"] = len(files), sum(e["bytes"] for e in files)
+        return counts

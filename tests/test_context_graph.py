@@ -1,0 +1,45 @@
+"""v4 documents (issue 4): each function with its direct callees and callers from the tree-sitter call graph,
+within the budget, every piece traceable to its file and character range."""
+
+from __future__ import annotations
+
+import glob
+
+import pyarrow.parquet as pq
+
+from conftest import GOOGLETEST, build_dir, need, run_cli, write_sources
+
+
+def test_v4_context_documents(tmp_path):
+    need(GOOGLETEST)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "googletest", "url": str(GOOGLETEST),
+                                                   "license": "BSD-3-Clause"}])
+    out = tmp_path / "out"
+    run_cli("build", "--version", "v4", "--sources", str(sources), "--out", str(out), "--workers", "2",
+            "--no-progress")
+    build = build_dir(out)
+    run_cli("validate", str(build))
+    rows = [r for f in sorted(glob.glob(str(build / "shards" / "*.parquet"))) for r in pq.read_table(f).to_pylist()]
+    assert len(rows) > 1000
+    # constituent ranges are character offsets into each file's normalized text (its file-level document)
+    files = {r["source_path"]: r["text"] for f in glob.glob(str(out / "cache" / "structure" / "*" / "shards" / "*"))
+             for r in pq.read_table(f, columns=["source_path", "text"]).to_pylist()}
+    with_both = 0
+    for r in rows:
+        pieces = r["constituents"]
+        assert len(pieces) == 1 + r["n_callers"] + r["n_callees"]
+        roles = ["callee"] * r["n_callees"] + ["caller"] * r["n_callers"] + ["target"]
+        pos, body_bytes = 0, 0
+        for role, c in zip(roles, pieces):  # each piece: its header, then its exact text, in this order
+            body = files[c["path"]][c["start"]:c["end"]]
+            head = f"// {role}: {c['path']}: "
+            at = r["text"].find(head, pos)
+            assert at >= 0, (role, c["path"])
+            start = r["text"].index("\n", at) + 1
+            assert r["text"][start:start + len(body)] == body
+            pos, body_bytes = start + len(body), body_bytes + len(body.encode())
+            assert c["repo"] == "googletest" and c["license_spdx"]
+        assert r["text"].endswith(body + "\n") and f"// target: {pieces[-1]['path']}: {r['target_name']}\n" in r["text"]
+        assert body_bytes <= 16_384
+        with_both += bool(r["n_callers"] and r["n_callees"])
+    assert with_both > 100
