@@ -6,8 +6,14 @@ within each repository (stages/syntax.py `call_graph`) and to give every functio
 and with the same files, row groups and row order (so `text` stays byte-identical):
   structure_ids, ast_depth, sibling_index, ast_node_type  one value per character of `text`
   chunk_boundaries   functions, classes, namespaces and typedefs: start, end (characters), kind, name, dep_level
-  call_edges         {from, to}: indices into the document's chunks, for calls between its own functions
-  language_info      JSON: language (c or c++ by extension), parser, error_byte_share (bytes in ERROR nodes)
+  call_edges         {from, to}: indices into the document's chunks, for calls between its own functions:
+                     libclang's call/ref edges where the semantics stage indexed the file (its functions
+                     matched to chunks by first line), the tree-sitter name graph otherwise
+  type_edges         {from, to}: function chunk -> class/struct/enum chunk it references (libclang only)
+  build_info, platform_info   JSON: the compile command of the file's TU; target, -std and -D flags ("" without)
+  constituents       the document itself: repo, commit, path, character range, license
+  language_info      JSON: language (c or c++ by extension), parser, edges (libclang | tree-sitter),
+                     error_byte_share (bytes in ERROR nodes)
 It also writes call_graph.parquet: the repository-level edges (repo, caller_file, caller, callee_file, callee)
 that the v4 context documents are built from. Analyzing twice costs a second parse but keeps memory bounded by one row group plus the per-repository name
 tables, not by the per-character arrays of the whole corpus.
@@ -63,27 +69,89 @@ def repository_levels(files: dict, max_candidates: int) -> tuple[dict, dict]:
     return by_file, levels
 
 
-def document_columns(text: str, path: str, fs, edges: list, levels: dict) -> dict:
+class SemanticIndex:
+    """libclang's view of a source (the semantics stage's tables), looked up per file: functions by first line,
+    call/ref and type edges, and the compile command of the file's TU."""
+
+    def __init__(self, art_path):
+        self.functions: dict[str, dict[int, dict]] = defaultdict(dict)  # file -> start line -> function
+        for f in pq.read_table(art_path / "functions.parquet").to_pylist():
+            self.functions[f["file"]].setdefault(f["start_line"], f)
+        self.edges: dict[str, list] = defaultdict(list)
+        for e in pq.read_table(art_path / "edges.parquet").to_pylist():
+            self.edges[e["src"]].append(e["dst"])
+        self.types: dict[str, list] = defaultdict(list)
+        for t in pq.read_table(art_path / "type_refs.parquet").to_pylist():
+            self.types[t["src"]].append(t["dst_name"])
+        self.tus = {t["file"]: t for t in pq.read_table(art_path / "tu_status.parquet").to_pylist()}
+
+    def command_for(self, path: str) -> dict | None:
+        tu = self.tus.get(path)
+        if tu is None:  # a header: the TU that indexed its first function
+            f = next(iter(self.functions.get(path, {}).values()), None)
+            tu = self.tus.get(f["tu"]) if f else None
+        return tu
+
+
+def _semantic_edges(chunks: list, path: str, sem: SemanticIndex) -> tuple[list, list] | None:
+    """Call and type edges between a document's chunks from libclang, matched by each function's first line;
+    None when libclang indexed no function of this file (the tree-sitter edges stand)."""
+    by_line = sem.functions.get(path)
+    if not by_line:
+        return None
+    usr_to_chunk = {}
+    for i, c in enumerate(chunks):
+        f = by_line.get(c.line) if c.kind == "function" else None
+        if f:
+            usr_to_chunk[f["usr"]] = i
+    types = {c.qualname: i for i, c in enumerate(chunks) if c.kind in ("class", "struct", "union", "enum")}
+    calls = sorted({(a, usr_to_chunk[d]) for u, a in usr_to_chunk.items() for d in sem.edges.get(u, ())
+                    if d in usr_to_chunk and usr_to_chunk[d] != a})
+    type_edges = sorted({(a, types[n]) for u, a in usr_to_chunk.items() for n in sem.types.get(u, ()) if n in types})
+    return calls, type_edges
+
+
+def _platform(command: str) -> dict:
+    args = command.split()
+    target = next((a.split("=", 1)[1] for a in args if a.startswith("--target=")), None) or next(
+        (args[i + 1] for i, a in enumerate(args[:-1]) if a == "-target"), None)
+    return {"target": target or "host", "std": next((a[5:] for a in args if a.startswith("-std=")), None),
+            "defines": sorted({a[2:] for a in args if a.startswith("-D")})}
+
+
+def document_columns(text: str, path: str, fs, edges: list, levels: dict, sem: SemanticIndex | None = None,
+                     provenance: dict | None = None) -> dict:
     chunks = [s for s in fs.spans if s.kind in CHUNK_KINDS]
     index = {s.qualname: i for i, s in enumerate(chunks) if s.kind == "function"}
-    call_edges = sorted({(index[e.caller], index[e.callee]) for e in edges
-                         if e.callee_file == path and e.caller in index and e.callee in index})
+    semantic = _semantic_edges(chunks, path, sem) if sem else None
+    if semantic is None:
+        call_edges = sorted({(index[e.caller], index[e.callee]) for e in edges
+                             if e.callee_file == path and e.caller in index and e.callee in index})
+        type_edges, source = [], "tree-sitter"
+    else:
+        (call_edges, type_edges), source = semantic, "libclang"
+    tu = sem.command_for(path) if sem else None
     return {
+        "type_edges": [{"from": a, "to": b} for a, b in type_edges],
+        "build_info": json.dumps({"directory": tu["directory"], "command": tu["arguments"], "status": tu["status"]},
+                                 sort_keys=True) if tu else "",
+        "platform_info": json.dumps(_platform(tu["arguments"]), sort_keys=True) if tu else "",
+        "constituents": [{**provenance, "start": 0, "end": len(text)}] if provenance else [],
         "chunk_boundaries": [{"start": s.start, "end": s.end, "kind": s.kind, "name": s.qualname[:MAX_NAME],
                               "dep_level": levels.get((path, s.qualname), 0) if s.kind == "function" else -1}
                              for s in chunks],
         "call_edges": [{"from": a, "to": b} for a, b in call_edges],
         "language_info": json.dumps({"language": "c" if path.endswith(".c") else "c++",
-                                     "parser": "tree-sitter-cpp", "error_byte_share": round(fs.error_byte_share, 4)},
-                                    sort_keys=True),
+                                     "parser": "tree-sitter-cpp", "edges": source,
+                                     "error_byte_share": round(fs.error_byte_share, 4)}, sort_keys=True),
     }
 
 
 class Structure(Stage):
     name = "structure"
-    version = 2
+    version = 3
     scope = "corpus"
-    inputs = ("shards",)
+    inputs = ("shards", "semantics")
     Params = StructureParams
 
     def run(self, ctx: StageContext) -> dict:
@@ -101,6 +169,7 @@ class Structure(Stage):
                     fs = syntax.analyze(text, parser)
                     repos[repo][path] = replace(fs, structure_ids=None, ast_depth=None, sibling_index=None,
                                                 ast_node_type=None)
+        semantic = {a.source: SemanticIndex(a.path) for a in ctx.inputs.get("semantics", [])}
         graphs = {repo: repository_levels(files, p.max_candidates) for repo, files in sorted(repos.items())}
         pq.write_table(pa.Table.from_pylist(
             [{"repo": repo, "caller_file": e.caller_file, "caller": e.caller, "callee_file": e.callee_file,
@@ -121,16 +190,18 @@ class Structure(Stage):
             for rg in range(pf.num_row_groups):
                 table = pf.read_row_group(rg)
                 arrays = {name: [] for name in _ARRAYS}
-                extra = {"chunk_boundaries": [], "call_edges": [], "language_info": []}
-                for text, repo, path in zip(*(table.column(c).to_pylist()
-                                              for c in ("text", "source_repo", "source_path"))):
+                extra = {k: [] for k in ("chunk_boundaries", "call_edges", "type_edges", "language_info",
+                                         "build_info", "platform_info", "constituents")}
+                for text, repo, path, commit, lic in zip(*(table.column(c).to_pylist() for c in (
+                        "text", "source_repo", "source_path", "source_commit", "license_spdx"))):
                     fs = syntax.analyze(text, parser)
                     error_bytes += fs.error_bytes
                     total_bytes += fs.n_bytes
                     for name in _ARRAYS:
                         arrays[name].append(getattr(fs, name))
                     by_file, levels = graphs[repo]
-                    cols = document_columns(text, path, fs, by_file.get(path, []), levels)
+                    cols = document_columns(text, path, fs, by_file.get(path, []), levels, semantic.get(repo),
+                                            {"repo": repo, "commit": commit, "path": path, "license_spdx": lic})
                     chunks += len(cols["chunk_boundaries"])
                     for k in extra:
                         extra[k].append(cols[k])

@@ -151,12 +151,9 @@ def test_googletest_cmake_build_through_a_build(tmp_path):
     assert "(anonymous)::FactorialTest_Positive_Test::TestBody" in callers  # a test body calls Factorial
 
 
-def test_v5_dependency_documents_from_the_fixture(tmp_path):
-    """A v5 build of the fixture project with its own compile database: preamble, then dependencies by level
-    (leaves first), then the function; build_info is its compile command; pieces trace to the file bytes."""
+def _fixture_source(tmp_path) -> Path:
+    """The fixture project as a plain directory source with its own compile_commands.json at its root."""
     import shutil
-
-    import pyarrow.parquet as pq
 
     proj = tmp_path / "proj"
     shutil.copytree(FIX, proj)
@@ -166,6 +163,37 @@ def test_v5_dependency_documents_from_the_fixture(tmp_path):
         [{"directory": str(src), "file": f, "command": f"c++ -I../include '-DNAME=\"x y\"' -std=c++17 -c {f}"}
          for f in ("util.cc", "main.cc")]
         + [{"directory": str(src), "file": "cfile.c", "command": "cc -std=c11 -c cfile.c"}]))
+    return proj
+
+
+def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
+    import pyarrow.parquet as pq
+
+    proj = _fixture_source(tmp_path)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
+    run_cli("build", "--version", "v6", "--sources", str(sources), "--out", str(tmp_path / "out"), "--workers", "1",
+            "--no-progress")
+    build = build_dir(tmp_path / "out")
+    rows = {r["source_path"]: r for f in sorted((build / "shards").glob("*.parquet"))
+            for r in pq.read_table(f).to_pylist()}
+    main = rows["src/main.cc"]
+    assert json.loads(main["language_info"])["edges"] == "libclang"
+    info = json.loads(main["build_info"])
+    assert "main.cc" in info["command"] and info["status"] == "ok"
+    assert json.loads(main["platform_info"])["std"] == "c++17"
+    names = [c["name"] for c in main["chunk_boundaries"]]
+    assert (names.index("main"), names.index("twice")) in {(e["from"], e["to"]) for e in main["call_edges"]}
+    assert main["constituents"] == [{"repo": "fx", "commit": main["source_commit"], "path": "src/main.cc",
+                                     "start": 0, "end": len(main["text"]), "license_spdx": "MIT"}]
+    assert json.loads(rows["src/util.cc"]["language_info"])["edges"] == "libclang"
+
+
+def test_v5_dependency_documents_from_the_fixture(tmp_path):
+    """A v5 build of the fixture project with its own compile database: preamble, then dependencies by level
+    (leaves first), then the function; build_info is its compile command; pieces trace to the file bytes."""
+    import pyarrow.parquet as pq
+
+    proj = _fixture_source(tmp_path)
     sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
     run_cli("build", "--version", "v5", "--sources", str(sources), "--out", str(tmp_path / "out"), "--workers", "1",
             "--no-progress")
