@@ -24,7 +24,6 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
-from cpp_data.schemas.manifest import sha256_file
 from cpp_data.stages.shards import SPLITS, ShardParams, ShardWriter
 
 _META = ["source_repo", "source_commit", "source_path", "license_spdx", "license_source", "license_confidence",
@@ -139,9 +138,6 @@ class ContextGraph(Stage):
             written = writer.close()
             counts[split] = sum(e["rows"] for e in written)
             files += written
-        for entry in files:
-            path = ctx.out / entry["path"]
-            entry.update(kind="shard", bytes=path.stat().st_size, sha256=sha256_file(path))
         atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": files})
         with_context = sum(1 for k in order if callees[k] or callers[k])
         return {"documents": counts["train"] + counts["valid"], "train_documents": counts["train"],

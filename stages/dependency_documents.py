@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
-from cpp_data.schemas.manifest import sha256_file
 from cpp_data.stages import keys
 from cpp_data.stages.exact_dedup import license_parts
 from cpp_data.stages.shards import SPLITS, ShardParams, ShardWriter
@@ -148,9 +147,6 @@ class DependencyDocuments(Stage):
             written = writers[s].close()
             counts[f"{s}_documents"] = sum(e["rows"] for e in written)
             files += written
-        for entry in files:
-            path = ctx.out / entry["path"]
-            entry.update(kind="shard", bytes=path.stat().st_size, sha256=sha256_file(path))
         atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": files})
         counts["documents"] = counts["train_documents"] + counts["valid_documents"]
         counts["shards"], counts["shard_bytes"] = len(files), sum(e["bytes"] for e in files)

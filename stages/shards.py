@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -79,7 +80,8 @@ class ShardWriter:
         self.writer.close()
         final = self.directory / f"{self.split}-{self.index:05d}.parquet"
         os.replace(self.tmp, final)
-        self.files.append({"path": f"shards/{final.name}", "split": self.split, "rows": self.rows_in_shard})
+        self.files.append({"path": f"shards/{final.name}", "split": self.split, "rows": self.rows_in_shard,
+                           "kind": "shard", "bytes": final.stat().st_size, "sha256": sha256_file(final)})
         self.writer, self.rows_in_shard = None, 0
         self.index += 1
 
@@ -110,6 +112,32 @@ class ShardWriter:
         if self.writer is not None:
             self._close_shard()
         return self.files
+
+
+def rewrite_shards(src: Path, out: Path, transform, compression: str, compression_level: int,
+                   desc: str = "", progress: bool = False) -> list[dict]:
+    """Copy the shards listed in src/shards.json to out/shards/, each row group through `transform(table,
+    entry)`, keeping files, row groups and row order; returns the listing with each file's new bytes and
+    SHA-256. (structure and token_columns add columns this way, so `text` stays byte-identical.)"""
+    listing = json.loads((src / "shards.json").read_text())["files"]
+    (out / "shards").mkdir(exist_ok=True)
+    result = []
+    for entry in tqdm(listing, desc=desc, unit="shard", leave=False, disable=not progress):
+        pf = pq.ParquetFile(src / entry["path"])
+        final = out / entry["path"]
+        tmp = final.with_name(f".{final.name}.tmp")
+        writer = None
+        for rg in range(pf.num_row_groups):
+            table = transform(pf.read_row_group(rg), entry)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, table.schema, compression=compression,
+                                          compression_level=compression_level, write_page_checksum=True)
+            writer.write_table(table, row_group_size=table.num_rows)
+        if writer is not None:
+            writer.close()
+            os.replace(tmp, final)
+        result.append({**entry, "bytes": final.stat().st_size, "sha256": sha256_file(final)})
+    return result
 
 
 def _flatten_history(table: pa.Table) -> pa.Table:
@@ -205,9 +233,6 @@ class Shards(Stage):
             files += out.close()
             rows[s_name] = n
         tmp.rmdir()
-        for entry in files:
-            path = ctx.out / entry["path"]
-            entry.update(kind="shard", bytes=path.stat().st_size, sha256=sha256_file(path))
         atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": files})
         return {
             "documents": rows["train"] + rows["valid"],

@@ -22,7 +22,6 @@ tables, not by the per-character arrays of the whole corpus.
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -36,8 +35,8 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
-from cpp_data.schemas.manifest import sha256_file
 from cpp_data.stages import syntax
+from cpp_data.stages.shards import rewrite_shards
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
 ENRICHED = "v6"  # the generation whose columns these shards carry, whatever the recipe's (they feed v4 too)
@@ -159,7 +158,7 @@ class Structure(Stage):
         src = ctx.input("shards").path
         listing = json.loads((src / "shards.json").read_text())["files"]
         parser = syntax.new_parser()
-        repos: dict[str, dict] = defaultdict(dict)  # repo -> {(path, commit): spans and calls only}
+        repos: dict[str, dict] = defaultdict(dict)  # repo -> {path: spans and calls only}
         for entry in tqdm(listing, desc=f"{ctx.label}: call graph", unit="shard", leave=False,
                           disable=not ctx.executor.progress):
             pf = pq.ParquetFile(src / entry["path"])
@@ -179,47 +178,36 @@ class Structure(Stage):
             ctx.out / "call_graph.parquet", compression="zstd")
         n_edges = sum(len(e) for by_file, _ in graphs.values() for e in by_file.values())
         del repos
-        (ctx.out / "shards").mkdir()
-        out_listing, error_bytes, total_bytes, chunks = [], 0, 0, 0
-        for entry in tqdm(listing, desc=f"{ctx.label}: columns", unit="shard", leave=False,
-                          disable=not ctx.executor.progress):
-            pf = pq.ParquetFile(src / entry["path"])
-            final = ctx.out / entry["path"]
-            tmp = final.with_name(f".{final.name}.tmp")
-            writer = None
-            for rg in range(pf.num_row_groups):
-                table = pf.read_row_group(rg)
-                arrays = {name: [] for name in _ARRAYS}
-                extra = {k: [] for k in ("chunk_boundaries", "call_edges", "type_edges", "language_info",
-                                         "build_info", "platform_info", "constituents")}
-                for text, repo, path, commit, lic in zip(*(table.column(c).to_pylist() for c in (
-                        "text", "source_repo", "source_path", "source_commit", "license_spdx"))):
-                    fs = syntax.analyze(text, parser)
-                    error_bytes += fs.error_bytes
-                    total_bytes += fs.n_bytes
-                    for name in _ARRAYS:
-                        arrays[name].append(getattr(fs, name))
-                    by_file, levels = graphs[repo]
-                    cols = document_columns(text, path, fs, by_file.get(path, []), levels, semantic.get(repo),
-                                            {"repo": repo, "commit": commit, "path": path, "license_spdx": lic})
-                    chunks += len(cols["chunk_boundaries"])
-                    for k in extra:
-                        extra[k].append(cols[k])
-                types = {c.name: c.type for c in generation_columns(ENRICHED)}
-                for name, dtype in _ARRAYS.items():
-                    table = table.append_column(name, _lists(arrays[name], dtype).cast(types[name]))
-                for name, values in extra.items():
-                    table = table.append_column(name, pa.array(values, type=types[name]))
-                schema = write_schema(ENRICHED, table.column_names)
-                table = table.select(schema.names).cast(schema)
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, schema, compression=p.compression,
-                                              compression_level=p.compression_level, write_page_checksum=True)
-                writer.write_table(table, row_group_size=table.num_rows)
-            if writer is not None:
-                writer.close()
-                os.replace(tmp, final)
-            out_listing.append({**entry, "bytes": final.stat().st_size, "sha256": sha256_file(final)})
+        stats = {"error_bytes": 0, "total_bytes": 0, "chunks": 0}
+        types = {c.name: c.type for c in generation_columns(ENRICHED)}
+
+        def transform(table: pa.Table, entry: dict) -> pa.Table:
+            arrays = {name: [] for name in _ARRAYS}
+            extra = {k: [] for k in ("chunk_boundaries", "call_edges", "type_edges", "language_info",
+                                     "build_info", "platform_info", "constituents")}
+            for text, repo, path, commit, lic in zip(*(table.column(c).to_pylist() for c in (
+                    "text", "source_repo", "source_path", "source_commit", "license_spdx"))):
+                fs = syntax.analyze(text, parser)
+                stats["error_bytes"] += fs.error_bytes
+                stats["total_bytes"] += fs.n_bytes
+                for name in _ARRAYS:
+                    arrays[name].append(getattr(fs, name))
+                by_file, levels = graphs[repo]
+                cols = document_columns(text, path, fs, by_file.get(path, []), levels, semantic.get(repo),
+                                        {"repo": repo, "commit": commit, "path": path, "license_spdx": lic})
+                stats["chunks"] += len(cols["chunk_boundaries"])
+                for k in extra:
+                    extra[k].append(cols[k])
+            for name, dtype in _ARRAYS.items():
+                table = table.append_column(name, _lists(arrays[name], dtype).cast(types[name]))
+            for name, values in extra.items():
+                table = table.append_column(name, pa.array(values, type=types[name]))
+            schema = write_schema(ENRICHED, table.column_names)
+            return table.select(schema.names).cast(schema)
+
+        out_listing = rewrite_shards(src, ctx.out, transform, p.compression, p.compression_level,
+                                     f"{ctx.label}: columns", ctx.executor.progress)
+        error_bytes, total_bytes, chunks = stats["error_bytes"], stats["total_bytes"], stats["chunks"]
         atomic_write_json(ctx.out / "shards.json", {"generation": ENRICHED, "files": out_listing})
         return {"documents": sum(e["rows"] for e in out_listing), "chunks": chunks, "call_edges_by_name": n_edges,
                 "error_byte_share": round(error_bytes / total_bytes, 4) if total_bytes else 0.0,

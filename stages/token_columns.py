@@ -9,21 +9,17 @@ shards stage wrote them, so `text` is byte-identical.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
-from cpp_data.schemas.manifest import sha256_file
+from cpp_data.stages.shards import rewrite_shards
 from cpp_data.tokenizer.files import load_tokenizer
 
 
@@ -74,27 +70,18 @@ class TokenColumns(Stage):
     def run(self, ctx: StageContext) -> dict:
         p: TokenColumnsParams = self.params
         tok = load_tokenizer(ctx.input("tokenizer").path / "tokenizer")
-        src = ctx.input("structure").path
-        listing = []
-        tokens = 0
-        (ctx.out / "shards").mkdir()
-        for entry in tqdm(json.loads((src / "shards.json").read_text())["files"], desc=f"{ctx.label}: tokenize",
-                          unit="shard", leave=False, disable=not ctx.executor.progress):
-            pf = pq.ParquetFile(src / entry["path"])
-            final = ctx.out / entry["path"]
-            tmp = final.with_name(f".{final.name}.tmp")
-            writer, file_tokens = None, 0
-            for rg in range(pf.num_row_groups):
-                table = add_token_columns(pf.read_row_group(rg), tok, p.generation)
-                file_tokens += int(pa.compute.sum(pa.compute.list_value_length(table.column("token_ids"))).as_py() or 0)
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, table.schema, compression=p.compression,
-                                              compression_level=p.compression_level, write_page_checksum=True)
-                writer.write_table(table, row_group_size=table.num_rows)
-            if writer is not None:
-                writer.close()
-                os.replace(tmp, final)
-            tokens += file_tokens
-            listing.append({**entry, "tokens": file_tokens, "bytes": final.stat().st_size, "sha256": sha256_file(final)})
+        tokens: dict[str, int] = {}
+
+        def transform(table: pa.Table, entry: dict) -> pa.Table:
+            table = add_token_columns(table, tok, p.generation)
+            n = int(pa.compute.sum(pa.compute.list_value_length(table.column("token_ids"))).as_py() or 0)
+            tokens[entry["path"]] = tokens.get(entry["path"], 0) + n
+            return table
+
+        listing = rewrite_shards(ctx.input("structure").path, ctx.out, transform, p.compression,
+                                 p.compression_level, f"{ctx.label}: tokenize", ctx.executor.progress)
+        for entry in listing:
+            entry["tokens"] = tokens.get(entry["path"], 0)
         atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": listing})
+        tokens = sum(tokens.values())
         return {"tokens": tokens, "shards": len(listing), "shard_bytes": sum(e["bytes"] for e in listing)}
