@@ -443,9 +443,19 @@ def cmd_train(args) -> int:
     return EXIT_OK
 
 
+def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
+    """Every path a user gave becomes absolute here, once, against the working directory the command was
+    started in: nothing below the CLI ever sees a relative path (datatrove and git resolve relative paths
+    against other directories than the user's)."""
+    for key, value in vars(args).items():
+        if isinstance(value, Path):
+            setattr(args, key, Path(os.path.abspath(os.path.expanduser(value))))
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = absolute_paths(parser.parse_args(argv))
     if args.command == "build":
         return cmd_build(args)
     if args.command == "validate":

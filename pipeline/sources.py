@@ -2,7 +2,8 @@
 
 A sources file is TOML with one `[[source]]` table per input:
     name = "googletest"             unique, [A-Za-z0-9._-]+
-    url = "/usr/src/googletest"     a git URL, a local git repository, or a plain local directory
+    url = "/usr/src/googletest"     a git URL, a local git repository, or a plain local directory; a relative
+                                    local path is resolved against the directory of the sources file
     ref = "v1.15.0"                 tag, branch or commit (git only; leave it out for a plain directory)
     license = "BSD-3-Clause"        optional SPDX expression, the last fallback of the license cascade
     vendored = true                 optional: this source is a vendored or mirrored copy; in duplicate clusters
@@ -61,8 +62,9 @@ class LockedSource:
     history_from_commit: str | None = None  # resolved
 
     def pin(self) -> dict:
-        """What identifies this source's content and treatment (goes into stage fingerprints)."""
-        pin = {"name": self.name, "url": self.url, "kind": self.kind, "commit": self.commit,
+        """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
+        is provenance only: the same commit or tree digest read from another place is the same source."""
+        pin = {"name": self.name, "kind": self.kind, "commit": self.commit,
                "license": self.license, "vendored": self.vendored}
         if self.history_from_commit:  # only then, so pins of sources without history keep their fingerprints
             pin["history_from_commit"] = self.history_from_commit
@@ -101,6 +103,8 @@ def load_sources(path: Path) -> list[SourceSpec]:
         seen.add(name)
         if not isinstance(url, str) or not url:
             raise SourcesError(f"{where}: 'url' must be a git URL or a local path")
+        if _is_local(url):  # relative to the sources file, not to wherever the command runs
+            url = os.path.abspath(os.path.join(path.resolve().parent, os.path.expanduser(url)))
         ref = table.get("ref")
         if ref is not None and (not isinstance(ref, str) or not ref):
             raise SourcesError(f"{where}: 'ref' must be a non-empty string")
