@@ -1,5 +1,5 @@
 """Compile databases for the libclang layer: read compile_commands.json, clean each command into parser
-arguments, find clang's builtin headers, and generate a database for a CMake project (configure only).
+arguments, find clang's builtin headers, (clang_index/configure.py finds or makes the database).
 
 The PyPI libclang wheel ships libclang.so but no builtin headers (stddef.h, ...): without `-resource-dir`
 pointing at Debian's libclang-common-19-dev every TU fails. Commands are shell-split (splitting on whitespace
@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,22 +108,3 @@ def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None) -> l
         else:
             out.append(a)
     return out + ["-resource-dir", str(resource_dir or find_resource_dir())]
-
-
-
-def generate_cmake_database(source_dir: Path, build_dir: Path, cmake_args: list[str], timeout_s: float = 600) -> Path:
-    """Configure (never build) a CMake project with CMAKE_EXPORT_COMPILE_COMMANDS=ON; returns the database path.
-    RuntimeError with CMake's last error line when configuring fails."""
-    build_dir.mkdir(parents=True, exist_ok=True)
-    cmd = ["cmake", "-S", str(source_dir), "-B", str(build_dir), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *cmake_args]
-    if any(Path(p, "ninja").exists() for p in os.environ.get("PATH", "").split(os.pathsep)):
-        cmd += ["-G", "Ninja"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        raise RuntimeError("cmake is not installed (apt-get install cmake)") from None
-    db = build_dir / "compile_commands.json"
-    if proc.returncode != 0 or not db.is_file():
-        tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no compile_commands.json"]
-        raise RuntimeError(f"cmake configure of {source_dir} failed: {tail[0]}")
-    return db

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from cpp_data.pipeline.errors import BadInput
+
 
 @dataclass(frozen=True)
 class ModelSize:
@@ -30,7 +32,7 @@ def build_model(size: str, vocab_size: int, seq_length: int, device: torch.devic
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     if size not in SIZES:
-        raise ValueError(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
+        raise BadInput(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
     s = SIZES[size]
     config = TransformerConfig(
         **asdict(s), use_cpu_initialization=device.type == "cpu", params_dtype=torch.float32,

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from cpp_data.pipeline.errors import BadInput
+
 
 @dataclass
 class TrainConfig:
@@ -152,7 +154,7 @@ def train(c: TrainConfig, log=print) -> dict:
         f"steps {start}..{c.steps}")
     micro = c.micro_batch_size or c.batch_size
     if c.batch_size % micro:
-        raise ValueError(f"micro batch {micro} does not divide batch {c.batch_size}")
+        raise BadInput(f"micro batch {micro} does not divide batch {c.batch_size}")
     accum = c.batch_size // micro
     loader = DataLoader(Subset(train_ds, range(start * c.batch_size, c.steps * c.batch_size)),
                         batch_size=micro, shuffle=False, num_workers=c.num_workers,

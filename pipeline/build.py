@@ -76,14 +76,35 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
         "text_bytes": shards.get("text_bytes", 0),
         "tokens": tokens.get("tokens", 0),
         "tokenizer_vocab_size": tok.get("vocab_size"),
+        "tokenizer_learned_ids": tok.get("learned_ids"),
+        "tokenizer_padding_ids": tok.get("padding_ids"),
         "tokenizer_sha256": tok.get("sha256"),
         "semantic_coverage": coverage,
-        "packed_seq_len": packed.get("seq_len"),
+        "packed_seq_length": packed.get("seq_length"),
         "packing": packed.get("telemetry"),
         "wall_seconds": round(seconds, 2),
         "stage_seconds": round(stage_seconds, 2),
         "throughput_mb_s": round(collected_bytes / 1e6 / stage_seconds, 2) if stage_seconds else None,
+        "warnings": _warnings(shards, tok),
     }
+
+
+def _warnings(shards: dict, tok: dict) -> list[str]:
+    """What a user should know before training on this build."""
+    out = []
+    valid = shards.get("valid_documents", 0)
+    if shards.get("documents", 0) and valid < 10:
+        out.append(f"only {valid} validation document(s); validation loss will be noisy (a larger corpus or a "
+                   f"larger shards.valid_fraction gives more)")
+    if shards.get("moved_to_valid"):
+        out.append(f"the hash split chose no validation document; {shards['moved_to_valid']} was moved to it")
+    if tok.get("padding_ids"):
+        out.append(f"the tokenizer learned {tok['learned_ids']:,} of {tok['vocab_size']:,} ids; "
+                   f"{tok['padding_ids']:,} are padding (tokenizer.cap_vocab_to_corpus = true avoids them)")
+    elif tok.get("requested_vocab_size") and tok["vocab_size"] < tok["requested_vocab_size"]:
+        out.append(f"the corpus filled {tok['learned_ids']:,} ids, so the vocabulary is {tok['vocab_size']:,}, "
+                   f"not the recipe's {tok['requested_vocab_size']:,}")
+    return out
 
 
 def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -> str:
@@ -104,17 +125,23 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     lines.append(f"  shards             {summary['shards']} ({summary['shard_bytes'] / 1e6:.1f} MB on disk, "
                  f"{summary['text_bytes'] / 1e6:.1f} MB of text)")
     for source, c in (summary.get("semantic_coverage") or {}).items():
+        if c["database"] == "none":
+            lines.append(f"  libclang {source:<11} no compile database ({c.get('database_reason', '')}): "
+                         f"{c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
+            continue
         lines.append(f"  libclang {source:<11} {c['database']} database: {c['files_matched_to_compile_command']}/"
                      f"{c['source_files']} sources matched, {c['tus_clean']}/{c['tus']} TUs clean, "
                      f"{c['tus_with_errors']} with errors, {c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
+        lines.append(f"    from {c.get('database_reason', c['database'])}")
     for split, t in (summary.get("packing") or {}).items():
-        lines.append(f"  packed {split:<11} {t['rows']:,} rows of {summary['packed_seq_len']}: "
+        lines.append(f"  packed {split:<11} {t['rows']:,} rows of {summary['packed_seq_length']}: "
                      f"{t['slot_utilization']:.1%} of slots used, {t['docs_per_row']:.2f} docs/row, "
                      f"{t['cropped_token_share']:.1%} of tokens in split documents, {t['fim_documents']:,} FIM")
     if summary.get("tokenizer_sha256"):
         bpt = summary["text_bytes"] / summary["tokens"] if summary.get("tokens") else 0
         lines.append(f"  tokens             {summary['tokens']:,} ({bpt:.2f} bytes/token; tokenizer "
-                     f"{summary['tokenizer_vocab_size']:,} ids, sha256 {summary['tokenizer_sha256'][:12]})")
+                     f"{summary['tokenizer_vocab_size']:,} ids ({summary['tokenizer_learned_ids']:,} learned, "
+                     f"{summary['tokenizer_padding_ids']:,} padding), sha256 {summary['tokenizer_sha256'][:12]})")
     tp = summary["throughput_mb_s"]
     lines.append(f"  time               {summary['wall_seconds']:.1f}s this run; stages {summary['stage_seconds']:.1f}s"
                  + (f", {tp} MB/s of C/C++ collected" if tp else ""))
@@ -189,7 +216,8 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
             files.append({"path": rel, "kind": "tokenizer", "split": None, "rows": None,
                           "bytes": f.stat().st_size, "sha256": sha256_file(f)})
         tokenizer = {"path": "tokenizer/tokenizer.json", "sha256": tok_art.counts["sha256"],
-                     "vocab_size": tok_art.counts["vocab_size"], "band_revision": tok_art.counts["band_revision"]}
+                     "vocab_size": tok_art.counts["vocab_size"], "band_revision": tok_art.counts["band_revision"],
+                     **{k: tok_art.counts.get(k) for k in ("requested_vocab_size", "learned_ids", "padding_ids")}}
     files += _publish_exports(runner, partial, final)
     ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
     hardlink_or_copy(ledger_src, partial / "provenance" / "ledger.parquet")

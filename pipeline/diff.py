@@ -1,8 +1,9 @@
 """`cpp-data diff A B`: what changed between two builds, keyed by (repo, path) with the commit each side saw;
 for the history generations (v2, v3), whose documents are versions, by (repo, path, commit read at).
 
-- documents: added (only in B), removed (only in A), changed (same repo and path, other text or commit),
-  unchanged, from the shards of each build (read through the tolerant reader);
+- documents: added (only in B), removed (only in A), changed (same repo and path, other text),
+  same_text_new_pin (same text, but the source's pin moved), unchanged, from the shards of each build (read
+  through the tolerant reader);
 - refusals: files whose ledger decision moved from kept (or absent) in A to a refusal in B, by decision and rule;
 - distributions: documents and text bytes per license and per repo, in A and in B;
 - schema: generation of each build and shard columns added, removed or retyped.
@@ -67,8 +68,10 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
             kind = "added"
         elif new is None:
             kind = "removed"
-        elif old[:2] != new[:2]:
+        elif old[1] != new[1]:
             kind = "changed"
+        elif old[0] != new[0]:
+            kind = "same_text_new_pin"  # the source's pin moved, this document's text did not
         else:
             kind = "unchanged"
         kinds[kind] += 1
@@ -97,7 +100,8 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
     return {
         "a": {"build": ma["build"], "generation": ma["schema_generation"], "documents": len(da)},
         "b": {"build": mb["build"], "generation": mb["schema_generation"], "documents": len(db)},
-        "documents": {k: kinds.get(k, 0) for k in ("added", "removed", "changed", "unchanged")},
+        "documents": {k: kinds.get(k, 0) for k in ("added", "removed", "changed", "same_text_new_pin",
+                                                        "unchanged")},
         "newly_refused": dict(sorted(refused.items())),
         "licenses": {"a": dist(da, 2), "b": dist(db, 2)},
         "repos": {"a": dist(da, -1), "b": dist(db, -1)},
@@ -139,7 +143,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"A {a['build']} ({a['generation']}, {a['documents']:,} documents)",
              f"B {b['build']} ({b['generation']}, {b['documents']:,} documents)", "",
              f"documents: +{d['added']:,} added, -{d['removed']:,} removed, ~{d['changed']:,} changed, "
-             f"{d['unchanged']:,} unchanged",
+             f"{d['same_text_new_pin']:,} same text under a new pin, {d['unchanged']:,} unchanged",
              f"text bytes: {result['text_bytes']['a']:,} -> {result['text_bytes']['b']:,}"]
     if result["newly_refused"]:
         lines.append("newly refused in B:")

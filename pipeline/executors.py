@@ -21,6 +21,8 @@ from typing import Any
 from datatrove.executor import LocalPipelineExecutor
 from tqdm import tqdm
 
+from cpp_data.pipeline.errors import BadInput
+
 
 @dataclass(frozen=True)
 class ExecutorConfig:
@@ -129,7 +131,7 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
             cpus_per_task=opts.pop("cpus_per_task", 1), mem_per_cpu_gb=opts.pop("mem_per_cpu_gb", 2),
             sbatch_args=opts.pop("sbatch_args", None), **opts,
         )
-    raise ValueError(f"unknown executor {cfg.kind!r}; use local, ray or slurm")
+    raise BadInput(f"unknown executor {cfg.kind!r}; use local, ray or slurm")
 
 
 def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: Path, label: str) -> dict[str, int]:

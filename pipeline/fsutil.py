@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from cpp_data.pipeline.errors import BadInput
+
 COMPLETE = "_COMPLETE"
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -61,10 +63,10 @@ def read_versioned_json(path: Path, fmt: str, missing: str = "missing") -> dict:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ValueError(f"{path}: {missing}") from None
+        raise BadInput(f"{path}: {missing}") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        raise BadInput(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != fmt:
         got = data.get("format") if isinstance(data, dict) else None
-        raise ValueError(f"{path}: format {got!r}, expected {fmt!r}")
+        raise BadInput(f"{path}: format {got!r}, expected {fmt!r}")
     return data

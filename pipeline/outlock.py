@@ -14,8 +14,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cpp_data.pipeline.errors import Locked
 
-class BuildLocked(RuntimeError):
+
+class BuildLocked(Locked):
     """Another process holds the output directory."""
 
 

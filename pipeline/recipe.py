@@ -20,8 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from cpp_data.pipeline.errors import BadInput
 
-class RecipeError(ValueError):
+
+class RecipeError(BadInput):
     """A recipe that cannot be used; one line naming the file and the problem."""
 
 

@@ -1,7 +1,7 @@
 """`cpp-data report BUILD`: one self-contained HTML page (inline SVG plots, no scripts, no network) about a
 build: sources and pins, license distribution by repo, refusal reasons, duplicate cluster sizes, document
-lengths, stage times. Token histograms and semantic-index coverage appear once the tokenizer and libclang
-stages produce them. Plots are drawn with matplotlib (Agg) and embedded as SVG.
+lengths, tokens per document, semantic-index coverage by repo and stage times. Plots are drawn with matplotlib
+(Agg) and embedded as SVG. A sealed build is never written into: the page goes to OUT/reports/BUILD.html.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _bar(labels: list[str], values: list[float], title: str, xlabel: str) -> str
     return _svg(fig)
 
 
-def _stacked(repos: list[str], licenses: list[str], counts: dict, title: str) -> str:
+def _stacked(repos: list[str], licenses: list[str], counts: dict, title: str, xlabel: str = "documents") -> str:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 0.5 * max(3, len(repos)) + 1))
@@ -52,7 +52,7 @@ def _stacked(repos: list[str], licenses: list[str], counts: dict, title: str) ->
         left = [a + b for a, b in zip(left, vals)]
     ax.invert_yaxis()
     ax.set_title(title)
-    ax.set_xlabel("documents")
+    ax.set_xlabel(xlabel)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return _svg(fig)
 
@@ -74,7 +74,29 @@ def _hist(values: list[float], title: str, xlabel: str, log: bool = False) -> st
     return _svg(fig)
 
 
-def build_report(build: Path) -> Path:
+def default_report_path(build: Path) -> Path:
+    """OUT/reports/BUILD.html, beside the builds, never inside a sealed one."""
+    return Path(build).parent.parent / "reports" / f"{Path(build).name}.html"
+
+
+def _coverage(coverage: dict) -> str:
+    """Semantic-index coverage by repository: files indexed by libclang against files left to tree-sitter, and
+    where each compile database came from."""
+    if not coverage:
+        return "<p>This build's recipe has no libclang stage.</p>"
+    repos = sorted(coverage)
+    counts = {}
+    for r in repos:
+        counts[(r, "indexed by libclang")] = coverage[r].get("files_indexed", 0)
+        counts[(r, "tree-sitter only")] = coverage[r].get("files_fallen_back_to_tree_sitter", 0)
+    rows = "".join(f"<tr><td>{html.escape(r)}</td><td>{html.escape(str(c.get('database')))}</td>"
+                   f"<td>{c.get('tus_clean', 0)}/{c.get('tus', 0)}</td>"
+                   f"<td>{html.escape(str(c.get('database_reason', '')))}</td></tr>" for r, c in sorted(coverage.items()))
+    return (_stacked(repos, ["indexed by libclang", "tree-sitter only"], counts, "files by semantic layer", "files")
+            + f"<table><tr><th>repo</th><th>database</th><th>TUs clean</th><th>why</th></tr>{rows}</table>")
+
+
+def build_report(build: Path, out: Path | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,8 +113,12 @@ def build_report(build: Path) -> Path:
         if r["decision"] in ("exact_duplicate", "near_duplicate"):
             clusters[(r["decision"], r["cluster_id"])] += 1
     sizes = [n + 1 for n in clusters.values()]  # + the kept copy
-    lengths = [n for t in iter_build_shards(build, columns_wanted=["size_bytes"])
-               for n in t.column("size_bytes").to_pylist()]
+    lengths, token_counts = [], []
+    wanted = ["size_bytes", "token_ids"] if manifest.get("tokenizer") else ["size_bytes"]
+    for t in iter_build_shards(build, columns_wanted=wanted):
+        lengths += t.column("size_bytes").to_pylist()
+        if "token_ids" in t.column_names:
+            token_counts += [len(ids or ()) for ids in t.column("token_ids").to_pylist()]
     stage_s: Counter = Counter()
     for st in manifest["stages"]:
         stage_s[st["stage"]] += st.get("seconds") or 0
@@ -108,8 +134,9 @@ def build_report(build: Path) -> Path:
         ("Document lengths", _hist(lengths, "documents by size", "bytes (log scale)", log=True)),
         ("Stage times", _bar(list(stage_s), [round(v, 2) for v in stage_s.values()], "seconds per stage",
                              "seconds")),
-        ("Token histogram", "<p>Not available: this build has no tokenizer stage yet.</p>"),
-        ("Semantic-index coverage", "<p>Not available: this build has no libclang stage yet.</p>"),
+        ("Tokens per document", _hist(token_counts, "documents by tokens", "tokens (log scale)", log=True)
+         if token_counts else "<p>This build's recipe has no tokenizer stage.</p>"),
+        ("Semantic-index coverage", _coverage(manifest.get("semantic_coverage") or {})),
     ]
     totals = manifest.get("totals", {})
     pins = "".join(f"<tr><td>{html.escape(s['name'])}</td><td>{html.escape(s.get('requested_ref') or '-')}</td>"
@@ -131,6 +158,6 @@ cpp-data {html.escape(manifest['cpp_data_version'])}; {totals.get('documents', 0
 <script type="application/json" id="summary">{html.escape(json.dumps(totals))}</script>
 </body></html>
 """
-    out = build / "reports" / "report.html"
+    out = Path(out) if out else default_report_path(build)
     atomic_write_text(out, page)
     return out

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cpp_data.pipeline.errors import BadInput, CheckFailed
 from cpp_data import __version__
 from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
@@ -30,7 +31,7 @@ from cpp_data.pipeline.sources import LockedSource
 from cpp_data.pipeline.stage import Artifact, Stage, StageContext
 
 
-class StageFailed(RuntimeError):
+class StageFailed(CheckFailed):
     """A stage raised; the message names the stage instance and the cause."""
 
 
@@ -87,7 +88,7 @@ class Runner:
         self.executor = executor
         for flag, value in (("--only", only), ("--from", from_stage)):
             if value is not None and value not in recipe.stages:
-                raise ValueError(f"{flag} {value}: not a stage of recipe {recipe.version} "
+                raise BadInput(f"{flag} {value}: not a stage of recipe {recipe.version} "
                                  f"({', '.join(recipe.stages)})")
         self.only, self.from_stage, self.force = only, from_stage, force
         self.tasks = self._plan(STAGES)

@@ -11,6 +11,8 @@ A sources file is TOML with one `[[source]]` table per input:
                                     such as third_party/ mark files as vendored)
     history_from = "v1.12.0"        optional (git): the older end of the commit walk of the v2/v3 recipes
                                     (exclusive); locked to a commit like `ref`
+    configure = false               optional: never run this source's CMake/Meson configure for libclang (its
+                                    own compile_commands.json is still used; default true)
 
 Locking resolves every ref to a full commit SHA (`git ls-remote` / `git rev-parse`); a plain directory is pinned
 by a digest of its tree (paths, link targets and file contents), written as `tree:<sha256>`. A build records only
@@ -26,15 +28,17 @@ import re
 import subprocess
 import tomllib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+
+from cpp_data.pipeline.errors import BadInput
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
-class SourcesError(ValueError):
+class SourcesError(BadInput):
     """A sources or lock file that cannot be used; the message is one line naming file and problem."""
 
 
@@ -46,6 +50,7 @@ class SourceSpec:
     license: str | None = None
     vendored: bool = False
     history_from: str | None = None
+    configure: bool = True
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class LockedSource:
     vendored: bool = False
     history_from: str | None = None  # requested
     history_from_commit: str | None = None  # resolved
+    configure: bool = True
 
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
@@ -68,6 +74,8 @@ class LockedSource:
                "license": self.license, "vendored": self.vendored}
         if self.history_from_commit:  # only then, so pins of sources without history keep their fingerprints
             pin["history_from_commit"] = self.history_from_commit
+        if not self.configure:
+            pin["configure"] = False
         return pin
 
 
@@ -90,7 +98,7 @@ def load_sources(path: Path) -> list[SourceSpec]:
         where = f"{path}: source #{i}"
         if not isinstance(table, dict):
             raise SourcesError(f"{where}: must be a [[source]] table")
-        allowed = {"name", "url", "ref", "license", "vendored", "history_from"}
+        allowed = {"name", "url", "ref", "license", "vendored", "history_from", "configure"}
         unknown = set(table) - allowed
         if unknown:
             raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(allowed))})")
@@ -117,7 +125,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         since = table.get("history_from")
         if since is not None and (not isinstance(since, str) or not since):
             raise SourcesError(f"{where}: 'history_from' must be a non-empty ref string")
-        specs.append(SourceSpec(name, url, ref, lic, vendored, since))
+        configure = table.get("configure", True)
+        if not isinstance(configure, bool):
+            raise SourcesError(f"{where}: 'configure' must be true or false")
+        specs.append(SourceSpec(name, url, ref, lic, vendored, since, configure))
     return specs
 
 
@@ -205,7 +216,7 @@ def directory_digest(root: Path) -> str:
 
 def resolve(spec: SourceSpec) -> LockedSource:
     """Resolve a source's ref (and history_from) to commits, or a directory to its tree digest."""
-    locked = _resolve_ref(spec)
+    locked = replace(_resolve_ref(spec), configure=spec.configure)
     if spec.history_from is None:
         return locked
     where = f"source {spec.name!r} ({spec.url})"
@@ -270,17 +281,47 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
     atomic_write_text(Path(path), "\n".join(lines))
 
 
+_LOCK_TYPES = {"name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
+               "locked_at": str, "license": (str, type(None)), "vendored": bool, "history_from": (str, type(None)),
+               "history_from_commit": (str, type(None)), "configure": bool}
+
+
 def read_lock(path: Path) -> list[LockedSource]:
-    """Read a lock file written by `write_lock`; raises SourcesError."""
+    """Read a lock file written by `write_lock`; raises SourcesError naming the file, entry and key."""
     try:
         data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SourcesError(f"{path}: unreadable lock file ({exc})") from None
-    try:
-        return [LockedSource(**{"requested_ref": None, "license": None, "vendored": False, **table})
-                for table in data.get("source", [])]
-    except TypeError as exc:
-        raise SourcesError(f"{path}: malformed lock entry ({exc})") from None
+    except OSError as exc:
+        raise SourcesError(f"{path}: unreadable lock file ({exc.strerror or exc})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SourcesError(f"{path}: not a valid lock file ({exc})") from None
+    tables = data.get("source", [])
+    if not isinstance(tables, list):
+        raise SourcesError(f"{path}: 'source' must be a list of [[source]] tables")
+    out = []
+    for i, table in enumerate(tables, 1):
+        where = f"{path}: entry #{i}"
+        if not isinstance(table, dict):
+            raise SourcesError(f"{where}: must be a [[source]] table")
+        unknown = set(table) - set(_LOCK_TYPES)
+        missing = {"name", "url", "kind", "commit", "locked_at"} - set(table)
+        if unknown or missing:
+            raise SourcesError(f"{where}: " + (f"unknown keys {sorted(unknown)}" if unknown
+                                               else f"missing keys {sorted(missing)}"))
+        for key, value in table.items():
+            if not isinstance(value, _LOCK_TYPES[key]):
+                raise SourcesError(f"{where} ({table.get('name')!r}): {key} = {value!r} has the wrong type; "
+                                   f"write the lock again with: cpp-data sources lock SOURCES")
+        out.append(LockedSource(**{"requested_ref": None, "license": None, "vendored": False, **table}))
+    return out
+
+
+def check_directory_pins(pins: list[LockedSource], lock_file: Path, sources_file: Path) -> None:
+    """A plain directory edited after it was locked must never build as its old pin (the cache would answer
+    "nothing to do" for content that is no longer there): compare each directory's digest with its pin."""
+    for src in pins:
+        if src.kind == "dir" and Path(src.url).is_dir() and directory_digest(Path(src.url)) != src.commit:
+            raise SourcesError(f"{lock_file}: source {src.name!r}: the directory {src.url} changed since it was "
+                               f"locked; relock (cpp-data sources lock {sources_file}) or build with --relock")
 
 
 def lock_sources(specs: list[SourceSpec], existing: list[LockedSource] | None = None,
@@ -301,7 +342,8 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
         same = old is not None and old.requested_ref == (spec.ref or ("HEAD" if old.kind == "git" else None))
         same = same and old.history_from == spec.history_from
         if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
-            out.append(LockedSource(**{**asdict(old), "license": spec.license, "vendored": spec.vendored}))
+            out.append(LockedSource(**{**asdict(old), "license": spec.license, "vendored": spec.vendored,
+                                       "configure": spec.configure}))
         else:
             out.append(resolve(spec))
     return out

@@ -10,7 +10,7 @@ Gates, in order (all run; the command fails naming every gate that failed):
   empty_documents share of documents with empty text or no tokens under `max_empty_ratio`
   megatron_read   megatron-core's IndexedDataset opens every prefix; lengths and document index agree
   gpt_dataset     BlendedMegatronDatasetBuilder builds GPTDatasets over the launch spec and yields a sample
-  packed          every packed row has seq_len ids, doc_ids and loss_mask agree with valid_token_count
+  packed          every packed row has seq_length ids, doc_ids and loss_mask agree with valid_token_count
   train_step      one step of the bundled harness (tiny model, CPU) on the launch spec: a finite loss
 A passing build is promoted: OUT/builds/PROMOTED names it, and OUT/verify/<build>.json keeps the receipt.
 """
@@ -122,7 +122,8 @@ class Verifier:
         found = {f"shards/{k}": v["max_id"] for k, v in self.shard_stats.items()}
         for split in ("train", "valid"):
             ds = IndexedDataset(str(self._prefix(split)))
-            found[f"{self._prefix(split).name}.bin"] = int(_bin_array(ds).max(initial=-1))
+            ids = _bin_array(ds)  # uint16 for vocabularies under 65,500 (megatron-core's rule), else int32
+            found[f"{self._prefix(split).name}.bin"] = int(ids.max()) if ids.size else -1
         for e in _files(self.manifest, "packed"):
             m = pc.max(pc.list_flatten(pq.read_table(self.build / e["path"], columns=["input_ids"])
                                        .column("input_ids"))).as_py()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cpp_data.pipeline.errors import BadInput
 from cpp_data.pipeline.fsutil import atomic_write_json, read_versioned_json
 
 FORMAT = "cpp-data-launch/1"
@@ -75,5 +76,5 @@ def load_launch_spec(path: Path) -> dict:
         for _, prefix in blend:
             for ext in (".bin", ".idx"):
                 if not Path(prefix + ext).is_file():
-                    raise ValueError(f"{path}: {split} data {prefix}{ext} does not exist")
+                    raise BadInput(f"{path}: {split} data {prefix}{ext} does not exist")
     return spec

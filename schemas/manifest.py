@@ -17,6 +17,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from cpp_data.pipeline.errors import BadInput
+
 FORMAT = "cpp-data-manifest/1"
 
 
@@ -37,5 +39,5 @@ def load_manifest(build_dir: Path) -> dict[str, Any]:
     manifest = read_versioned_json(path, FORMAT)
     for key in ("schema_generation", "files"):
         if key not in manifest:
-            raise ValueError(f"{path}: missing key {key!r}")
+            raise BadInput(f"{path}: missing key {key!r}")
     return manifest

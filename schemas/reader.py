@@ -16,20 +16,25 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cpp_data.pipeline.errors import BadInput, CheckFailed
 from cpp_data.schemas.generations import Column, columns, full_schema
 
 COMPLETE_MARKER = "_COMPLETE"
 
 
-class ShardError(Exception):
+class ShardError(CheckFailed):
     """A shard or output directory that cannot be used; the message names file, row group and column."""
+
+
+class IncompleteBuild(BadInput, ShardError):
+    """A directory given as a build that has no `_COMPLETE` marker: bad input (exit 2), never read."""
 
 
 def require_complete(directory: Path) -> Path:
     """Return `directory` if it carries its `_COMPLETE` marker, else raise ShardError."""
     directory = Path(directory)
     if not (directory / COMPLETE_MARKER).is_file():
-        raise ShardError(f"{directory}: no {COMPLETE_MARKER} marker; the directory is incomplete and is not read")
+        raise IncompleteBuild(f"{directory}: no {COMPLETE_MARKER} marker; the directory is incomplete and is not read")
     return directory
 
 

@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 # chromium: the report test renders the HTML report in a real headless browser
-# libclang-common-19-dev: clang's builtin headers for the libclang wheel; cmake + ninja-build: compile databases
+# libclang-common-19-dev: clang's builtin headers for the libclang wheel; cmake, ninja-build and g++: compile
+# databases by a configure-only run; bubblewrap: that configure runs the repository's CMake code in a sandbox
 APT_PACKAGES=(git python3 python3-venv googletest nlohmann-json3-dev juce-modules-source libpoco-dev chromium
-              libclang-common-19-dev cmake ninja-build)
+              libclang-common-19-dev cmake ninja-build g++ bubblewrap)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -29,9 +29,14 @@ def table_keys(table: pa.Table) -> np.ndarray:
                      table.column("commit").to_pylist())
 
 
-def is_valid_split(source: str, path: str, valid_fraction: float) -> bool:
+def split_hash(source: str, path: str) -> int:
+    """A file's place on the split line: validation when it falls under valid_fraction * 2**64."""
     h = hashlib.blake2b(f"split\0{source}\0{path}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(h, "big") < valid_fraction * 2**64
+    return int.from_bytes(h, "big")
+
+
+def is_valid_split(source: str, path: str, valid_fraction: float) -> bool:
+    return split_hash(source, path) < valid_fraction * 2**64
 
 
 def shuffle_key(seed: int, source: str, path: str, commit: str) -> int:

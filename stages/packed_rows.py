@@ -1,10 +1,10 @@
 """packed_rows: fixed-length training rows packed best-fit-decreasing (REFERENCE section 10).
 
 Each document becomes its token ids + EOD (on the training split, with FIM applied first at `fim_rate`).
-A document longer than `seq_len` is cut into `seq_len` pieces; no other document is ever split. Pieces are
+A document longer than `seq_length` is cut into `seq_length` pieces; no other document is ever split. Pieces are
 packed best-fit-decreasing within blocks of `block_docs` documents (memory stays bounded by one block; the
 order of blocks follows the shuffled shards) and rows are right-padded with PAD. Columns per row:
-  input_ids, target_ids      seq_len ids; target_ids[k] is the next token of the same document, PAD where
+  input_ids, target_ids      seq_length ids; target_ids[k] is the next token of the same document, PAD where
                              there is none (a document's last token, padding)
   loss_mask                  1 where target_ids is a real next token, else 0
   doc_ids                    1.. for the documents of the row in order, 0 for padding
@@ -40,7 +40,7 @@ from cpp_data.tokenizer.files import tokenizer_info
 @dataclass(frozen=True)
 class PackedParams:
     generation: str = "v6"
-    seq_len: int = 4096
+    seq_length: int = 4096
     fim_rate: float = 0.5
     fim_spm_rate: float = 0.5
     seed: int = 42
@@ -162,7 +162,7 @@ class PackedWriter:
 
 def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedParams, meta_cols: list[str],
                fills: dict) -> tuple[list[dict], dict]:
-    roles, T = info["roles"], p.seq_len
+    roles, T = info["roles"], p.seq_length
     pad, eod = roles["pad"], roles["eos"]
     fields = [pa.field("pack_id", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
               pa.field("target_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.uint8())),
@@ -242,21 +242,21 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     for split in ("train", "valid"):
         f, stats = pack_split(shard_files(shards_dir, split), out, split, info, p, meta_cols, fills)
         files += f
-        slots = stats["rows"] * p.seq_len
+        slots = stats["rows"] * p.seq_length
         telemetry[split] = {
             **stats,
             "slot_utilization": round(stats["tokens"] / slots, 4) if slots else 0.0,
             "docs_per_row": round(stats["pieces"] / stats["rows"], 3) if stats["rows"] else 0.0,
             "cropped_token_share": round(stats["cropped_tokens"] / stats["tokens"], 4) if stats["tokens"] else 0.0,
         }
-    atomic_write_json(out / "packed.json", {"seq_len": p.seq_len, "files": files, "telemetry": telemetry,
+    atomic_write_json(out / "packed.json", {"seq_length": p.seq_length, "files": files, "telemetry": telemetry,
                                             "meta_columns": meta_cols})
     return files, telemetry
 
 
 class PackedRows(Stage):
     name = "packed_rows"
-    version = 1
+    version = 2
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")
     Params = PackedParams
@@ -264,4 +264,4 @@ class PackedRows(Stage):
     def run(self, ctx: StageContext) -> dict:
         files, telemetry = pack_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
                                        ctx.out / "packed", self.params)
-        return {"seq_len": self.params.seq_len, "files": len(files), "telemetry": telemetry}
+        return {"seq_length": self.params.seq_length, "files": len(files), "telemetry": telemetry}

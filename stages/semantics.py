@@ -1,10 +1,11 @@
 """semantics: the build-aware semantic index of a source with libclang (REFERENCE section 6).
 
-Where the compile database comes from, in order: the source's own `compile_commands.json` (at its root or in
-`build/`), else, when the recipe allows (`generate_cmake`), a configure-only CMake run into this stage's output
-(never a build, never into the source tree), else none: every C/C++ file then falls back to the tree-sitter
-layer, and that is recorded. A database generated at HEAD is never reused for another pin (it lives in this
-stage's output, keyed by the pin). Git sources are materialized at their pin with `git archive` for parsing.
+Where the compile database comes from (clang_index/configure.py): the source's own `compile_commands.json`,
+else a sandboxed, configure-only CMake (or Meson) run into this stage's output (never a build, never into the
+source tree), else none: every C/C++ file then falls back to the tree-sitter layer, and the receipt says why.
+A sources file turns configuring off for one source with `configure = false`. A database generated at HEAD is
+never reused for another pin (it lives in this stage's output, keyed by the pin). Git sources are materialized
+at their pin with `git archive` for parsing.
 
 Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble, tu_status (with the compile
 command), each function's dependency level, and coverage.json, the receipt the build summary and manifest carry: files matched to
@@ -31,18 +32,13 @@ _SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
 
 @dataclass(frozen=True)
 class SemanticsParams:
-    generate_cmake: bool = False  # configure CMake projects that ship no compile database
+    configure: bool = True  # configure CMake/Meson projects that ship no compile database (never build)
     cmake_args: tuple[str, ...] = ()
+    configure_timeout_s: float = 300.0  # per configure attempt
+    allow_unsandboxed_configure: bool = False  # without bubblewrap, run the project's CMake code anyway
     workers: int = 2
     timeout_s: float = 120.0  # per TU
     max_rss_mb: int = 4096  # per TU worker (address space)
-
-
-def find_database(root: Path) -> Path | None:
-    for candidate in (root / "compile_commands.json", root / "build" / "compile_commands.json"):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def _materialize(src, into: Path) -> Path:
@@ -68,13 +64,13 @@ def source_files(root: Path) -> list[str]:
 
 class Semantics(Stage):
     name = "semantics"
-    version = 2
+    version = 3
     scope = "source"
     Params = SemanticsParams
 
     def run(self, ctx: StageContext) -> dict:
-        from cpp_data.clang_index.compile_db import (check_libclang, find_resource_dir, generate_cmake_database,
-                                                     load_compile_commands)
+        from cpp_data.clang_index.compile_db import check_libclang, find_resource_dir, load_compile_commands
+        from cpp_data.clang_index.configure import discover
         from cpp_data.clang_index.index import index_project
         from cpp_data.clang_index.levels import dependency_levels
 
@@ -83,15 +79,12 @@ class Semantics(Stage):
         find_resource_dir()  # both fail loudly, before any work
         with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".src-") as tmp:
             root = _materialize(ctx.source, Path(tmp)).resolve()
-            db, origin = find_database(root), "source"
-            if db is None and p.generate_cmake and (root / "CMakeLists.txt").is_file():
-                db, origin = generate_cmake_database(root, Path(tmp) / "cmake-build", list(p.cmake_args)), "cmake"
+            found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.source.configure,
+                             cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
+                             allow_unsandboxed=p.allow_unsandboxed_configure)
             files = source_files(root)
             sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
-            if db is None:
-                commands, origin = [], "none"
-            else:
-                commands = load_compile_commands(db)
+            commands = load_compile_commands(found.path) if found.path else []
             res = index_project(commands, root, p.workers, p.timeout_s, p.max_rss_mb)
             rel = len(str(root)) + 1
             levels = dependency_levels(res.edges)
@@ -120,7 +113,7 @@ class Semantics(Stage):
             walked = {str(root / f["file"]) for f in res.functions}
             status = [s["status"] for s in res.tu_status]
             coverage = {
-                "database": origin,
+                **found.receipt(),
                 "source_files": len(sources),
                 "files_matched_to_compile_command": sum(1 for f in sources if f in compiled),
                 "tus": len(status),

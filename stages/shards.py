@@ -2,7 +2,8 @@
 
 - Documents: every kept document of the license stage that neither exact nor near dedup removed.
 - Split: validation when BLAKE2b(repo, path) falls under `valid_fraction` (no file on both sides, and the split
-  does not move when the seed does).
+  does not move when the seed does). A build of >= 2 documents never has an empty validation split: if the hash
+  chose none, the training file nearest the split line moves over (`moved_to_valid` in the counts).
 - Shuffle: documents are ordered by a seeded BLAKE2b key of (repo, path). To keep memory bounded this is an
   external sort: pass 1 routes each document into one of N on-disk buckets by the key's top range, pass 2
   sorts each bucket in memory and appends it, so buckets come out in global key order.
@@ -168,15 +169,42 @@ def _prepare(table: pa.Table, removed: np.ndarray, p: ShardParams, schema: pa.Sc
         table = _flatten_history(table)
     table = table.rename_columns([_RENAME.get(n, n) for n in table.column_names])
     table = table.append_column("doc_id", pa.array(doc_ids))
-    split = np.array([keys.is_valid_split(s, q, p.valid_fraction) for s, q in zip(sources, paths)], dtype=bool)
+    hashes = [keys.split_hash(s, q) for s, q in zip(sources, paths)]
+    split = np.array([h < p.valid_fraction * 2**64 for h in hashes], dtype=bool)  # keys.is_valid_split, exactly
+    place = np.array(hashes, dtype=np.uint64)
     order_key = np.array([keys.shuffle_key(p.seed, s, q, c) for s, q, c in zip(sources, paths, commits)],
                          dtype=np.uint64)
-    return table.select(schema.names).cast(schema), split, order_key
+    return table.select(schema.names).cast(schema), split, order_key, place
+
+
+def _ensure_validation(tmp: Path, nb: int, first: tuple[int, str, str] | None, bucket_schema: pa.Schema) -> None:
+    """A split by hash leaves a small corpus with no validation document (a build that cannot be verified or
+    trained with validation). Then the training file nearest the split line, `first` = (hash, repo, path), moves
+    to validation with all its versions, so no file lands on both sides; deterministic like the hash split."""
+    _, repo, path = first
+    moved = []
+    for b in range(nb):
+        f = tmp / f"train-{b:05d}.parquet"
+        if not f.exists():
+            continue
+        t = pq.read_table(f)
+        mask = pa.compute.and_(pa.compute.equal(t.column("source_repo"), repo),
+                               pa.compute.equal(t.column("source_path"), path))
+        if not pa.compute.any(mask).as_py():
+            continue
+        moved.append((b, t.filter(mask)))
+        rest = t.filter(pa.compute.invert(mask))
+        if rest.num_rows:
+            pq.write_table(rest, f, compression="none")
+        else:
+            f.unlink()
+    for b, t in moved:
+        pq.write_table(t, tmp / f"valid-{b:05d}.parquet", compression="none")
 
 
 class Shards(Stage):
     name = "shards"
-    version = 2
+    version = 3
     scope = "corpus"
     inputs = ("license", "exact_dedup", "near_dedup")
     Params = ShardParams
@@ -199,9 +227,17 @@ class Shards(Stage):
         bucket_schema = schema.append(pa.field("_key", pa.uint64()))
         writers: dict[tuple[str, int], pq.ParquetWriter] = {}
         width = np.uint64(-(-2**64 // nb)) if nb > 1 else None  # exact integer ceiling of 2^64 / nb
+        seen_docs = valid_docs = 0
+        first: tuple[int, str, str] | None = None
         for part in tqdm(parts, desc=f"{ctx.label}: route", unit="part", leave=False,
                          disable=not ctx.executor.progress):
-            table, split, order_key = _prepare(pq.read_table(part), removed, p, schema)
+            table, split, order_key, place = _prepare(pq.read_table(part), removed, p, schema)
+            seen_docs += table.num_rows
+            valid_docs += int(split.sum())
+            if (~split).any():  # the training file nearest the split line, in case validation stays empty
+                i = int(np.argmin(np.where(split, np.uint64(2**64 - 1), place)))
+                cand = (int(place[i]), table.column("source_repo")[i].as_py(), table.column("source_path")[i].as_py())
+                first = cand if first is None or cand < first else first
             table = table.append_column("_key", pa.array(order_key, type=pa.uint64()))
             bucket = (order_key // width).astype(np.int64) if nb > 1 else np.zeros(len(order_key), dtype=np.int64)
             for s_name, mask in (("valid", split), ("train", ~split)):
@@ -213,6 +249,10 @@ class Shards(Stage):
                     writers[(s_name, b)].write_table(sub)
         for w in writers.values():
             w.close()
+        moved_to_valid = None
+        if valid_docs == 0 and seen_docs >= 2 and first is not None:
+            _ensure_validation(tmp, nb, first, bucket_schema)
+            moved_to_valid = f"{first[1]}:{first[2]}"
 
         shard_dir = ctx.out / "shards"
         shard_dir.mkdir(exist_ok=True)
@@ -243,4 +283,5 @@ class Shards(Stage):
             "duplicates_dropped": int(len(removed)),
             "shuffle_buckets": nb,
             "text_bytes": text_bytes,
+            "moved_to_valid": moved_to_valid,
         }

@@ -21,12 +21,13 @@ from cpp_data.schemas.manifest import sha256_file
 from cpp_data.stages import keys
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.files import load_tokenizer, save_tokenizer
-from cpp_data.tokenizer.train import check_band_pieces, train_cpp_tokenizer
+from cpp_data.tokenizer.train import check_band_pieces, padding_ids, train_cpp_tokenizer
 
 
 @dataclass(frozen=True)
 class TokenizerParams:
     vocab_size: int = 65_536
+    cap_vocab_to_corpus: bool = True  # a corpus that cannot fill vocab_size gets what it fills, rounded up to 128
     heldout_fraction: float = 0.05
     min_frequency: int = 2
     band_file: str = ""  # empty: the band shipped with cpp-data (tokenizer/cpp_band.toml)
@@ -60,7 +61,7 @@ def training_texts(files: list[Path], heldout_fraction: float) -> Iterator[str]:
 
 class TokenizerStage(Stage):
     name = "tokenizer"
-    version = 1
+    version = 2
     scope = "corpus"
     inputs = ("shards",)
     Params = TokenizerParams
@@ -74,10 +75,14 @@ class TokenizerStage(Stage):
         train_files = shard_files(ctx.input("shards").path, "train")
         n = sum(pq.read_metadata(f).num_rows for f in train_files)
         tok = train_cpp_tokenizer(training_texts(train_files, p.heldout_fraction), band, p.vocab_size,
-                                  length=n, min_frequency=p.min_frequency, show_progress=ctx.executor.progress)
+                                  length=n, min_frequency=p.min_frequency, show_progress=ctx.executor.progress,
+                                  cap_to_corpus=p.cap_vocab_to_corpus)
         path = save_tokenizer(tok, band, ctx.out / "tokenizer")
         check = load_tokenizer(path)
-        if check.get_vocab_size() != p.vocab_size:
-            raise AssertionError(f"{path}: vocabulary {check.get_vocab_size()}, recipe says {p.vocab_size}")
-        return {"vocab_size": p.vocab_size, "band_revision": band.revision, "band_entries": len(band.entries),
+        size = check.get_vocab_size()
+        if size != tok.get_vocab_size() or size > p.vocab_size:
+            raise AssertionError(f"{path}: vocabulary {size}, trained {tok.get_vocab_size()}, recipe {p.vocab_size}")
+        padding = padding_ids(check)
+        return {"vocab_size": size, "requested_vocab_size": p.vocab_size, "learned_ids": size - padding,
+                "padding_ids": padding, "band_revision": band.revision, "band_entries": len(band.entries),
                 "train_documents_seen": n, "sha256": sha256_file(path)}

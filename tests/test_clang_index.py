@@ -120,23 +120,17 @@ def test_hung_tu_is_killed_and_recorded(database, monkeypatch):
 
 
 def test_googletest_cmake_build_through_a_build(tmp_path):
-    """Debian's googletest source, configured with tests and samples (99 TUs), indexed by the semantics stage."""
+    """Debian's googletest source with the default recipe: no compile database ships, so the semantics stage
+    configures it (sandboxed), turns on its own test and sample switches (99 TUs) and indexes it."""
     need(GOOGLETEST)
-    from importlib import resources
-
-    recipe = resources.files("cpp_data.pipeline.recipes").joinpath("v6.toml").read_text()
-    recipe = recipe.replace("generate_cmake = false", "generate_cmake = true").replace(
-        "cmake_args = []", 'cmake_args = ["-Dgtest_build_tests=ON", "-Dgmock_build_tests=ON", '
-                           '"-Dgtest_build_samples=ON", "-DCMAKE_CXX_STANDARD=17"]')
-    assert "generate_cmake = true" in recipe and "gtest_build_tests" in recipe
-    (tmp_path / "recipe.toml").write_text(recipe)
     sources = write_sources(tmp_path / "s.toml", [{"name": "googletest", "url": str(GOOGLETEST),
                                                    "license": "BSD-3-Clause"}])
-    proc = run_cli("build", "--recipe", str(tmp_path / "recipe.toml"), "--sources", str(sources), "--out",
+    proc = run_cli("build", "--version", "v6", "--sources", str(sources), "--out",
                    str(tmp_path / "out"), "--workers", "2", "--no-progress")
     build = build_dir(tmp_path / "out")
     cov = json.loads((build / "manifest.json").read_text())["semantic_coverage"]["googletest"]
-    assert cov["database"] == "cmake" and cov["tus"] >= 95
+    assert cov["database"] == "cmake" and cov["tus"] >= 95, cov
+    assert "gtest_build_tests" in cov["database_reason"] and cov["configure_sandbox"] == "bwrap"
     assert cov["tus_clean"] >= 0.95 * cov["tus"]
     assert cov["files_matched_to_compile_command"] >= 75 and "libclang googletest" in proc.stdout  # 80 distinct
     art = next((tmp_path / "out" / "cache" / "semantics").iterdir())

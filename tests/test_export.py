@@ -117,7 +117,7 @@ def _segments(row: dict) -> list[list[int]]:
 def test_packed_rows(reference_build: Path):
     manifest = load_manifest(reference_build)
     meta = json.loads((reference_build / "packed" / "packed.json").read_text())
-    T = meta["seq_len"]
+    T = meta["seq_length"]
     assert T == 4096
     rows = {s: [r for e in manifest["files"] if e["kind"] == "packed" and e["split"] == s
                 for r in pq.read_table(reference_build / e["path"]).to_pylist()] for s in ("train", "valid")}
@@ -156,7 +156,7 @@ def test_packed_rows(reference_build: Path):
 
 def test_packed_export_is_deterministic(reference_build: Path, tmp_path: Path):
     for name in ("a", "b"):
-        run_cli("export", "packed", str(reference_build), "--seq-len", "1024", "--out", str(tmp_path / name))
+        run_cli("export", "packed", str(reference_build), "--seq-length", "1024", "--out", str(tmp_path / name))
     files = sorted(p.name for p in (tmp_path / "a").glob("*.parquet"))
     assert files and all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
     rows = pq.read_table(tmp_path / "a" / "train-00000.parquet", columns=["input_ids"]).column(0).to_pylist()

@@ -18,20 +18,24 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def test_report_renders_in_headless_chromium(reference_build, tmp_path):
     if CHROMIUM is None:
         pytest.fail("chromium is not installed; scripts/setup.sh installs it")
-    build = tmp_path / "build"
+    build = tmp_path / "out" / "builds" / reference_build.name
     shutil.copytree(reference_build, build)
+    before = sorted(p.relative_to(build) for p in build.rglob("*"))
     proc = run_cli("report", str(build))
-    page = build / "reports" / "report.html"
+    page = tmp_path / "out" / "reports" / f"{build.name}.html"  # beside the builds, never inside a sealed one
     assert str(page) in proc.stdout
+    assert sorted(p.relative_to(build) for p in build.rglob("*")) == before
     text = page.read_text()
+    assert "Not available" not in text and "not available" not in text
     import pyarrow.parquet as pq
 
     decisions = set(pq.read_table(build / "provenance" / "ledger.parquet", columns=["decision"])
                     .column("decision").to_pylist())
-    plots = 5 if decisions & {"exact_duplicate", "near_duplicate"} else 4  # else a sentence says there are none
+    # else a sentence says there are none; + tokens per document and semantic coverage (v6 has both stages)
+    plots = (5 if decisions & {"exact_duplicate", "near_duplicate"} else 4) + 2
     assert text.count("<svg") == plots and "http://" not in text.split("<svg", 1)[0].split("<style>")[0]
     for title in ("License distribution by repository", "Refusal reasons", "Duplicate cluster sizes",
-                  "Document lengths", "Stage times"):
+                  "Document lengths", "Stage times", "Tokens per document", "Semantic-index coverage"):
         assert title in text
     profile = tmp_path / "profile"
     dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],

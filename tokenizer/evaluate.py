@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from cpp_data.pipeline.errors import BadInput
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards
 from cpp_data.stages import keys
@@ -68,12 +69,12 @@ def evaluate(build: Path) -> dict:
     build = Path(build)
     manifest = load_manifest(build)
     if not manifest.get("tokenizer"):
-        raise ValueError(f"{build}: this build has no tokenizer (its recipe has no tokenizer stage)")
+        raise BadInput(f"{build}: this build has no tokenizer (its recipe has no tokenizer stage)")
     ours = load_tokenizer(build / manifest["tokenizer"]["path"])
     vocab = manifest["tokenizer"]["vocab_size"]
     train, heldout = split_documents(build)
     if not heldout:
-        raise ValueError(f"{build}: the held-out set is empty (too few documents to evaluate)")
+        raise BadInput(f"{build}: the held-out set is empty (too few documents to evaluate)")
     t0 = time.monotonic()
     generic = train_generic_tokenizer(train, vocab)
     seconds = time.monotonic() - t0

@@ -1,0 +1,218 @@
+"""Find or make a compile database for a source, so libclang can index real repositories by default.
+
+Repositories rarely commit `compile_commands.json`. In order, per source:
+1. the repository's own database (`compile_commands.json` at its root or in `build/`);
+2. a CMake project (`CMakeLists.txt` at the root): configure only, never build, into a directory of the stage's
+   output, offline and sandboxed, with a time limit:
+   - first with testing on (`BUILD_TESTING=ON`), which also lists the project's own options in its cache;
+     header-only libraries have TUs only in their tests and examples, so the project's own test/example/sample
+     switches found there (`gtest_build_tests`, `JSON_BuildTests`, `FOO_BUILD_EXAMPLES`, ...) are then turned
+     on in a second configure;
+   - if configuring with tests fails (a missing test submodule, FetchContent without network), configure again
+     with every such switch off;
+3. a Meson project (`meson.build` at the root), when meson is installed: `meson setup`, sandboxed the same way;
+4. otherwise none: every file falls back to the tree-sitter layer.
+Every attempt (its options, whether it worked, its time and the last lines of a failure) goes into the receipt;
+a failing configure is never fatal to the build.
+
+Configuring runs the repository's own CMake or Meson code, so it runs under bubblewrap: the whole filesystem
+read-only except the build directory, a private /tmp, a temporary HOME, no network, and killed with its
+process group at the time limit. Where bwrap is missing or does not work (some containers forbid namespaces),
+the receipt says so and configure runs unsandboxed only if the recipe allows it (`allow_unsandboxed_configure`).
+
+Hand-written because no library does this: CMake's File API would need a configured tree already, and the
+option discovery reads `CMakeCache.txt`, the same entries `cmake -LH` prints, without another CMake process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# An option that switches on a project's tests, examples or samples: FOO_BUILD_TESTS, gtest_build_samples,
+# JSON_BuildTests, BUILD_TESTING, FOO_ENABLE_TESTING, FMT_TEST, ... but never a switch that disables them.
+_TEST_OPTION = re.compile(r"(?i)(^|_)(build_?|enable_?|with_?)?(tests?|testing|examples?|samples?)$")
+_NEGATIVE = re.compile(r"(?i)disable|skip|(^|_)no_")
+_CACHE_BOOL = re.compile(r"^([A-Za-z0-9_.+-]+):BOOL=(.*)$")
+_OPTION_DECL = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.MULTILINE | re.IGNORECASE)
+TAIL_LINES = 8
+
+
+@dataclass
+class Attempt:
+    """One configure run, as the receipt records it."""
+    tool: str
+    options: list[str]
+    ok: bool = False
+    seconds: float = 0.0
+    tail: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Discovery:
+    """Where a source's compile database came from (`database`), and why, for the coverage receipt."""
+    database: str = "none"  # source | cmake | meson | none
+    path: Path | None = None
+    reason: str = ""
+    sandbox: str | None = None  # bwrap | none (unsandboxed, allowed by the recipe) | None (nothing was run)
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def receipt(self) -> dict:
+        return {"database": self.database, "database_reason": self.reason, "configure_sandbox": self.sandbox,
+                "configure_attempts": [vars(a) for a in self.attempts]}
+
+
+def find_database(root: Path) -> Path | None:
+    for candidate in (root / "compile_commands.json", root / "build" / "compile_commands.json"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def sandbox_problem() -> str | None:
+    """None when bubblewrap can run a command here; else one line saying why not."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bwrap not found (apt-get install bubblewrap)"
+    try:
+        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+                               "--die-with-parent", "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap does not run here: {exc}"
+    if proc.returncode != 0:
+        return f"bwrap does not run here: {(proc.stderr.strip().splitlines() or ['exit %d' % proc.returncode])[-1]}"
+    return None
+
+
+def _sandboxed(cmd: list[str], root: Path, work: Path, sandbox: bool) -> tuple[list[str], dict]:
+    home = work / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+           "CMAKE_BUILD_PARALLEL_LEVEL": "1"}
+    if not sandbox:
+        return cmd, env
+    # later mounts lie on top of earlier ones: the source and the build directory stay visible even where they
+    # live under the private /tmp
+    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--ro-bind", str(root), str(root), "--bind", str(work), str(work), "--unshare-net", "--die-with-parent",
+            "--chdir", str(work), *cmd], env
+
+
+def _run(attempt: Attempt, cmd: list[str], root: Path, work: Path, sandbox: bool, timeout_s: float) -> bool:
+    argv, env = _sandboxed(cmd, root, work, sandbox)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, text=True, errors="replace")
+    except OSError as exc:
+        attempt.tail = [f"cannot start {argv[0]}: {exc}"]
+        return False
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        output += f"\nkilled after {timeout_s:.0f}s (configure_timeout_s)"
+    attempt.seconds = round(time.monotonic() - t0, 2)
+    attempt.ok = proc.returncode == 0
+    if not attempt.ok:
+        attempt.tail = [ln for ln in output.strip().splitlines() if ln.strip()][-TAIL_LINES:]
+    return attempt.ok
+
+
+def switch_options(root: Path, cache: Path) -> dict[str, bool]:
+    """The project's test/example/sample switches and their values: from the configure's CMakeCache.txt (what
+    `cmake -LH` lists), plus `option(...)` declarations of the top CMakeLists.txt a failed configure never
+    reached."""
+    found: dict[str, bool] = {}
+    if cache.is_file():
+        for line in cache.read_text(errors="replace").splitlines():
+            m = _CACHE_BOOL.match(line)
+            if m and _TEST_OPTION.search(m.group(1)) and not _NEGATIVE.search(m.group(1)):
+                found[m.group(1)] = m.group(2).strip().upper() in ("ON", "TRUE", "1", "YES", "Y")
+    try:
+        text = (root / "CMakeLists.txt").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for name in _OPTION_DECL.findall(text):
+        if _TEST_OPTION.search(name) and not _NEGATIVE.search(name):
+            found.setdefault(name, False)
+    found.pop("BUILD_TESTING", None)
+    return found
+
+
+def _cmake(root: Path, build: Path, options: list[str], cmake_args: list[str]) -> list[str]:
+    cmd = ["cmake", "-S", str(root), "-B", str(build), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *options, *cmake_args]
+    return cmd + (["-G", "Ninja"] if shutil.which("ninja") else [])
+
+
+def _configure_cmake(root: Path, work: Path, sandbox: bool, cmake_args: list[str], timeout_s: float,
+                     d: Discovery) -> Path | None:
+    def attempt(tag: str, options: list[str]) -> tuple[bool, Path | None]:
+        build = work / tag
+        a = Attempt("cmake", options)
+        d.attempts.append(a)
+        ok = _run(a, _cmake(root, build, options, cmake_args), root, work, sandbox, timeout_s)
+        db = build / "compile_commands.json"
+        return ok, db if ok and db.is_file() else None  # a project without TUs writes no database
+
+    ok, db = attempt("tests-on", ["-DBUILD_TESTING=ON"])
+    switches = switch_options(root, work / "tests-on" / "CMakeCache.txt")
+    if ok:
+        off = sorted(k for k, v in switches.items() if not v)
+        if off:
+            db = attempt("tests-all-on", ["-DBUILD_TESTING=ON", *(f"-D{k}=ON" for k in off)])[1] or db
+        return db
+    return attempt("tests-off", ["-DBUILD_TESTING=OFF", *(f"-D{k}=OFF" for k in sorted(switches))])[1]
+
+
+def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list[str] | None = None,
+             timeout_s: float = 300, allow_unsandboxed: bool = False) -> Discovery:
+    """Find or make `root`'s compile database; configure runs write only under `work`."""
+    d = Discovery()
+    db = find_database(root)
+    if db is not None:
+        d.database, d.path, d.reason = "source", db, f"the repository's own {db.relative_to(root)}"
+        return d
+    has_cmake, has_meson = (root / "CMakeLists.txt").is_file(), (root / "meson.build").is_file()
+    if not (has_cmake or has_meson):
+        d.reason = "no compile_commands.json, CMakeLists.txt or meson.build at the root"
+        return d
+    if not configure:
+        d.reason = "configure is turned off for this source (configure = false)"
+        return d
+    tool = "cmake" if has_cmake else "meson"
+    if shutil.which(tool) is None:
+        d.reason = f"{tool} is not installed, so the {tool} project was not configured"
+        return d
+    problem = sandbox_problem()
+    if problem and not allow_unsandboxed:
+        d.reason = f"not configured: no sandbox ({problem}); the recipe's allow_unsandboxed_configure is false"
+        return d
+    sandbox = problem is None
+    d.sandbox = "bwrap" if sandbox else "none"
+    work.mkdir(parents=True, exist_ok=True)
+    if has_cmake:
+        db = _configure_cmake(root, work, sandbox, list(cmake_args or ()), timeout_s, d)
+    else:
+        a = Attempt("meson", ["setup"])
+        d.attempts.append(a)
+        build = work / "meson-build"
+        db = build / "compile_commands.json" if _run(a, ["meson", "setup", str(build), str(root)], root, work,
+                                                      sandbox, timeout_s) and (build / "compile_commands.json").is_file() \
+            else None
+    if db is None:
+        failed = all(not a.ok for a in d.attempts)
+        d.reason = (f"every {tool} configure failed" if failed else f"{tool} configured no translation units") \
+            + "; files fall back to tree-sitter"
+        return d
+    d.database, d.path = tool, db
+    used = next(a for a in reversed(d.attempts) if a.ok)
+    d.reason = f"{tool} configure ({' '.join(used.options)})"
+    return d

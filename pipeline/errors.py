@@ -1,0 +1,48 @@
+"""One error hierarchy, and the exit-code table every command follows.
+
+| exit | meaning                                                          | error class   |
+|------|------------------------------------------------------------------|---------------|
+| 0    | success (build: a new build was published)                       |               |
+| 1    | a stage or a check failed                                        | CheckFailed   |
+| 2    | bad input: the one-line message names the file and the problem   | BadInput      |
+| 3    | nothing to do (build: these pins and this recipe are built)      | NothingToDo   |
+| 75   | another build holds the output directory (EX_TEMPFAIL)           | Locked        |
+
+Modules raise these (or subclasses with their own names: SourcesError, RecipeError, ShardError, StageFailed,
+BuildLocked); the CLI turns one into its exit code and a single line on stderr. Anything else is a bug: one
+line too, and the traceback only with --debug.
+"""
+
+from __future__ import annotations
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_LOCKED = 0, 1, 2, 3, 75
+
+
+class CppDataError(Exception):
+    """Base of every error the CLI reports as one line."""
+
+    exit_code = EXIT_FAILED
+
+
+class CheckFailed(CppDataError):
+    """A stage, a gate or a validation failed."""
+
+    exit_code = EXIT_FAILED
+
+
+class BadInput(CppDataError, ValueError):
+    """A file or argument the user gave cannot be used; the message names it and what to do."""
+
+    exit_code = EXIT_USAGE
+
+
+class NothingToDo(CppDataError):
+    """The command had nothing to do (not an error for schedulers)."""
+
+    exit_code = EXIT_NOTHING_TO_DO
+
+
+class Locked(CppDataError):
+    """Another process holds the output directory."""
+
+    exit_code = EXIT_LOCKED
