@@ -38,7 +38,10 @@ def quiet_datatrove() -> None:
     from loguru import logger
 
     logger.remove()
-    logger.add(sys.stderr, level="WARNING", format="{level}: {message}")
+    # One line per record, never a traceback with local variables: a failing task's exception reaches the CLI,
+    # which prints it as one line (the traceback with --debug); its full log stays in the task's log file.
+    logger.add(sys.stderr, level="WARNING", format=lambda record: "{level}: {message}\n", backtrace=False,
+               diagnose=False, filter=lambda record: record["exception"] is None)
 
 
 def bind_children_to_this_process() -> None:

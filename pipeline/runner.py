@@ -179,7 +179,7 @@ class Runner:
         try:
             counts = task.stage.run(ctx)
         except Exception as exc:
-            raise StageFailed(f"{task.label}: {type(exc).__name__}: {exc}") from exc
+            raise StageFailed(f"stage {task.label}: {type(exc).__name__}: {exc}") from exc
         seconds = round(time.monotonic() - started, 3)
         atomic_write_json(partial / "stage.json", {
             "stage": task.name,

@@ -16,6 +16,10 @@ from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_se
 from cpp_data.pipeline.sources import SourcesError, read_lock
 
 
+def _mtime(path: Path) -> str:
+    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+
+
 def collect_status(out: Path) -> dict[str, Any]:
     out = Path(out)
     sources = []
@@ -31,7 +35,14 @@ def collect_status(out: Path) -> dict[str, Any]:
             continue
         entry: dict[str, Any] = {"name": d.name, "complete": is_sealed(d)}
         if entry["complete"]:
-            m = json.loads((d / "manifest.json").read_text())
+            try:
+                m = json.loads((d / "manifest.json").read_text())
+                m["schema_generation"], m["created_at"]  # noqa: B018 - the keys status needs
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                entry.update(complete=False, broken=f"manifest.json unreadable: {type(exc).__name__}: {exc}"
+                             .splitlines()[0], created_at=_mtime(d))
+                builds.append(entry)
+                continue
             entry.update(generation=m["schema_generation"], created_at=m["created_at"], **m.get("totals", {}))
             receipt = out / "verify" / f"{d.name}.json"  # written by `cpp-data verify`
             if receipt.is_file():
@@ -41,6 +52,7 @@ def collect_status(out: Path) -> dict[str, Any]:
             else:
                 entry["last_verify"] = None
         builds.append(entry)
+    builds.sort(key=lambda b: (b.get("created_at") or _mtime(out / "builds" / b["name"]), b["name"]))
     stages: dict[str, dict[str, int]] = {}
     cache = out / "cache"
     for stage_dir in sorted(cache.iterdir()) if cache.is_dir() else []:
@@ -70,12 +82,15 @@ def render_md(status: dict[str, Any]) -> str:
     lines += ["",
              "## Sources", "", "| name | ref | commit |", "|---|---|---|"]
     lines += [f"| {s['name']} | {s['ref'] or '-'} | `{s['commit'][:17]}` |" for s in status["sources"]]
-    lines += ["", "## Builds", "", "| build | generation | documents | train | valid | last verify |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "## Builds (oldest first)", "", "| build | created | generation | documents | train | valid | "
+              "last verify |", "|---|---|---|---|---|---|---|"]
     for b in status["builds"]:
-        lines.append(f"| {b['name']} | {b.get('generation', '-')} | {b.get('documents', '-')} | "
-                     f"{b.get('train_documents', '-')} | {b.get('valid_documents', '-')} | "
-                     f"{b.get('last_verify') or '-'} |")
+        if b.get("broken"):
+            lines.append(f"| {b['name']} | {b.get('created_at', '-')} | BROKEN: {b['broken']} | | | | |")
+            continue
+        lines.append(f"| {b['name']} | {b.get('created_at', '-')} | {b.get('generation', '-')} | "
+                     f"{b.get('documents', '-')} | {b.get('train_documents', '-')} | "
+                     f"{b.get('valid_documents', '-')} | {b.get('last_verify') or '-'} |")
     lines += ["", "## Stage cache", "", "| stage | sealed | partial |", "|---|---|---|"]
     lines += [f"| {k} | {v['sealed']} | {v['in_progress_or_killed']} |" for k, v in status["stages"].items()]
     return "\n".join(lines) + "\n"
