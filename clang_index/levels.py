@@ -1,4 +1,4 @@
-"""Dependency levels of a call graph (REFERENCE section 6): leaves 0, else 1 + the highest level among the
+"""Dependency levels of a call graph (docs/DESIGN.md section 6): leaves 0, else 1 + the highest level among the
 callees; a cycle (strongly connected component) takes, as a group, 1 + the highest level of its callees outside
 it (0 if none). Iterative Tarjan, so a long chain never meets Python's recursion limit."""
 

@@ -1,7 +1,7 @@
 """Training data for the harness: megatron-core GPTDatasets over a launch spec's per-split blends.
 
 megatron-core builds the sample index at launch from seed, sequence length and sample count (it is not part of
-the export, REFERENCE section 10); it caches it under `cache_dir`.
+the export, docs/DESIGN.md section 10); it caches it under `cache_dir`.
 """
 
 from __future__ import annotations

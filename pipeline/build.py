@@ -92,13 +92,15 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
 def _warnings(shards: dict, tok: dict) -> list[str]:
     """What a user should know before training on this build."""
     out = []
+    if shards.get("documents", 0) == 0:
+        out.append("the build has no documents; see provenance/ledger.parquet for why")
     valid = shards.get("valid_documents", 0)
     if shards.get("documents", 0) and valid < 10:
         out.append(f"only {valid} validation document(s); validation loss will be noisy (a larger corpus or a "
                    f"larger shards.valid_fraction gives more)")
     if shards.get("moved_to_valid"):
         out.append(f"the hash split chose no validation document; {shards['moved_to_valid']} was moved to it")
-    if tok.get("padding_ids"):
+    if (tok.get("padding_ids") or 0) >= 128:  # under 128: the rounding of cap_vocab_to_corpus
         out.append(f"the tokenizer learned {tok['learned_ids']:,} of {tok['vocab_size']:,} ids; "
                    f"{tok['padding_ids']:,} are padding (tokenizer.cap_vocab_to_corpus = true avoids them)")
     elif tok.get("requested_vocab_size") and tok["vocab_size"] < tok["requested_vocab_size"]:

@@ -1,4 +1,4 @@
-"""Sources files (what to ingest) and lock files (the exact commit of each), REFERENCE section 1.
+"""Sources files (what to ingest) and lock files (the exact commit of each), docs/DESIGN.md section 1.
 
 A sources file is TOML with one `[[source]]` table per input:
     name = "googletest"             unique, [A-Za-z0-9._-]+

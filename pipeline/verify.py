@@ -1,11 +1,11 @@
-"""`cpp-data verify`: the gates of REFERENCE section 11 that a build passes before it is promoted.
+"""`cpp-data verify`: the gates of docs/DESIGN.md section 11 that a build passes before it is promoted.
 
 Gates, in order (all run; the command fails naming every gate that failed):
   files           validate: `_COMPLETE`, every manifest file's size and SHA-256, every shard against its schema
   counts          manifest totals = shard rows = Megatron sequences per split; token counts agree across the
                   shards' token_ids, the .bin files (plus one EOD per document) and the manifest
   token_range     max(token_id) < vocab_size in the shards, every .bin and the packed rows (the silent uint16
-                  truncation of REFERENCE section 10 fails here)
+                  truncation of docs/DESIGN.md section 10 fails here)
   decode          the first documents of each split decode back to their exact text, from the .bin files
   empty_documents share of documents with empty text or no tokens under `max_empty_ratio`
   megatron_read   megatron-core's IndexedDataset opens every prefix; lengths and document index agree
@@ -96,6 +96,11 @@ class Verifier:
 
         s = self.shard_stats
         totals = self.manifest["totals"]
+        empty = [split for split in ("train", "valid") if s[split]["rows"] == 0]
+        if empty:  # GPTDataset and the train step would fail later with less telling errors
+            raise GateFailed(f"the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty: the "
+                             f"build has {totals['documents']} document(s); a build needs at least 2 (one per "
+                             f"split), so add files or sources")
         if s["train"]["rows"] + s["valid"]["rows"] != totals["documents"]:
             raise GateFailed(f"shards hold {s['train']['rows'] + s['valid']['rows']} documents, manifest says "
                              f"{totals['documents']}")

@@ -1,4 +1,4 @@
-"""Shard schemas of the dataset generations v2..v6 (REFERENCE sections 7 and 9).
+"""Shard schemas of the dataset generations v2..v6 (docs/DESIGN.md sections 7 and 9).
 
 A generation is a schema axis, distinct from a build revision. Each generation lists its columns as
 required or optional with the typed fill the tolerant reader uses when an optional column is absent.
@@ -121,7 +121,7 @@ GENERATIONS: dict[str, list[Column]] = {
         Column("language_info", pa.string(), fill=""),
         Column("build_info", pa.string(), fill=""),
         Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
-        # token level (REFERENCE section 7): the build tokenizer's ids and per-token mirrors of the character
+        # token level (docs/DESIGN.md section 7): the build tokenizer's ids and per-token mirrors of the character
         # columns, sampled at each token's first character
         Column("token_ids", pa.list_(pa.int32()), fill=[]),
         Column("token_structure_ids", pa.list_(pa.uint8()), fill=0, per_token=True),

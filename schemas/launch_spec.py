@@ -5,7 +5,7 @@ Format "cpp-data-launch/1" (`launch.json` beside the bin/idx files):
   tokenizer: {type: "HuggingFaceTokenizer", model: DIR}   (DIR holds tokenizer.json + tokenizer_config.json)
   blend_per_split: {train: [[weight, prefix], ...], valid: [...], test: []}
   data_path: ["1.0", train_prefix, ...] and split "100,0,0": the training blend in --data-path form; our
-      train/valid split is by (repo, path) hash (REFERENCE section 9), so Megatron must not re-split it
+      train/valid split is by (repo, path) hash (docs/DESIGN.md section 9), so Megatron must not re-split it
   megatron_args: the flags for Megatron-LM's pretrain_gpt.py, ready to append to a launch:
       --train-data-path W P --valid-data-path W P --tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR
       --vocab-size V --seq-length S  (Megatron-LM ignores --split when per-split paths are given)

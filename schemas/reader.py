@@ -1,4 +1,4 @@
-"""The tolerant shard reader (REFERENCE section 9): what every later stage uses to read shards.
+"""The tolerant shard reader (docs/DESIGN.md section 9): what every later stage uses to read shards.
 
 - A directory without its `_COMPLETE` marker is never read.
 - Present, well-formed optional columns are used; absent (or mistyped) optional columns get the typed fill of

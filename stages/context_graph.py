@@ -1,4 +1,4 @@
-"""context_graph: the v4 documents (REFERENCE section 7), one per function, from the tree-sitter call graph.
+"""context_graph: the v4 documents (docs/DESIGN.md section 7), one per function, from the tree-sitter call graph.
 
 For every function the structure stage found (at the pin), a document made of its direct callees, then its
 direct callers, then the function itself, each block headed by a `// <role>: <path>: <name>` line. Neighbours

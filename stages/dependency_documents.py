@@ -1,4 +1,4 @@
-"""dependency_documents: the v5 documents (REFERENCE section 7), one per function, from libclang's graph.
+"""dependency_documents: the v5 documents (docs/DESIGN.md section 7), one per function, from libclang's graph.
 
 For every function definition the semantics stage indexed in a kept file (licensed, not a duplicate): the
 preamble of its file (includes, using-declarations, typedefs, forward declarations, in line order), then the

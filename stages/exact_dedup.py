@@ -1,4 +1,4 @@
-"""exact_dedup: one copy per SHA-256 of the normalized file, across every source (REFERENCE section 5).
+"""exact_dedup: one copy per SHA-256 of the normalized file, across every source (docs/DESIGN.md section 5).
 
 Memory stays bounded: the (small) key columns of every document are first hash-partitioned by SHA-256 into
 buckets of at most `rows_per_bucket` rows on disk, then each bucket is sorted by (sha256, canonical rank) and

@@ -1,4 +1,4 @@
-"""filter: decode, normalize, apply the quality rules of REFERENCE section 3, scrub secrets and PII.
+"""filter: decode, normalize, apply the quality rules of docs/DESIGN.md section 3, scrub secrets and PII.
 
 datatrove steps, one task per collected part: DecodeNormalize -> QualityFilter -> Scrub -> documents writer.
 Each step is a datatrove BaseFilter whose exclusion writer records every rejected file with its rule, so
@@ -27,7 +27,7 @@ class FilterParams:
     max_line_length: int = 1000
     min_unique_line_ratio: float = 0.30
     max_comment_share: float = 0.80
-    # REFERENCE says 4.5 bits; measured real C++ (googletest + POCO headers) has a median of 5.08 and 99.8% of
+    # The reference design said 4.5 bits; measured real C++ (googletest + POCO headers) has a median of 5.08 and 99.8% of
     # files above 4.5, so 4.5 would refuse nearly all code. 6.0 still refuses compressed or binary payloads.
     max_byte_entropy: float = 6.0
     max_data_share: float = 0.5  # numeric-array lines and long base64 runs (embedded resources)

@@ -1,4 +1,4 @@
-"""Commit-history versions of a git source, for the v2 and v3 generations (REFERENCE section 7).
+"""Commit-history versions of a git source, for the v2 and v3 generations (docs/DESIGN.md section 7).
 
 Walks the first-parent history between two pinned commits (`history_from`, exclusive, and the source's pin;
 without `history_from`, the last `max_commits` commits) and reads each commit's change list with

@@ -1,4 +1,4 @@
-"""ledger: the provenance ledger, one row per file seen, whatever happened to it (REFERENCE sections 1, 4, 5).
+"""ledger: the provenance ledger, one row per file seen, whatever happened to it (docs/DESIGN.md sections 1, 4, 5).
 
 Rows, per source in name order: files collect skipped, files the filter rejected, files the license policy
 refused, then kept files; finally every exact duplicate (cluster id: its SHA-256, similarity 1) and every near

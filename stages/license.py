@@ -1,4 +1,4 @@
-"""license: the license cascade and allow-list policy of REFERENCE section 4, per document.
+"""license: the license cascade and allow-list policy of docs/DESIGN.md section 4, per document.
 
 The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono), and
 for a history walk once per license state of the tree, so a version is judged by the licenses of its commit,

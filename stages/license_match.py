@@ -1,4 +1,4 @@
-"""The license cascade of REFERENCE section 4, as pure functions.
+"""The license cascade of docs/DESIGN.md section 4, as pure functions.
 
 1. `SPDX-License-Identifier:` in the first 200 lines, parsed and validated by license-expression (WITH kept).
 2. The file's header: standard license notices (short notices such as Boost's "Distributed under the Boost

@@ -1,5 +1,5 @@
 """megatron_export: the build's shards as Megatron bin/idx, one document per sequence with EOD appended
-(REFERENCE section 10), plus the launch spec a Megatron training run consumes.
+(docs/DESIGN.md section 10), plus the launch spec a Megatron training run consumes.
 
 Writing is megatron-core's own `IndexedDatasetBuilder`, and the dtype is its own `DType.optimal_dtype` rule
 (uint16 under 65,500 ids, else int32; there is no uint32), so what Megatron reads is what Megatron wrote.

@@ -1,4 +1,4 @@
-"""near_dedup: MinHash LSH over code shingles, at the file level, across every source (REFERENCE section 5).
+"""near_dedup: MinHash LSH over code shingles, at the file level, across every source (docs/DESIGN.md section 5).
 
 1. Signatures (datatrove tasks, one per license part, resumable): each document that exact dedup kept gets a
    128-permutation MinHash (datasketch, affine32) of its 5-token shingles (stages/shingles.py). A task writes

@@ -1,4 +1,4 @@
-"""packed_rows: fixed-length training rows packed best-fit-decreasing (REFERENCE section 10).
+"""packed_rows: fixed-length training rows packed best-fit-decreasing (docs/DESIGN.md section 10).
 
 Each document becomes its token ids + EOD (on the training split, with FIM applied first at `fim_rate`).
 A document longer than `seq_length` is cut into `seq_length` pieces; no other document is ever split. Pieces are

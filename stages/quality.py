@@ -1,4 +1,4 @@
-"""Per-file quality signals and filter rules of REFERENCE section 3, as pure functions.
+"""Per-file quality signals and filter rules of docs/DESIGN.md section 3, as pure functions.
 
 Hand-written because they are small arithmetic over one file (no library computes C++ comment share or
 flags embedded data arrays); everything tunable is a recipe parameter in `FilterParams`.

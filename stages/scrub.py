@@ -1,4 +1,4 @@
-"""Secret and PII scrubbing with stable placeholders (REFERENCE section 3).
+"""Secret and PII scrubbing with stable placeholders (docs/DESIGN.md section 3).
 
 Secrets are found with detect-secrets' own plugins (their regexes and entropy limits), applied to the whole
 file at once: detect-secrets' line-by-line scanner runs at about 0.25 MB/s on C++, the plugins' patterns over

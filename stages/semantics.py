@@ -1,4 +1,4 @@
-"""semantics: the build-aware semantic index of a source with libclang (REFERENCE section 6).
+"""semantics: the build-aware semantic index of a source with libclang (docs/DESIGN.md section 6).
 
 Where the compile database comes from (clang_index/configure.py): the source's own `compile_commands.json`,
 else a sandboxed, configure-only CMake (or Meson) run into this stage's output (never a build, never into the

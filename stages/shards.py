@@ -1,4 +1,4 @@
-"""shards: the versioned Parquet shards of a build (REFERENCE section 9).
+"""shards: the versioned Parquet shards of a build (docs/DESIGN.md section 9).
 
 - Documents: every kept document of the license stage that neither exact nor near dedup removed.
 - Split: validation when BLAKE2b(repo, path) falls under `valid_fraction` (no file on both sides, and the split

@@ -1,4 +1,4 @@
-"""Code-aware shingles for near-duplicate detection (REFERENCE section 5).
+"""Code-aware shingles for near-duplicate detection (docs/DESIGN.md section 5).
 
 Tokens are C/C++ lexemes: identifiers, numbers, multi-character operators and every other punctuation mark,
 so `std::vector<int>` stays `std :: vector < int >` (generic text normalizers turn it into `std vector int` and

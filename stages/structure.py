@@ -1,4 +1,4 @@
-"""structure: the tree-sitter layer's columns on every document of the shards (REFERENCE sections 6 and 7).
+"""structure: the tree-sitter layer's columns on every document of the shards (docs/DESIGN.md sections 6 and 7).
 
 Pass 1 analyzes every document and keeps only its spans and calls, grouped by repository, to link calls by name
 within each repository (stages/syntax.py `call_graph`) and to give every function its dependency level

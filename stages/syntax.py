@@ -1,4 +1,4 @@
-"""The tree-sitter C/C++ structure layer (REFERENCE section 6, the throughput layer), used by the structure
+"""The tree-sitter C/C++ structure layer (docs/DESIGN.md section 6, the throughput layer), used by the structure
 stage. Written here because no library maps a tree-sitter tree to these per-character arrays and spans.
 
 For one source text (a Python str) `analyze` returns a `FileStructure`:

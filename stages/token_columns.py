@@ -1,4 +1,4 @@
-"""token_columns: the v6 token-level columns (REFERENCE section 7), written as a new copy of the shards.
+"""token_columns: the v6 token-level columns (docs/DESIGN.md section 7), written as a new copy of the shards.
 
 For every document of the structure stage's shards: `token_ids` from the build's tokenizer, and for each
 per-character column the shard carries

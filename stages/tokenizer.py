@@ -1,4 +1,4 @@
-"""tokenizer: train the hybrid C++ tokenizer on the build's own training split (REFERENCE section 8).
+"""tokenizer: train the hybrid C++ tokenizer on the build's own training split (docs/DESIGN.md section 8).
 
 Reads the shards stage's training shards one row group at a time (bounded memory: the trainer keeps only
 pre-token counts), leaves out a hashed `heldout_fraction` of training files (by repo and path, so the same

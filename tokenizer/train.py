@@ -1,7 +1,7 @@
 """Train the hybrid C++ tokenizer: the fixed band at pinned ids, learned byte-level BPE for the rest.
 
 HF `tokenizers` does the learning (BpeTrainer over the code pre-tokenizer). What it has no option for, and this
-module adds, is the id layout of REFERENCE section 8: specials at 0..S-1, the 256 byte symbols next, then every
+module adds, is the id layout of docs/DESIGN.md section 8: specials at 0..S-1, the 256 byte symbols next, then every
 band entry at the id the band file gives it, whatever the corpus, so ids never move between revisions; learned
 tokens fill the remaining ids in merge order up to `vocab_size` exactly.
 
