@@ -11,8 +11,20 @@ from pathlib import Path
 from cpp_data.pipeline.errors import BadInput
 
 COMPLETE = "_COMPLETE"
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (Linux reports it in /proc; elsewhere set and restore)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -21,7 +33,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; published files must be readable like any other
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; published files must be readable like any other
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

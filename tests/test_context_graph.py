@@ -13,7 +13,7 @@ from conftest import GOOGLETEST, build_dir, need, run_cli, write_sources
 def test_v4_context_documents(tmp_path):
     need(GOOGLETEST)
     sources = write_sources(tmp_path / "s.toml", [{"name": "googletest", "url": str(GOOGLETEST),
-                                                   "license": "BSD-3-Clause"}])
+                                                   "license": "BSD-3-Clause", "configure": False}])
     out = tmp_path / "out"
     run_cli("build", "--version", "v4", "--sources", str(sources), "--out", str(out), "--workers", "2",
             "--no-progress")
