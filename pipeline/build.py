@@ -1,7 +1,8 @@
 """A whole build: lock the output directory, run the DAG, publish a sealed snapshot, print the summary.
 
 Snapshot: builds/<version>-<YYYYMMDD>-<fp8>/ where fp8 starts the build fingerprint (the hash of every stage
-instance's fingerprint). Shards and the ledger are hard links to the sealed cache (no copy, never modified);
+instance's fingerprint). Shards, the ledger and the exports are copies out of the sealed cache (never links:
+pipeline/cache.py says why), read-only;
 manifest.json and reports/summary.json are written, then `_COMPLETE`, then the directory is renamed into place.
 A build whose fingerprint already has a snapshot publishes nothing new ("nothing to do").
 """
@@ -20,7 +21,8 @@ from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
 from cpp_data.pipeline.outlock import OutputLock
 from cpp_data.pipeline.recipe import Recipe
-from cpp_data.pipeline.runner import Runner, hardlink_or_copy
+from cpp_data.pipeline.cache import copy_file
+from cpp_data.pipeline.runner import Runner
 from cpp_data.pipeline.sources import LockedSource, write_lock
 from cpp_data.schemas.manifest import FORMAT, sha256_file
 
@@ -153,8 +155,7 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
 
 
 def _read_only(path: Path) -> None:
-    """Published data files are hard links into the sealed cache: make them read-only so an edit of a
-    build cannot silently change what later builds reuse."""
+    """Published data files are copies (pipeline/cache.py says why); read-only, since a build is immutable."""
     path.chmod(path.stat().st_mode & ~0o222)
 
 
@@ -177,7 +178,7 @@ def _publish_exports(runner: Runner, partial: Path, final: Path) -> list[dict]:
                 spec = absolute(json.loads(f.read_text()), final / sub)
                 atomic_write_json(partial / rel, spec)
             else:
-                hardlink_or_copy(f, partial / rel)
+                copy_file(f, partial / rel)
                 _read_only(partial / rel)
             split = next((s for s in ("train", "valid") if f"_{s}." in f.name or f.name.startswith(f"{s}-")), None)
             kind = _EXPORT_KINDS.get(f.suffix) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
@@ -186,9 +187,29 @@ def _publish_exports(runner: Runner, partial: Path, final: Path) -> list[dict]:
     return files
 
 
-def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary: dict) -> tuple[Path, bool]:
+def _damaged(build: Path) -> str | None:
+    """None when every file of a published build matches its manifest; else the first problem."""
+    from cpp_data.schemas.reader import ShardError
+    from cpp_data.schemas.validate import validate_build
+
+    try:
+        validate_build(build)
+    except (ShardError, OSError, ValueError) as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
+def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary: dict,
+            log=print) -> tuple[Path, bool]:
     out, fp = runner.out, runner.build_fingerprint()
     existing = find_build(out, recipe.version, fp)
+    if existing and runner.force:  # --force also checks the published copy, and replaces it when damaged
+        problem = _damaged(existing)
+        if problem:
+            aside = existing.with_name(f".damaged-{existing.name}-{int(time.time())}")
+            existing.rename(aside)
+            log(f"build {existing.name} is damaged ({problem}); published again (the damaged copy is {aside})")
+            existing = None
     if existing:
         return existing, False
     name = f"{recipe.version}-{datetime.now(timezone.utc):%Y%m%d}-{fp[:8]}"
@@ -205,7 +226,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     shard_files = json.loads((shards_art.path / "shards.json").read_text())["files"]
     files = []
     for entry in shard_files:
-        hardlink_or_copy(shards_art.path / entry["path"], partial / entry["path"])
+        copy_file(shards_art.path / entry["path"], partial / entry["path"])
         _read_only(partial / entry["path"])
         files.append(entry)
     tokenizer = None
@@ -213,7 +234,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         tok_art = runner.artifacts("tokenizer")[0]
         for f in sorted((tok_art.path / "tokenizer").iterdir()):
             rel = f"tokenizer/{f.name}"
-            hardlink_or_copy(f, partial / rel)
+            copy_file(f, partial / rel)
             _read_only(partial / rel)
             files.append({"path": rel, "kind": "tokenizer", "split": None, "rows": None,
                           "bytes": f.stat().st_size, "sha256": sha256_file(f)})
@@ -222,7 +243,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
                      **{k: tok_art.counts.get(k) for k in ("requested_vocab_size", "learned_ids", "padding_ids")}}
     files += _publish_exports(runner, partial, final)
     ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
-    hardlink_or_copy(ledger_src, partial / "provenance" / "ledger.parquet")
+    copy_file(ledger_src, partial / "provenance" / "ledger.parquet")
     _read_only(partial / "provenance" / "ledger.parquet")
     import pyarrow.parquet as pq
 
@@ -264,6 +285,6 @@ def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: 
         if not runner.all_sealed():
             return BuildResult(None, False, {})
         summary = summarize(runner, time.monotonic() - t0)
-        build_dir, new = publish(runner, recipe, sources, summary)
+        build_dir, new = publish(runner, recipe, sources, summary, log=log)
         atomic_write_text(out / "builds" / "LATEST", build_dir.name + "\n")
     return BuildResult(build_dir, new, summary)

@@ -4,8 +4,10 @@ Cache layout (shared by every build in OUT):
     cache/<stage>/<fingerprint>/            sealed output (stage.json + _COMPLETE + the artifact)
     cache/<stage>/<fingerprint>.partial/    a run in progress; deleted on the next run unless the stage keeps
                                             finished datatrove tasks (resumable_tasks)
-A fingerprint is the SHA-256 of (stage name, stage version, parameters, the source pin for per-source
-stages, and the fingerprints of the inputs). A rerun with the same sources and recipe therefore does no work;
+A fingerprint is the SHA-256 of (stage name, stage version, the digest of the stage's code and of the libraries
+that shape its bytes (pipeline/code_digest.py), parameters, the source pin for per-source stages, and the
+fingerprints of the inputs). A sealed entry's stage.json records a checksum of every output file
+(pipeline/cache.py); an entry is verified before it is reused, and a damaged one runs again. A rerun with the same sources and recipe therefore does no work;
 a moved pin reruns that source's per-source stages and every corpus stage after them, nothing else.
 """
 
@@ -24,6 +26,8 @@ from typing import Any
 
 from cpp_data.pipeline.errors import BadInput, CheckFailed
 from cpp_data import __version__
+from cpp_data.pipeline.cache import checksum_outputs, damage
+from cpp_data.pipeline.code_digest import code_digest
 from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
 from cpp_data.pipeline.recipe import Recipe
@@ -61,6 +65,7 @@ def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, lis
     payload = {
         "stage": stage.name,
         "version": stage.version,
+        "code": code_digest(type(stage).__module__, tuple(type(stage).libraries)),
         "params": dataclasses.asdict(stage.params),
         "source": source.pin() if source else None,
         "inputs": {k: [t.fingerprint for t in v] for k, v in sorted(inputs.items())},
@@ -72,6 +77,7 @@ def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, lis
 class RunReport:
     ran: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)  # sealed entries found damaged and run again
     seconds: float = 0.0
     build_dir: Path | None = None
     new_build: bool = False
@@ -152,13 +158,29 @@ class Runner:
                 if not is_sealed(final):
                     raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
                                       f"run the build without --only first")
+                problem = self.damage(task)
+                if problem:
+                    raise StageFailed(f"--only {self.only}: its input {task.label} is damaged ({problem}); "
+                                      f"run the build without --only to rebuild it")
             if is_sealed(final) and not self._forced(task):
-                report.cached.append(task.label)
-                continue
+                problem = self.damage(task)
+                if problem is None:
+                    report.cached.append(task.label)
+                    continue
+                log(f"[{_now()}] {task.label}: cached output damaged ({problem}); running it again")
+                report.repaired.append(task.label)
             self._run_task(task, final, log)
             report.ran.append(task.label)
         report.seconds = time.monotonic() - t0
         return report
+
+    def damage(self, task: Task) -> str | None:
+        """None when a sealed entry holds exactly the outputs it was sealed with; else what is wrong."""
+        try:
+            recorded = task.artifact(self.out).meta.get("outputs")
+        except (OSError, ValueError) as exc:
+            return f"stage.json unreadable: {exc}"
+        return damage(task.directory(self.out), recorded)
 
     def _run_task(self, task: Task, final: Path, log) -> None:
         partial = final.with_name(task.fingerprint + ".partial")
@@ -189,6 +211,7 @@ class Runner:
             "params": dataclasses.asdict(task.stage.params),
             "inputs": {k: [t.fingerprint for t in v] for k, v in task.inputs.items()},
             "counts": counts,
+            "outputs": checksum_outputs(partial),
             "seconds": seconds,
             "finished_at": _now(),
             "cpp_data_version": __version__,
@@ -215,9 +238,4 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def hardlink_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+

@@ -64,6 +64,8 @@ class Stage(ABC):
     Params: ClassVar[type]
     # Keep a killed run's finished datatrove tasks (their outputs are whole files named by rank).
     resumable_tasks: ClassVar[bool] = False
+    # Installed distributions whose version shapes this stage's output bytes (part of its fingerprint).
+    libraries: ClassVar[tuple[str, ...]] = ("pyarrow", "numpy")
 
     def __init__(self, params: Any):
         self.params = params

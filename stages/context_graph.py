@@ -99,6 +99,7 @@ def build_document(target: Function, callees: list[Function], callers: list[Func
 
 class ContextGraph(Stage):
     name = "context_graph"
+    libraries = ('pyarrow', 'numpy', 'tree-sitter', 'tree-sitter-cpp')
     version = 1
     scope = "corpus"
     inputs = ("structure",)

@@ -79,6 +79,7 @@ def build_document(root: dict, deps: list[dict], preamble: list[dict], meta: dic
 
 class DependencyDocuments(Stage):
     name = "dependency_documents"
+    libraries = ('pyarrow', 'numpy', 'libclang')
     version = 1
     scope = "corpus"
     inputs = ("semantics", "license", "exact_dedup", "near_dedup")

@@ -119,6 +119,7 @@ class Scrub(BaseFilter):
 
 class Filter(Stage):
     name = "filter"
+    libraries = ('pyarrow', 'datatrove', 'detect-secrets', 'regex')
     version = 3
     scope = "source"
     inputs = ("collect",)

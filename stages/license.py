@@ -87,6 +87,7 @@ class LicenseStep(BaseFilter):
 
 class License(Stage):
     name = "license"
+    libraries = ('pyarrow', 'datatrove', 'license-expression', 'pyaskalono')
     version = 3
     scope = "source"
     inputs = ("collect", "filter")

@@ -183,6 +183,7 @@ def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, s
 
 class MegatronExport(Stage):
     name = "megatron_export"
+    libraries = ('pyarrow', 'numpy', 'tokenizers', 'megatron-core')
     version = 1
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")

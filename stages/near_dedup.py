@@ -190,6 +190,7 @@ def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: 
 
 class NearDedup(Stage):
     name = "near_dedup"
+    libraries = ('pyarrow', 'numpy', 'datasketch', 'datatrove')
     version = 4
     scope = "corpus"
     inputs = ("collect", "license", "exact_dedup")

@@ -256,6 +256,7 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
 
 class PackedRows(Stage):
     name = "packed_rows"
+    libraries = ('pyarrow', 'numpy', 'tokenizers')
     version = 2
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")

@@ -64,6 +64,7 @@ def source_files(root: Path) -> list[str]:
 
 class Semantics(Stage):
     name = "semantics"
+    libraries = ('pyarrow', 'libclang')
     version = 3
     scope = "source"
     Params = SemanticsParams

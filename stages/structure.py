@@ -148,6 +148,7 @@ def document_columns(text: str, path: str, fs, edges: list, levels: dict, sem: S
 
 class Structure(Stage):
     name = "structure"
+    libraries = ('pyarrow', 'numpy', 'tree-sitter', 'tree-sitter-cpp')
     version = 3
     scope = "corpus"
     inputs = ("shards", "semantics")

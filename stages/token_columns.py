@@ -62,6 +62,7 @@ def add_token_columns(table: pa.Table, tok, generation: str) -> pa.Table:
 
 class TokenColumns(Stage):
     name = "token_columns"
+    libraries = ('pyarrow', 'numpy', 'tokenizers')
     version = 1
     scope = "corpus"
     inputs = ("structure", "tokenizer")

@@ -61,6 +61,7 @@ def training_texts(files: list[Path], heldout_fraction: float) -> Iterator[str]:
 
 class TokenizerStage(Stage):
     name = "tokenizer"
+    libraries = ('pyarrow', 'tokenizers')
     version = 2
     scope = "corpus"
     inputs = ("shards",)

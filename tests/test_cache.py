@@ -1,0 +1,119 @@
+"""The stage cache is verified before reuse and knows its code; a published build shares no bytes with it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import GOOGLETEST, copy_tree, need, run_cli, write_sources
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def corpus(tmp_path) -> tuple[Path, Path]:
+    """20 real googletest files as a directory source, and a first build of them."""
+    need(GOOGLETEST)
+    copy_tree(GOOGLETEST / "googletest" / "src", tmp_path / "src", limit=20)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "gt", "url": str(tmp_path / "src"),
+                                                   "license": "BSD-3-Clause"}])
+    out = tmp_path / "out"
+    _build(sources, out)
+    return sources, out
+
+
+def _build(sources: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "cpp_data.pipeline.cli", "build", "--version", "v6", "--sources",
+                           str(sources), "--out", str(out), "--workers", "2", "--no-progress", *extra],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    return proc
+
+
+def _ran(proc: subprocess.CompletedProcess) -> list[str]:
+    return [ln.split("] ", 1)[1].split(":")[0] for ln in proc.stdout.splitlines() if ": running" in ln]
+
+
+def _latest(out: Path) -> Path:
+    return out / "builds" / (out / "builds" / "LATEST").read_text().strip()
+
+
+def _entry(out: Path, stage: str) -> Path:
+    (entry,) = [d for d in (out / "cache" / stage).iterdir() if (d / "_COMPLETE").exists()]
+    return entry
+
+
+def test_bit_flip_in_the_cache_is_found_and_never_published(corpus):
+    sources, out = corpus
+    build = _latest(out)
+    shard = sorted((_entry(out, "token_columns") / "shards").glob("train-*.parquet"))[0]
+    published = build / "shards" / shard.name
+    assert os.stat(shard).st_ino != os.stat(published).st_ino  # a copy, not a link
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    run_cli("validate", str(build))  # the published copy is untouched
+    proc = _build(sources, out)
+    assert proc.returncode == 3  # the same build: nothing new to publish
+    assert f"token_columns: cached output damaged (shards/{shard.name} does not match its sealed checksum)" \
+        in proc.stdout
+    assert _ran(proc) == ["token_columns"]
+    assert _ran(_build(sources, out)) == []  # repaired: the next build trusts it again
+
+
+def test_injected_parquet_in_a_cached_part_is_not_published(corpus):
+    sources, out = corpus
+    part = sorted(_entry(out, "license").glob("part-*.parquet"))[0]
+    table = pq.read_table(part)
+    text = table.column("text").to_pylist()
+    text[0] = "// INJECTED\n" + text[0]
+    pq.write_table(table.set_column(table.schema.get_field_index("text"), "text", pa.array(text)), part)
+    proc = _build(sources, out, "--seed", "7")  # a new shuffle: shards and everything after run again
+    assert proc.returncode == 0 and "license[gt]: cached output damaged" in proc.stdout
+    build = _latest(out)
+    for shard in build.glob("shards/*.parquet"):
+        assert not any("INJECTED" in t for t in pq.read_table(shard, columns=["text"]).column("text").to_pylist())
+
+
+def test_force_replaces_a_damaged_published_build(corpus):
+    sources, out = corpus
+    build = _latest(out)
+    ledger = build / "provenance" / "ledger.parquet"
+    ledger.chmod(0o644)
+    data = bytearray(ledger.read_bytes())
+    data[100] ^= 0xFF
+    ledger.write_bytes(bytes(data))
+    assert run_cli("validate", str(build), check=False).returncode == 1
+    proc = _build(sources, out, "--force")
+    assert "is damaged" in proc.stdout and proc.returncode == 0
+    run_cli("validate", str(_latest(out)))
+
+
+def test_editing_a_stage_reruns_it(corpus, tmp_path):
+    """A copy of the package with one stage edited (no version bump) reruns that stage and only it."""
+    sources, out = corpus
+    site = tmp_path / "site" / "cpp_data"
+    shutil.copytree(REPO / "pipeline" / "_namespace", site)
+    for pkg in ("pipeline", "stages", "schemas", "tokenizer", "clang_index", "harness"):
+        shutil.copytree(REPO / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__", "_namespace"))
+    ledger = site / "stages" / "ledger.py"
+    ledger.write_text(ledger.read_text() + "\n# an edit that changes no output byte\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    probe = subprocess.run([sys.executable, "-c", "import cpp_data.stages.ledger as m; print(m.__file__)"],
+                           capture_output=True, text=True, env=env, check=True)
+    assert probe.stdout.strip() == str(ledger)
+    proc = _build(sources, out, env=env)
+    assert _ran(proc) == ["ledger"]
+    # a helper module a stage imports counts too: keys.py is imported by shards and ledger, not by collect
+    keys = site / "stages" / "keys.py"
+    keys.write_text(keys.read_text() + "\n# another edit\n")
+    ran = _ran(_build(sources, out, env=env))
+    assert "shards" in ran and "ledger" in ran and not any(r.startswith(("collect", "filter", "license")) for r in ran)
