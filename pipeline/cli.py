@@ -309,9 +309,14 @@ def cmd_build(args) -> int:
 
 
 def cmd_validate(args) -> int:
+    from cpp_data.pipeline.errors import CheckFailed
+    from cpp_data.schemas.reader import IncompleteBuild
     from cpp_data.schemas.validate import validate_build
 
-    res = validate_build(args.build)
+    try:
+        res = validate_build(args.build)
+    except IncompleteBuild as exc:  # for validate, an unsealed build is a failed check, not a wrong argument
+        raise CheckFailed(str(exc)) from exc
     print(f"ok: {args.build}: {res['shards']} shards, {res['rows']:,} documents, {res['files']} files checked "
           f"(schema {res['generation']})")
     return EXIT_OK

@@ -8,7 +8,8 @@ Format "cpp-data-launch/1" (`launch.json` beside the bin/idx files):
       train/valid split is by (repo, path) hash (docs/DESIGN.md section 9), so Megatron must not re-split it
   megatron_args: the flags for Megatron-LM's pretrain_gpt.py, ready to append to a launch:
       --train-data-path W P --valid-data-path W P --tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR
-      --vocab-size V --seq-length S  (Megatron-LM ignores --split when per-split paths are given)
+      --vocab-size V --seq-length S  (never --split: Megatron-LM refuses it beside per-split paths, "split and
+      blend_per_split are incompatible"; the --data-path form trains only with --eval-iters 0)
 Prefixes and the tokenizer are stored relative to the spec's directory (`relative: true`) inside a stage's
 output, and made absolute when a build is published; `resolve_paths` accepts either.
 """
