@@ -159,7 +159,8 @@ def _read_only(path: Path) -> None:
     path.chmod(path.stat().st_mode & ~0o222)
 
 
-_EXPORT_KINDS = {".bin": "megatron_bin", ".idx": "megatron_idx", ".parquet": "packed"}
+_EXPORT_KINDS = {("megatron", ".bin"): "megatron_bin", ("megatron", ".idx"): "megatron_idx",
+                 ("packed", ".parquet"): "packed", ("packed", ".bin"): "packed_bin", ("packed", ".idx"): "packed_idx"}
 
 
 def _publish_exports(runner: Runner, partial: Path, final: Path) -> list[dict]:
@@ -181,7 +182,7 @@ def _publish_exports(runner: Runner, partial: Path, final: Path) -> list[dict]:
                 copy_file(f, partial / rel)
                 _read_only(partial / rel)
             split = next((s for s in ("train", "valid") if f"_{s}." in f.name or f.name.startswith(f"{s}-")), None)
-            kind = _EXPORT_KINDS.get(f.suffix) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
+            kind = _EXPORT_KINDS.get((sub, f.suffix)) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
             files.append({"path": rel, "kind": kind, "split": split, "rows": None,
                           "bytes": (partial / rel).stat().st_size, "sha256": sha256_file(partial / rel)})
     return files

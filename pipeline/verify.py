@@ -11,6 +11,8 @@ Gates, in order (all run; the command fails naming every gate that failed):
   megatron_read   megatron-core's IndexedDataset opens every prefix; lengths and document index agree
   gpt_dataset     BlendedMegatronDatasetBuilder builds GPTDatasets over the launch spec and yields a sample
   packed          every packed row has seq_length ids, doc_ids and loss_mask agree with valid_token_count
+  packed_binidx   the packed bin/idx read back with megatron-core equals the Parquet rows; its segments, put
+                  back in order with FIM undone, are every shard document's token_ids + EOD, exactly
   train_step      one step of the bundled harness (tiny model, CPU) on the launch spec: a finite loss
 A passing build is promoted: OUT/builds/PROMOTED names it, and OUT/verify/<build>.json keeps the receipt.
 """
@@ -224,6 +226,31 @@ class Verifier:
                 rows += 1
         return f"{rows:,} rows consistent"
 
+    def packed_binidx(self) -> str:
+        from cpp_data.stages.packed_rows import packed_documents
+        from cpp_data.tokenizer.files import tokenizer_info
+
+        if not _files(self.manifest, "packed_bin"):
+            raise GateFailed("the build has no packed bin/idx (built by a cpp-data before they existed)")
+        roles = tokenizer_info(self.build / "tokenizer")["roles"]
+        eod = np.array([roles["eos"]])
+        checked = 0
+        for split in ("train", "valid"):
+            docs = packed_documents(self.build / "packed", split, roles)
+            ordinal = 0
+            for e in _files(self.manifest, "shard", split):
+                ids = pq.read_table(self.build / e["path"], columns=["token_ids"]).column("token_ids")
+                for row in ids.to_pylist():
+                    got = docs.pop(ordinal, None)
+                    if got is None or not np.array_equal(got, np.concatenate([row, eod])):
+                        raise GateFailed(f"packed {split}: document {ordinal} ({e['path']}) does not come back "
+                                         f"from the packed bin/idx")
+                    ordinal += 1
+            if docs:
+                raise GateFailed(f"packed {split}: {len(docs)} packed documents match no shard document")
+            checked += ordinal
+        return f"{checked:,} documents come back exactly from the packed bin/idx (FIM undone)"
+
     def train_step_gate(self) -> str:
         self._need_export()
         from cpp_data.harness.train import TrainConfig, train
@@ -240,7 +267,8 @@ class Verifier:
     def gates(self) -> list[tuple[str, Callable[[], str]]]:
         g = [("files", self.files), ("counts", self.counts), ("token_range", self.token_range),
              ("decode", self.decode), ("empty_documents", self.empty_documents),
-             ("megatron_read", self.megatron_read), ("gpt_dataset", self.gpt_dataset), ("packed", self.packed)]
+             ("megatron_read", self.megatron_read), ("gpt_dataset", self.gpt_dataset), ("packed", self.packed),
+             ("packed_binidx", self.packed_binidx)]
         if self.train_step:
             g.append(("train_step", self.train_step_gate))
         return g

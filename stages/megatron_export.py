@@ -1,16 +1,10 @@
 """megatron_export: the build's shards as Megatron bin/idx, one document per sequence with EOD appended
 (docs/DESIGN.md section 10), plus the launch spec a Megatron training run consumes.
 
-Writing is megatron-core's own `IndexedDatasetBuilder`, and the dtype is its own `DType.optimal_dtype` rule
-(uint16 under 65,500 ids, else int32; there is no uint32), so what Megatron reads is what Megatron wrote.
-The format, as megatron-core 0.16.1 writes it (little-endian):
-  <prefix>.bin  the token ids of every sequence back to back, no header
-  <prefix>.idx  b"MMIDIDX\\x00\\x00", u64 version (1), u8 dtype code (1 uint8, 2 int8, 3 int16, 4 int32,
-                5 int64, 6 float64, 7 float32, 8 uint16), u64 sequence count, u64 document count + 1,
-                int32 sequence lengths, int64 byte offsets, int64 document index
-Documents stream one row group at a time (bounded memory: the builder keeps only per-sequence lengths). Token
+Writing goes through schemas/indexed.py (megatron-core's own builder and dtype rule; the format is written
+down there). Documents stream one row group at a time (bounded memory: the builder keeps only per-sequence lengths). Token
 ids come from the shards' `token_ids` column when present, else from the tokenizer (`encode_batch`, threads).
-Both files are written under temporary names and renamed, .idx last. Identical inputs give identical bytes.
+Identical inputs give identical bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.schemas.manifest import sha256_file
 from cpp_data.stages.tokenizer import shard_files
 from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
 
@@ -35,12 +28,6 @@ class MegatronExportParams:
     name: str = "cpp"
     seq_length: int = 2048  # written into the launch spec
     encode_batch: int = 256  # documents per encode_batch call when the shards carry no token ids
-
-
-def megatron_dtype(vocab_size: int):
-    from megatron.core.datasets.indexed_dataset import DType
-
-    return DType.optimal_dtype(vocab_size)
 
 
 def encode_ids(tok, texts: list[str]):
@@ -127,34 +114,16 @@ def prefetch(items: Iterable, chunk: int = 256, depth: int = 8) -> Iterator:
 
 def write_indexed(prefix: Path, docs: Iterable[np.ndarray], vocab_size: int, eod: int) -> dict:
     """Write <prefix>.bin/.idx, one sequence per document with `eod` appended; returns counts and SHA-256."""
-    docs = prefetch(docs)  # start tokenizing before the heavy imports below
-    import torch
-    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    docs = prefetch(docs)  # start tokenizing before the heavy imports of the writer
+    from cpp_data.schemas.indexed import IndexedWriter
 
-    dtype = megatron_dtype(vocab_size)
-    prefix = Path(prefix)
-    tmp_bin, tmp_idx = prefix.with_name(f".{prefix.name}.bin.tmp"), prefix.with_name(f".{prefix.name}.idx.tmp")
-    builder = IndexedDatasetBuilder(str(tmp_bin), dtype=dtype)
-    documents = tokens = 0
-    max_id = -1
+    writer = IndexedWriter(prefix, vocab_size)
     eod_arr = np.array([eod], dtype=np.int32)
     for ids in docs:
-        seq = np.concatenate([np.asarray(ids, dtype=np.int32), eod_arr])
-        if len(ids):
-            max_id = max(max_id, int(ids.max()))
-        builder.add_item(torch.from_numpy(seq))
-        builder.end_document()
-        documents += 1
-        tokens += len(seq)
-    builder.finalize(str(tmp_idx))
-    if max_id >= vocab_size:
-        raise ValueError(f"{prefix}: token id {max_id} does not fit the vocabulary of {vocab_size}")
-    os.replace(tmp_bin, prefix.with_suffix(".bin"))
-    os.replace(tmp_idx, prefix.with_suffix(".idx"))
-    return {"prefix": prefix.name, "documents": documents, "tokens": tokens, "max_token_id": max_id,
-            "dtype": np.dtype(dtype).name, "dtype_code": DType.code_from_dtype(dtype),
-            "bin_sha256": sha256_file(prefix.with_suffix(".bin")),
-            "idx_sha256": sha256_file(prefix.with_suffix(".idx"))}
+        writer.add(np.concatenate([np.asarray(ids, dtype=np.int32), eod_arr]))
+    out = writer.close()
+    out["documents"] = out.pop("sequences")
+    return out
 
 
 def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, seq_length: int,

@@ -3,18 +3,32 @@
 Each document becomes its token ids + EOD (on the training split, with FIM applied first at `fim_rate`).
 A document longer than `seq_length` is cut into `seq_length` pieces; no other document is ever split. Pieces are
 packed best-fit-decreasing within blocks of `block_docs` documents (memory stays bounded by one block; the
-order of blocks follows the shuffled shards) and rows are right-padded with PAD. Columns per row:
+order of blocks follows the shuffled shards) and rows are right-padded with EOD. Columns per row:
   input_ids, target_ids      seq_length ids; target_ids[k] is the next token of the same document, PAD where
-                             there is none (a document's last token, padding)
+                             there is none (a document's EOD, padding, the last token of a cropped piece)
   loss_mask                  1 where target_ids is a real next token, else 0
   doc_ids                    1.. for the documents of the row in order, 0 for padding
   valid_token_count, num_docs, pack_id (0.. per split)
+  segment_docs, segment_starts   per segment k (doc_ids == k): its document's ordinal in the split's shard
+                             order and its first token's offset in that (FIM-transformed, EOD-ended) document,
+                             so pieces of a document longer than a row can be put back in order
   token_<name>               the per-token metadata columns of the shards, when present, aligned with
                              input_ids (the column's fill value on specials and padding)
 FIM (training split only), seeded per document by (seed, doc_id): token-level, two cut points uniform over the
 document; PSM `<fim_prefix> P <fim_suffix> S <fim_middle> M` with probability 1 - `fim_spm_rate`, else SPM
 `<fim_prefix> <fim_suffix> S <fim_middle> P M`; EOD follows. Telemetry: slot utilization (real tokens /
 slots), documents per row, cropped-token share (tokens of documents longer than a row), FIM documents.
+
+The same rows, one sequence per row of exactly seq_length ids, are written per split as a Megatron indexed
+dataset, packed/cpp_packed_{train,valid}.{bin,idx} (schemas/indexed.py), for Megatron's GPTDataset and the
+bundled harness. Why this layout: GPTDataset cuts samples of seq_length + 1 tokens from the sequences laid end
+to end; with every sequence exactly seq_length long, each sample's inputs are exactly one row and only its
+last label is the first token of another row. The loss rule: no loss where the input is EOD (under
+Megatron-LM's --eod-mask-loss), which covers padding, the step from one document to the next and, because the
+tail is EOD rather than PAD, the cross-row label of every padded row (with PAD padding GPTDataset would train
+that label: it masks only labels equal to PAD). A row filled by a piece of a document longer than a row ends
+without EOD: there Megatron-LM trains one cross-row label per row (1 of seq_length), while the bundled harness
+masks it (its loss mask is the Parquet rows' loss_mask). FIM sentinels are ordinary tokens for the loss.
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ class Doc:
     tokens: np.ndarray
     meta: dict[str, np.ndarray]
     long: bool = False
+    ordinal: int = -1  # the document's place in its split's shard order
 
 
 def _fim(doc: Doc, rng: np.random.Generator, roles: dict[str, int], spm_rate: float, fills: dict) -> Doc:
@@ -162,12 +177,16 @@ class PackedWriter:
 
 def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedParams, meta_cols: list[str],
                fills: dict) -> tuple[list[dict], dict]:
+    from cpp_data.schemas.indexed import IndexedWriter
+
     roles, T = info["roles"], p.seq_length
     pad, eod = roles["pad"], roles["eos"]
+    indexed = IndexedWriter(out / f"cpp_packed_{split}", info["vocab_size"])
     fields = [pa.field("pack_id", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
               pa.field("target_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.uint8())),
               pa.field("doc_ids", pa.list_(pa.int32())), pa.field("valid_token_count", pa.int32()),
-              pa.field("num_docs", pa.int32())]
+              pa.field("num_docs", pa.int32()), pa.field("segment_docs", pa.list_(pa.int64())),
+              pa.field("segment_starts", pa.list_(pa.int32()))]
     types = {c.name: c.type for c in generation_columns(p.generation)}
     fields += [pa.field(c, types[c]) for c in meta_cols]
     writer = PackedWriter(out, split, pa.schema(fields), p)
@@ -182,7 +201,7 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
             for start in range(0, n, T):
                 pieces.append((d, slice(start, min(n, start + T)), start + T >= n))
         for members in best_fit_decreasing([s.stop - s.start for _, s, _ in pieces], T):
-            inp = np.full(T, pad, dtype=np.int32)
+            inp = np.full(T, eod, dtype=np.int32)  # EOD, not PAD, fills the tail: see the module docstring
             tgt = np.full(T, pad, dtype=np.int32)
             mask = np.zeros(T, dtype=np.uint8)
             ids = np.zeros(T, dtype=np.int32)
@@ -199,8 +218,11 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
                 for c in meta_cols:
                     meta[c][pos:pos + L] = d.meta[c][s]
                 pos += L
+            indexed.add(inp)
             writer.add({"pack_id": pack_id, "input_ids": inp, "target_ids": tgt, "loss_mask": mask, "doc_ids": ids,
-                        "valid_token_count": pos, "num_docs": len(members), **{c: meta[c] for c in meta_cols}})
+                        "valid_token_count": pos, "num_docs": len(members),
+                        "segment_docs": [pieces[m][0].ordinal for m in members],
+                        "segment_starts": [pieces[m][1].start for m in members], **{c: meta[c] for c in meta_cols}})
             pack_id += 1
             stats["rows"] += 1
         stats["pieces"] += len(pieces)
@@ -218,6 +240,7 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
                 d = Doc(np.concatenate([f.tokens, [eod]]).astype(np.int32),
                         {c: np.concatenate([v, [fills[c]]]) for c, v in f.meta.items()})
                 stats["fim_documents"] += 1
+        d.ordinal = stats["documents"]
         stats["documents"] += 1
         stats["tokens"] += len(d.tokens)
         if len(d.tokens) > T:
@@ -228,7 +251,59 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
             block = []
     if block:
         flush_block(block)
-    return writer.close(), stats
+    files = writer.close()
+    info_idx = indexed.close()
+    for suffix in (".bin", ".idx"):
+        path = out / f"cpp_packed_{split}{suffix}"
+        files.append({"path": f"packed/{path.name}", "split": split, "rows": info_idx["sequences"],
+                      "bytes": path.stat().st_size, "sha256": info_idx[f"{suffix[1:]}_sha256"],
+                      "kind": f"packed_{suffix[1:]}"})
+    return files, stats
+
+
+def undo_fim(tokens: np.ndarray, roles: dict[str, int]) -> np.ndarray:
+    """The document a FIM transform was made from (inverse of `_fim`): PSM `FP pre FS suf FM mid` and SPM
+    `FP FS suf FM pre mid` both give back pre + mid + suf. Tokens without a leading FIM prefix are returned as
+    they are."""
+    fp, fs, fm = roles["fim_prefix"], roles["fim_suffix"], roles["fim_middle"]
+    t = np.asarray(tokens)
+    if len(t) == 0 or t[0] != fp:
+        return t
+    if len(t) > 1 and t[1] == fs:  # SPM
+        m = 2 + int(np.argmax(t[2:] == fm))
+        return np.concatenate([t[m + 1:], t[2:m]])
+    s = int(np.argmax(t == fs))
+    m = s + 1 + int(np.argmax(t[s + 1:] == fm))
+    return np.concatenate([t[1:s], t[m + 1:], t[s + 1:m]])
+
+
+def packed_documents(packed_dir: Path, split: str, roles: dict[str, int]) -> dict[int, np.ndarray]:
+    """Read a split's packed bin/idx back into documents: each row's segments (from the Parquet rows'
+    doc_ids, segment_docs and segment_starts) put back in order per document, FIM undone, trailing EOD kept.
+    Checks that every bin/idx row equals its Parquet row. Returns {document ordinal: token ids}."""
+    from cpp_data.schemas.indexed import read_sequences
+
+    rows = read_sequences(packed_dir / f"cpp_packed_{split}")
+    pieces: dict[int, list[tuple[int, np.ndarray]]] = {}
+    k = 0
+    for f in sorted(packed_dir.glob(f"{split}-*.parquet")):
+        t = pq.read_table(f, columns=["input_ids", "doc_ids", "segment_docs", "segment_starts"])
+        for inp, ids, docs, starts in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+            seq = np.asarray(rows[k], dtype=np.int64)
+            if not np.array_equal(seq, np.asarray(inp)):
+                raise ValueError(f"{packed_dir}/cpp_packed_{split}: row {k} differs from {f.name}")
+            ids = np.asarray(ids)
+            for seg, (doc, start) in enumerate(zip(docs, starts), start=1):
+                pieces.setdefault(doc, []).append((start, seq[ids == seg]))
+            k += 1
+    if k != len(rows):
+        raise ValueError(f"{packed_dir}/cpp_packed_{split}: {len(rows)} rows, the Parquet rows hold {k}")
+    out = {}
+    for doc, parts in pieces.items():
+        t = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])])
+        body, end = (t[:-1], t[-1:]) if len(t) and t[-1] == roles["eos"] else (t, t[:0])
+        out[doc] = np.concatenate([undo_fim(body, roles), end])  # FIM was applied before the EOD was appended
+    return out
 
 
 def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParams) -> tuple[list[dict], dict]:
@@ -257,7 +332,7 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
 class PackedRows(Stage):
     name = "packed_rows"
     libraries = ('pyarrow', 'numpy', 'tokenizers')
-    version = 2
+    version = 3
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")
     Params = PackedParams

@@ -14,7 +14,8 @@ import pytest
 
 from cpp_data.schemas.launch_spec import load_launch_spec
 from cpp_data.schemas.manifest import load_manifest, sha256_file
-from cpp_data.stages.megatron_export import megatron_dtype, write_indexed
+from cpp_data.schemas.indexed import indexed_dtype as megatron_dtype
+from cpp_data.stages.megatron_export import write_indexed
 from cpp_data.tokenizer.band import load_band
 
 from conftest import run_cli
@@ -47,12 +48,14 @@ def test_bin_idx_read_back_by_megatron_core(reference_build: Path):
         assert len(ds) == len(docs) > 0
         for i, ids in enumerate(docs):
             assert ds[i].tolist() == ids + [EOS]
-        # the header, as megatron-core's format says: magic, version 1, dtype code 4 (int32 for 65,536 ids)
+        # the header, as megatron-core's format says: magic, version 1, dtype code (8 uint16 under 65,500 ids,
+        # else 4 int32)
         head = prefix.with_suffix(".idx").read_bytes()[:34]
         assert head[:9] == b"MMIDIDX\x00\x00"
         version, code, seqs, docs_plus_one = struct.unpack("<QBQQ", head[9:34])
-        assert (version, code, seqs, docs_plus_one) == (1, 4, len(docs), len(docs) + 1)
-        assert ds.index.dtype == np.int32 == DType.optimal_dtype(65_536)
+        vocab = manifest["tokenizer"]["vocab_size"]
+        assert (version, code, seqs, docs_plus_one) == (1, 8 if vocab < 65_500 else 4, len(docs), len(docs) + 1)
+        assert ds.index.dtype == DType.optimal_dtype(vocab)
 
 
 def test_small_vocab_uses_uint16_and_oversized_ids_are_refused(tmp_path: Path):
@@ -91,7 +94,7 @@ def test_launch_spec_drives_a_weighted_megatron_blend(reference_build: Path, tmp
     args = spec["megatron_args"]
     assert args[args.index("--tokenizer-type") + 1] == "HuggingFaceTokenizer"
     assert Path(args[args.index("--tokenizer-model") + 1], "tokenizer.json").is_file()
-    assert args[args.index("--vocab-size") + 1] == "65536"
+    assert args[args.index("--vocab-size") + 1] == str(load_manifest(reference_build)["tokenizer"]["vocab_size"])
     assert Path(args[args.index("--train-data-path") + 2] + ".bin").is_file()
     assert spec["data_path"][0] == "1.0" and spec["split"] == "100,0,0"
     # a weighted blend of two prefixes, as a launch would mix exports

@@ -23,11 +23,11 @@ def test_verify_passes_and_promotes(reference_build: Path, tmp_path: Path):
     build = _copy_build(reference_build, tmp_path)
     proc = run_cli("verify", str(build))
     for gate in ("files", "counts", "token_range", "decode", "empty_documents", "megatron_read", "gpt_dataset",
-                 "packed", "train_step"):
+                 "packed", "packed_binidx", "train_step"):
         assert f"PASS  {gate}" in proc.stdout, proc.stdout
     assert (tmp_path / "builds" / "PROMOTED").read_text().strip() == build.name
     receipt = json.loads((tmp_path / "verify" / f"{build.name}.json").read_text())
-    assert receipt["passed"] and len(receipt["gates"]) == 9
+    assert receipt["passed"] and len(receipt["gates"]) == 10
     status = json.loads(run_cli("status", "--out", str(tmp_path), "--json").stdout)
     assert status["promoted"] == build.name
     v6 = status["generations"]["v6"]
@@ -54,3 +54,17 @@ def test_verify_catches_a_corrupted_bin(reference_build: Path, tmp_path: Path):
     assert proc.returncode == 1
     assert "FAIL  files" in proc.stdout and "FAIL  decode" in proc.stdout, proc.stdout
     assert not (tmp_path / "builds" / "PROMOTED").exists()
+
+
+def test_verify_catches_a_packed_row_that_does_not_give_back_its_document(reference_build: Path, tmp_path: Path):
+    """The packed bin/idx is checked against the documents themselves, not only against its own counts."""
+    build = _copy_build(reference_build, tmp_path)
+    from cpp_data.schemas.indexed import read_sequences
+
+    rows = read_sequences(build / "packed" / "cpp_packed_valid")
+    itemsize = rows[0].dtype.itemsize
+    data = bytearray((build / "packed" / "cpp_packed_valid.bin").read_bytes())
+    data[5 * itemsize] ^= 0x01  # a token of the first validation row
+    (build / "packed" / "cpp_packed_valid.bin").write_bytes(bytes(data))
+    proc = run_cli("verify", str(build), "--no-train-step", check=False)
+    assert proc.returncode == 1 and "FAIL  packed_binidx" in proc.stdout, proc.stdout
