@@ -252,17 +252,26 @@ class Verifier:
         return f"{checked:,} documents come back exactly from the packed bin/idx (FIM undone)"
 
     def train_step_gate(self) -> str:
-        self._need_export()
-        from cpp_data.harness.train import TrainConfig, train
+        """One step of `cpp-data train` in a child process: the harness patches torch.cuda for the CPU and opens
+        a process group, neither of which may leak into the process that runs verify."""
+        import json
+        import subprocess
+        import sys
 
+        self._need_export()
         with tempfile.TemporaryDirectory() as tmp:
-            summary = train(TrainConfig(launch_spec=self.spec_path, out=Path(tmp), model="tiny", steps=1,
-                                        batch_size=2, seq_length=256, device="cpu", log_every=1, eval_batches=1),
-                            log=lambda *_: None)
+            proc = subprocess.run([sys.executable, "-m", "cpp_data.pipeline.cli", "train", "--launch-spec",
+                                   str(self.spec_path), "--out", tmp, "--model", "tiny", "--steps", "1",
+                                   "--batch-size", "2", "--seq-length", "256", "--device", "cpu", "--log-every", "1"],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+                raise GateFailed(f"cpp-data train exited {proc.returncode}: {last}")
+            summary = json.loads((Path(tmp) / "summary.json").read_text())
         loss = summary["final_loss"]
         if loss is None or not np.isfinite(loss):
             raise GateFailed(f"one training step gave loss {loss}")
-        return f"loss {loss:.3f} after one step"
+        return f"loss {loss:.3f} after one step (in a child process)"
 
     def gates(self) -> list[tuple[str, Callable[[], str]]]:
         g = [("files", self.files), ("counts", self.counts), ("token_range", self.token_range),
