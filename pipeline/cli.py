@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from cpp_data import __version__
-from cpp_data.pipeline.errors import (EXIT_FAILED, EXIT_LOCKED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE, BadInput,
+from cpp_data.pipeline.errors import (EXIT_FAILED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE, BadInput,
                                       CppDataError)
 
 MAIN_HELP = """\
