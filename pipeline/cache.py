@@ -23,17 +23,15 @@ from pathlib import Path
 
 import xxhash
 
+from cpp_data.pipeline.fsutil import hash_file
+
 SCRATCH = ("_datatrove",)  # datatrove's task logs, stats and completions: bookkeeping, not outputs
 META = ("stage.json", "_COMPLETE")
 _FICLONE = 0x40049409  # ioctl: share the source's blocks copy-on-write (btrfs, XFS, bcachefs)
 
 
 def file_digest(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
+    return hash_file(xxhash.xxh3_128(), path, 1 << 22).hexdigest()
 
 
 def output_files(directory: Path) -> list[str]:

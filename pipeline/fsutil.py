@@ -13,6 +13,14 @@ from cpp_data.pipeline.errors import BadInput
 COMPLETE = "_COMPLETE"
 
 
+def hash_file(hasher, path: Path, chunk: int = 1 << 20):
+    """Feed a file's bytes to `hasher` (anything with update(): hashlib, xxhash) in chunks; returns `hasher`."""
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            hasher.update(block)
+    return hasher
+
+
 def _umask() -> int:
     """The process umask, read without changing it (Linux reports it in /proc; elsewhere set and restore)."""
     try:

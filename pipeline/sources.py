@@ -194,11 +194,9 @@ class TreeDigest:
 
 
 def file_sha256(path: str) -> bytes:
-    fh = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            fh.update(block)
-    return fh.digest()
+    from cpp_data.pipeline.fsutil import hash_file
+
+    return hash_file(hashlib.sha256(), path).digest()
 
 
 def directory_digest(root: Path) -> str:

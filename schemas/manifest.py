@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.fsutil import hash_file
 
 FORMAT = "cpp-data-manifest/1"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     """SHA-256 hex digest of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+    return hash_file(hashlib.sha256(), path, chunk).hexdigest()
 
 
 def load_manifest(build_dir: Path) -> dict[str, Any]:
