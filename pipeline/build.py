@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from cpp_data import __version__
+from cpp_data.pipeline.cache import copy_file
 from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
 from cpp_data.pipeline.outlock import OutputLock
 from cpp_data.pipeline.recipe import Recipe
-from cpp_data.pipeline.cache import copy_file
 from cpp_data.pipeline.runner import Runner
 from cpp_data.pipeline.sources import LockedSource, write_lock
 from cpp_data.schemas.manifest import FORMAT, sha256_file
@@ -154,9 +154,11 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     return "\n".join(lines)
 
 
-def _read_only(path: Path) -> None:
-    """Published data files are copies (pipeline/cache.py says why); read-only, since a build is immutable."""
-    path.chmod(path.stat().st_mode & ~0o222)
+def _publish_file(src: Path, dst: Path) -> None:
+    """A published data file: a copy out of the cache (pipeline/cache.py says why), read-only, since a build is
+    immutable."""
+    copy_file(src, dst)
+    dst.chmod(dst.stat().st_mode & ~0o222)
 
 
 _EXPORT_KINDS = {("megatron", ".bin"): "megatron_bin", ("megatron", ".idx"): "megatron_idx",
@@ -179,8 +181,7 @@ def _publish_exports(runner: Runner, partial: Path, final: Path) -> list[dict]:
                 spec = absolute(json.loads(f.read_text()), final / sub)
                 atomic_write_json(partial / rel, spec)
             else:
-                copy_file(f, partial / rel)
-                _read_only(partial / rel)
+                _publish_file(f, partial / rel)
             split = next((s for s in ("train", "valid") if f"_{s}." in f.name or f.name.startswith(f"{s}-")), None)
             kind = _EXPORT_KINDS.get((sub, f.suffix)) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
             files.append({"path": rel, "kind": kind, "split": split, "rows": None,
@@ -227,16 +228,14 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     shard_files = json.loads((shards_art.path / "shards.json").read_text())["files"]
     files = []
     for entry in shard_files:
-        copy_file(shards_art.path / entry["path"], partial / entry["path"])
-        _read_only(partial / entry["path"])
+        _publish_file(shards_art.path / entry["path"], partial / entry["path"])
         files.append(entry)
     tokenizer = None
     if runner.artifacts("tokenizer"):
         tok_art = runner.artifacts("tokenizer")[0]
         for f in sorted((tok_art.path / "tokenizer").iterdir()):
             rel = f"tokenizer/{f.name}"
-            copy_file(f, partial / rel)
-            _read_only(partial / rel)
+            _publish_file(f, partial / rel)
             files.append({"path": rel, "kind": "tokenizer", "split": None, "rows": None,
                           "bytes": f.stat().st_size, "sha256": sha256_file(f)})
         tokenizer = {"path": "tokenizer/tokenizer.json", "sha256": tok_art.counts["sha256"],
@@ -244,8 +243,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
                      **{k: tok_art.counts.get(k) for k in ("requested_vocab_size", "learned_ids", "padding_ids")}}
     files += _publish_exports(runner, partial, final)
     ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
-    copy_file(ledger_src, partial / "provenance" / "ledger.parquet")
-    _read_only(partial / "provenance" / "ledger.parquet")
+    _publish_file(ledger_src, partial / "provenance" / "ledger.parquet")
     import pyarrow.parquet as pq
 
     files.append({"path": "provenance/ledger.parquet", "kind": "ledger", "split": None,

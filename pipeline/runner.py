@@ -7,8 +7,8 @@ Cache layout (shared by every build in OUT):
 A fingerprint is the SHA-256 of (stage name, stage version, the digest of the stage's code and of the libraries
 that shape its bytes (pipeline/code_digest.py), parameters, the source pin for per-source stages, and the
 fingerprints of the inputs). A sealed entry's stage.json records a checksum of every output file
-(pipeline/cache.py); an entry is verified before it is reused, and a damaged one runs again. A rerun with the same sources and recipe therefore does no work;
-a moved pin reruns that source's per-source stages and every corpus stage after them, nothing else.
+(pipeline/cache.py); an entry is verified before it is reused, and a damaged one runs again. A rerun with the
+same sources and recipe therefore does no work; a moved pin reruns that source's per-source stages and every corpus stage after them, nothing else.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cpp_data.pipeline.errors import BadInput, CheckFailed
 from cpp_data import __version__
 from cpp_data.pipeline.cache import checksum_outputs, damage
 from cpp_data.pipeline.code_digest import code_digest
+from cpp_data.pipeline.errors import BadInput, CheckFailed
 from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
 from cpp_data.pipeline.recipe import Recipe
@@ -151,29 +151,28 @@ class Runner:
         order = self.recipe.stages
         for task in self.tasks:
             final = task.directory(self.out)
-            if self.only is not None and task.name != self.only:
-                if order.index(task.name) > order.index(self.only):
-                    continue  # --only never runs what comes after the stage
-                if not is_sealed(final):
-                    raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
-                                      f"run the build without --only first")
-                problem = self.damage(task)
-                if problem:
-                    raise StageFailed(f"--only {self.only}: its input {task.label} is damaged ({problem}); "
-                                      f"run the build without --only to rebuild it")
+            input_of_only = self.only is not None and task.name != self.only
+            if input_of_only and order.index(task.name) > order.index(self.only):
+                continue  # --only never runs what comes after the stage
             if is_sealed(final) and not self._forced(task):
-                problem = self.damage(task)
+                problem = self.entry_damage(task)  # checked once per task: it reads every cached byte
                 if problem is None:
                     report.cached.append(task.label)
                     continue
+                if input_of_only:
+                    raise StageFailed(f"--only {self.only}: its input {task.label} is damaged ({problem}); "
+                                      f"run the build without --only to rebuild it")
                 log(f"[{_now()}] {task.label}: cached output damaged ({problem}); running it again")
                 report.repaired.append(task.label)
+            elif input_of_only and not is_sealed(final):
+                raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
+                                  f"run the build without --only first")
             self._run_task(task, final, log)
             report.ran.append(task.label)
         report.seconds = time.monotonic() - t0
         return report
 
-    def damage(self, task: Task) -> str | None:
+    def entry_damage(self, task: Task) -> str | None:
         """None when a sealed entry holds exactly the outputs it was sealed with; else what is wrong."""
         try:
             recorded = task.artifact(self.out).meta.get("outputs")
