@@ -1,5 +1,6 @@
 """Training data for the harness: megatron-core GPTDatasets over a launch spec's per-split blends.
 
+Which dataset: the packed rows (default) or one sequence per document, both named by launch.json.
 megatron-core builds the sample index at launch from seed, sequence length and sample count (it is not part of
 the export, docs/DESIGN.md section 10); it caches it under `cache_dir`.
 """
@@ -33,21 +34,43 @@ class SpecTokenizer:
         return self.spec.get("pad", -1)
 
 
-def build_datasets(spec: dict, seq_length: int, seed: int, train_samples: int, valid_samples: int,
-                   cache_dir: Path | None):
-    """(train, valid) GPTDatasets; valid is None when the spec has no validation data."""
+def dataset_of(spec: dict, data: str | None) -> dict:
+    """The launch spec's dataset `data` ("packed" or "documents"; None: its default)."""
+    from cpp_data.pipeline.errors import BadInput
+
+    name = data or spec["default_dataset"]
+    if name not in spec["datasets"]:
+        raise BadInput(f"the launch spec has no {name!r} dataset (it has: {', '.join(spec['datasets'])})")
+    return spec["datasets"][name]
+
+
+def build_datasets(spec: dict, dataset: dict, seq_length: int, seed: int, train_samples: int,
+                   valid_samples: int, cache_dir: Path | None):
+    """(train, valid) GPTDatasets over one dataset of the spec; valid is None when it has no validation data.
+
+    Packed rows (docs/DESIGN.md section 10) are exactly seq_length ids each, so every sample's inputs are one
+    row, taken whole in GPTDataset's seeded order (nothing is packed again); position ids and the causal mask
+    restart after every EOD (`reset_position_ids`, `reset_attention_mask`: a document never attends to the one
+    before it) and inputs equal to EOD carry no loss (`eod_mask_loss`). The row's last label, the first id of
+    another row, is masked by the training loop (`loss_mask[:, -1] = 0`)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
+    from cpp_data.pipeline.errors import BadInput
+
+    packed = dataset["kind"] == "packed"
+    if packed and seq_length != spec["seq_length"]:
+        raise BadInput(f"packed rows are {spec['seq_length']} tokens; --seq-length {seq_length} would cut samples "
+                       f"across rows (use --data documents for another length)")
     blends = {}
     for split in ("train", "valid", "test"):
-        b = spec["blend_per_split"].get(split) or []
+        b = dataset["blend_per_split"].get(split) or []
         blends[split] = ([p for _, p in b], [float(w) for w, _ in b] if len(b) > 1 else None) if b else None
     config = GPTDatasetConfig(
         random_seed=seed, sequence_length=seq_length, tokenizer=SpecTokenizer(spec),
         blend_per_split=[blends["train"], blends["valid"], blends["test"]], split=None,
         path_to_cache=str(cache_dir) if cache_dir else None,
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
+        reset_position_ids=packed, reset_attention_mask=packed, eod_mask_loss=packed)
     sizes = [train_samples, valid_samples if blends["valid"] else None, None]
     train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
     return train, valid

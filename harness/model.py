@@ -3,27 +3,12 @@ layer spec: the same model family Megatron trains, with no fused kernels to inst
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
+from cpp_data.harness.presets import SIZES
 from cpp_data.pipeline.errors import BadInput
-
-
-@dataclass(frozen=True)
-class ModelSize:
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    ffn_hidden_size: int
-
-
-SIZES = {
-    "tiny": ModelSize(2, 64, 4, 256),            # CPU tests: seconds per dozen steps
-    "small": ModelSize(4, 256, 4, 1024),
-    "gpt-125m": ModelSize(12, 768, 12, 3072),    # ~85M in the blocks + vocab x 768 tied embeddings
-    "gpt-350m": ModelSize(24, 1024, 16, 4096),
-}
 
 
 def build_model(size: str, vocab_size: int, seq_length: int, device: torch.device):

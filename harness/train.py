@@ -17,36 +17,12 @@ import math
 import os
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from cpp_data.harness.presets import TrainConfig
 from cpp_data.pipeline.errors import BadInput
-
-
-@dataclass
-class TrainConfig:
-    launch_spec: Path
-    out: Path
-    model: str = "tiny"
-    steps: int = 50
-    batch_size: int = 8  # sequences per optimizer step
-    micro_batch_size: int | None = None  # sequences per forward/backward (default: batch_size); must divide it
-    seq_length: int | None = None  # default: the spec's
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup: int = 10
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    seed: int = 1234
-    device: str = "auto"
-    log_every: int = 10
-    eval_every: int = 0  # 0: only at the end
-    eval_batches: int = 4
-    save_every: int = 0  # 0: only at the end
-    num_workers: int = 0
-    stop_after: int | None = None  # stop (checkpointed) after this step; rerun to resume (a scheduler's slot)
 
 
 def _free_port() -> int:
@@ -77,12 +53,14 @@ def _lr(step: int, c: TrainConfig) -> float:
     return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _loss(model, batch: dict, device: torch.device) -> torch.Tensor:
+def _loss(model, batch: dict, device: torch.device, packed: bool) -> torch.Tensor:
     b = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "dataset_id"}
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         losses = model(input_ids=b["tokens"], position_ids=b["position_ids"], attention_mask=b["attention_mask"],
                        labels=b["labels"])
     mask = b["loss_mask"].float()
+    if packed:  # a packed row's last label is the first id of another row (harness/data.py)
+        mask[:, -1] = 0
     return (losses.float() * mask).sum() / mask.sum().clamp(min=1)
 
 
@@ -97,15 +75,21 @@ def _latest_checkpoint(directory: Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-def _data_fingerprints(spec: dict) -> dict:
+def _data_fingerprints(dataset: dict) -> dict:
+    """{prefix name: SHA-256 of its .bin} from the export's own record (export.json or packed.json)."""
     out = {}
-    for split, blend in spec["blend_per_split"].items():
+    for blend in dataset["blend_per_split"].values():
         for _, prefix in blend:
-            export = Path(prefix).parent / "export.json"
-            if export.is_file():
-                meta = json.loads(export.read_text())
-                for s, v in meta["splits"].items():
-                    out[f"{s}.bin.sha256"] = v["bin_sha256"]
+            p = Path(prefix)
+            for meta_name in ("export.json", "packed.json"):
+                meta = p.parent / meta_name
+                if meta.is_file():
+                    rec = json.loads(meta.read_text())
+                    for f in rec.get("files", []):
+                        if f["path"].endswith(p.name + ".bin"):
+                            out[p.name] = f["sha256"]
+                    if p.name in rec.get("prefixes", {}) and "bin_sha256" in rec["prefixes"][p.name]:
+                        out[p.name] = rec["prefixes"][p.name]["bin_sha256"]
     return out
 
 
@@ -113,7 +97,7 @@ def train(c: TrainConfig, log=print) -> dict:
     """Run (or resume) a training run; returns the summary."""
     from torch.utils.data import DataLoader, Subset
 
-    from cpp_data.harness.data import build_datasets
+    from cpp_data.harness.data import build_datasets, dataset_of
     from cpp_data.harness.megatron_cpu import apply_cpu_patches
     from cpp_data.harness.model import build_model, count_parameters
     from cpp_data.schemas.launch_spec import load_launch_spec
@@ -127,11 +111,13 @@ def train(c: TrainConfig, log=print) -> dict:
     else:
         apply_cpu_patches()
     seq = c.seq_length or spec["seq_length"]
+    dataset = dataset_of(spec, c.data)
+    packed = dataset["kind"] == "packed"
     out = Path(c.out)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     torch.manual_seed(c.seed)
     _init_distributed(device, c.seed)
-    train_ds, valid_ds = build_datasets(spec, seq, c.seed, c.steps * c.batch_size,
+    train_ds, valid_ds = build_datasets(spec, dataset, seq, c.seed, c.steps * c.batch_size,
                                         c.eval_batches * c.batch_size, out / "index_cache")
     model, _ = build_model(c.model, spec["vocab_size"], seq, device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -149,7 +135,7 @@ def train(c: TrainConfig, log=print) -> dict:
         start = state["step"]
         log(f"resumed from {ckpt} at step {start}")
     params = count_parameters(model)
-    log(f"model {c.model}: {params / 1e6:.1f}M parameters, seq {seq}, batch {c.batch_size} "
+    log(f"model {c.model}: {params / 1e6:.1f}M parameters, data {dataset['kind']}, seq {seq}, batch {c.batch_size} "
         f"(micro {c.micro_batch_size or c.batch_size}), device {device}, "
         f"steps {start}..{c.steps}")
     micro = c.micro_batch_size or c.batch_size
@@ -167,7 +153,7 @@ def train(c: TrainConfig, log=print) -> dict:
         vl = DataLoader(Subset(valid_ds, range(min(len(valid_ds), c.eval_batches * c.batch_size))),
                         batch_size=micro)
         with torch.no_grad():
-            losses = [_loss(model, b, device).item() for b in vl]
+            losses = [_loss(model, b, device, packed).item() for b in vl]
         model.train()
         return sum(losses) / len(losses) if losses else None
 
@@ -191,7 +177,7 @@ def train(c: TrainConfig, log=print) -> dict:
         loss = torch.zeros((), device=device)
         for _ in range(accum):  # gradient accumulation over micro batches: the same update as one big batch
             batch = next(batches)
-            micro_loss = _loss(model, batch, device) / accum
+            micro_loss = _loss(model, batch, device, packed) / accum
             micro_loss.backward()
             loss += micro_loss.detach()
             tokens_since += batch["tokens"].numel()
@@ -232,7 +218,8 @@ def train(c: TrainConfig, log=print) -> dict:
         "precision": "bf16 autocast" if device.type == "cuda" else "fp32",
         "first_logged_loss": first_loss, "final_loss": losses[-1]["loss"] if losses else None,
         "valid_loss": valid, "tokens_per_s_mean": round(sum(rates) / len(rates), 1) if rates else None,
-        "tokens_seen": step * c.batch_size * seq, "data": _data_fingerprints(spec),
+        "tokens_seen": step * c.batch_size * seq, "data_kind": dataset["kind"],
+        "data": _data_fingerprints(dataset),
         "torch": torch.__version__,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -165,24 +165,20 @@ _EXPORT_KINDS = {("megatron", ".bin"): "megatron_bin", ("megatron", ".idx"): "me
                  ("packed", ".parquet"): "packed", ("packed", ".bin"): "packed_bin", ("packed", ".idx"): "packed_idx"}
 
 
-def _publish_exports(runner: Runner, partial: Path, final: Path) -> list[dict]:
-    """Hard-link the Megatron export and the packed rows into the build; the launch spec is rewritten with
-    absolute paths of the final build directory so a training launch can use it as is."""
-    from cpp_data.schemas.launch_spec import absolute
-
+def _publish_exports(runner: Runner, partial: Path) -> list[dict]:
+    """Publish the Megatron export, the packed rows and launch.json (at the build root: its paths are relative
+    to it, so a moved or copied build still works)."""
     files = []
-    for stage, sub in (("megatron_export", "megatron"), ("packed_rows", "packed")):
+    for stage, sub in (("megatron_export", "megatron"), ("packed_rows", "packed"), ("launch_spec", "")):
         if not runner.artifacts(stage):
             continue
         src = runner.artifacts(stage)[0].path / sub
         for f in sorted(src.iterdir()):
-            rel = f"{sub}/{f.name}"
-            if f.name == "launch.json":
-                spec = absolute(json.loads(f.read_text()), final / sub)
-                atomic_write_json(partial / rel, spec)
-            else:
-                _publish_file(f, partial / rel)
-            split = next((s for s in ("train", "valid") if f"_{s}." in f.name or f.name.startswith(f"{s}-")), None)
+            if f.is_dir() or f.name in ("stage.json", "_COMPLETE"):
+                continue
+            rel = f"{sub}/{f.name}" if sub else f.name
+            _publish_file(f, partial / rel)
+            split = next((s for s in ("train", "valid") if f"_{s}" in f.name or f.name.startswith(s)), None)
             kind = _EXPORT_KINDS.get((sub, f.suffix)) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
             files.append({"path": rel, "kind": kind, "split": split, "rows": None,
                           "bytes": (partial / rel).stat().st_size, "sha256": sha256_file(partial / rel)})
@@ -241,7 +237,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         tokenizer = {"path": "tokenizer/tokenizer.json", "sha256": tok_art.counts["sha256"],
                      "vocab_size": tok_art.counts["vocab_size"], "band_revision": tok_art.counts["band_revision"],
                      **{k: tok_art.counts.get(k) for k in ("requested_vocab_size", "learned_ids", "padding_ids")}}
-    files += _publish_exports(runner, partial, final)
+    files += _publish_exports(runner, partial)
     ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
     _publish_file(ledger_src, partial / "provenance" / "ledger.parquet")
     import pyarrow.parquet as pq
@@ -261,6 +257,8 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         "sources": [{**asdict(s), "retrieved_at": retrieved.get(s.name)} for s in sources],
         "stages": runner.stage_records(),
         "tokenizer": tokenizer,
+        "seq_length": runner.artifacts("launch_spec")[0].counts["seq_length"] if runner.artifacts("launch_spec")
+        else None,
         "semantic_coverage": summary.get("semantic_coverage", {}),
         "files": files,
         "totals": {k: summary[k] for k in ("documents", "train_documents", "valid_documents", "text_bytes",

@@ -157,19 +157,21 @@ def _parser() -> argparse.ArgumentParser:
     em = leaf(ex, "megatron", cmd_export, help="Megatron bin/idx per split, plus a launch spec",
               description="Write <name>_train and <name>_valid .bin/.idx with megatron-core's IndexedDatasetBuilder "
                           "(one document per sequence, EOD appended, dtype by megatron-core's rule for the "
-                          "vocabulary size), export.json with each file's SHA-256 and the arguments, and "
-                          "launch.json. A v6 build already holds this export under megatron/; use this for other "
-                          "names or sequence lengths. Other arguments export into another directory.")
+                          "vocabulary size; a training prefix per weight group when the sources set weights), "
+                          "export.json with each file's SHA-256, arguments.json and a launch.json whose paths are "
+                          "relative to it. A v6 build already holds this export under megatron/; use this for "
+                          "other names or sequence lengths. Other arguments export into another directory.")
     em.add_argument("build", type=Path, help="a build directory, or OUT for its latest build")
     em.add_argument("--out", type=Path,
                     help="export directory (default OUT/exports/BUILD/megatron-NAME-<hash of the arguments>)")
     em.add_argument("--name", default="cpp", help="file prefix of the bin/idx pairs")
-    em.add_argument("--seq-length", type=int, default=2048, help="sequence length written into the launch spec")
+    em.add_argument("--seq-length", type=int, default=2048, help="sequence length written into its launch.json")
     em.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizer threads (the CPU count)")
     ep = leaf(ex, "packed", cmd_export, help="fixed-length packed rows (best-fit-decreasing, FIM)",
               description="Write Parquet rows of --seq-length tokens packed best-fit-decreasing with input_ids, "
                           "target_ids, loss_mask, doc_ids, valid_token_count, num_docs, pack_id and the token "
-                          "metadata columns; FIM on the training split. Other arguments export into another "
+                          "metadata columns; FIM on the training split; the same rows as a Megatron bin/idx "
+                          "(cpp_packed_<split>) and a launch.json for them. Other arguments export into another "
                           "directory.")
     ep.add_argument("build", type=Path, help="a build directory, or OUT for its latest build")
     ep.add_argument("--seq-length", type=int, default=4096, help="tokens per packed row")
@@ -181,19 +183,25 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = leaf(sub, "train", cmd_train, help="train a small GPT on an export (bundled harness)",
               description="Train a megatron-core GPTModel on the data a launch spec names, through "
-                          "GPTDataset/BlendedMegatronDatasetBuilder. Logs loss and tokens/s to OUT/log.jsonl, "
-                          "checkpoints to OUT/checkpoints/, and resumes from the latest checkpoint when OUT already "
-                          "holds one. bf16 autocast on CUDA.",
-              epilog="example: cpp-data train --launch-spec out/builds/NAME/megatron/launch.json "
-                     "--out runs/tiny --model tiny --steps 50")
-    tr.add_argument("--launch-spec", type=Path, required=True, help="a launch.json (a build's megatron/launch.json)")
+                          "GPTDataset/BlendedMegatronDatasetBuilder. By default on the packed rows: one row per "
+                          "sample in a seeded order, attention and positions reset at every EOD, no loss where "
+                          "the input is EOD or on a row's last label (it belongs to the next row); --data "
+                          "documents trains on the per-document export instead. Logs loss and tokens/s to "
+                          "OUT/log.jsonl, checkpoints to OUT/checkpoints/, and resumes from the latest checkpoint "
+                          "when OUT already holds one. bf16 autocast on CUDA.",
+              epilog="example: cpp-data train --launch-spec out --out runs/tiny --model tiny --steps 50")
+    tr.add_argument("--launch-spec", type=Path, required=True,
+                    help="a launch.json, or a build (or OUT, its latest build) holding one")
+    tr.add_argument("--data", choices=("packed", "documents"),
+                    help="which dataset of the launch spec (default: its default_dataset, packed rows)")
     tr.add_argument("--out", type=Path, required=True, help="run directory (log, checkpoints, summary)")
     tr.add_argument("--model", default="tiny", help="tiny, small, gpt-125m or gpt-350m")
     tr.add_argument("--steps", type=int, default=50, help="optimizer steps")
     tr.add_argument("--batch-size", type=int, default=8, help="sequences per optimizer step")
     tr.add_argument("--micro-batch-size", type=int,
                     help="sequences per forward pass (gradient accumulation; default: the batch size)")
-    tr.add_argument("--seq-length", type=int, help="tokens per sequence (default: the launch spec's)")
+    tr.add_argument("--seq-length", type=int,
+                    help="tokens per sequence (default: the launch spec's; packed rows accept only theirs)")
     tr.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     tr.add_argument("--warmup", type=int, default=10, help="linear warmup steps")
     tr.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -408,24 +416,35 @@ def cmd_export(args) -> int:
         raise BadInput(f"{out}: holds an export with other arguments ({recorded}); choose another --out")
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
+    from cpp_data.schemas.launch_spec import dataset_entry, write_launch_spec
+    from cpp_data.schemas.manifest import load_manifest
+
+    manifest = load_manifest(args.build)
+    weights = {s["name"]: float(s.get("weight", 1.0)) for s in manifest["sources"]}
     if args.export_command == "megatron":
         from cpp_data.stages.megatron_export import export_shards
 
-        splits = export_shards(args.build, args.build / "tokenizer", partial, args.name, args.seq_length,
-                               tokenizer_ref=str((args.build / "tokenizer").resolve()))
-        for s, v in splits.items():
-            print(f"{s:<6} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
+        prefixes = export_shards(args.build, args.build / "tokenizer", partial, args.name, weights)
+        for p, v in prefixes.items():
+            print(f"{p:<16} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
                   f"sha256 {v['bin_sha256'][:16]}")
+        meta = json.loads((partial / "export.json").read_text())
+        dataset = {"documents": dataset_entry("documents", prefixes, weights)}
     else:
         from cpp_data.stages.packed_rows import PackedParams, pack_shards
 
         p = PackedParams(seq_length=args.seq_length, fim_rate=args.fim_rate, fim_spm_rate=args.fim_spm_rate,
                          seed=args.seed)
-        _, telemetry = pack_shards(args.build, args.build / "tokenizer", partial, p)
+        _, telemetry = pack_shards(args.build, args.build / "tokenizer", partial, p, weights)
         for s, t in telemetry.items():
             print(f"{s:<6} {t['rows']:>7,} rows  {t['slot_utilization']:.1%} slots used  "
                   f"{t['docs_per_row']:.2f} docs/row  {t['cropped_token_share']:.1%} cropped  "
                   f"{t['fim_documents']:,} FIM")
+        meta = json.loads((partial / "packed.json").read_text())
+        dataset = {"packed": dataset_entry("packed", meta["prefixes"], weights)}
+    write_launch_spec(partial / "launch.json", args.name if args.export_command == "megatron" else "cpp", dataset,
+                      meta["vocab_size"], args.seq_length, os.path.relpath(args.build / "tokenizer", out),
+                      meta["eod"], meta.get("pad"), weights)
     atomic_write_json(partial / "arguments.json", arguments)
     out.parent.mkdir(parents=True, exist_ok=True)
     seal(partial, out)
@@ -440,7 +459,7 @@ def cmd_train(args) -> int:
                     batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seq_length=args.seq_length,
                     lr=args.lr, warmup=args.warmup, device=args.device, log_every=args.log_every,
                     eval_every=args.eval_every, save_every=args.save_every, num_workers=args.num_workers,
-                    seed=args.seed, stop_after=args.stop_after)
+                    seed=args.seed, stop_after=args.stop_after, data=args.data)
     try:
         summary = train(c)
     except ValueError as exc:
@@ -459,6 +478,8 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
             setattr(args, key, Path(os.path.abspath(os.path.expanduser(value))))
     if args.func in (cmd_validate, cmd_report, cmd_tokenizer_eval, cmd_verify, cmd_export):
         args.build = resolve_build(args.build)
+    if args.func is cmd_train and args.launch_spec.is_dir() and not (args.launch_spec / "launch.json").is_file():
+        args.launch_spec = resolve_build(args.launch_spec)  # OUT: its latest build's launch.json
     return args
 
 

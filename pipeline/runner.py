@@ -60,7 +60,8 @@ class Task:
         return Artifact(self.name, self.source.name if self.source else None, self.fingerprint, self.directory(out))
 
 
-def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]]) -> str:
+def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]],
+                sources: list[LockedSource] = ()) -> str:
     payload = {
         "stage": stage.name,
         "version": stage.version,
@@ -69,6 +70,9 @@ def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, lis
         "source": source.pin() if source else None,
         "inputs": {k: [t.fingerprint for t in v] for k, v in sorted(inputs.items())},
     }
+    settings = stage.settings(list(sources))
+    if settings is not None:  # only then, so the fingerprints of stages without settings stay as they were
+        payload["settings"] = settings
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -115,7 +119,7 @@ class Runner:
             else:
                 instances.append(Task(stage, None, {dep: by_stage[dep] for dep in cls.inputs}))
             for task in instances:
-                task.fingerprint = fingerprint(stage, task.source, task.inputs)
+                task.fingerprint = fingerprint(stage, task.source, task.inputs, self.sources)
             by_stage[name] = instances
             tasks.extend(instances)
         return tasks

@@ -13,6 +13,11 @@ A sources file is TOML with one `[[source]]` table per input:
                                     (exclusive); locked to a commit like `ref`
     configure = false               optional: never run this source's CMake/Meson configure for libclang (its
                                     own compile_commands.json is still used; default true)
+    weight = 2.0                    optional: this source's share of the training mix as a multiple of its
+                                    natural share (its tokens); default 1.0. Sources of one weight share a
+                                    Megatron dataset and the launch spec blends the datasets by tokens x weight
+                                    (docs/DESIGN.md section 10); the weight changes no document, so it is not
+                                    part of the pin
 
 Locking resolves every ref to a full commit SHA (`git ls-remote` / `git rev-parse`); a plain directory is pinned
 by a digest of its tree (paths, link targets and file contents), written as `tree:<sha256>`. A build records only
@@ -51,6 +56,7 @@ class SourceSpec:
     vendored: bool = False
     history_from: str | None = None
     configure: bool = True
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class LockedSource:
     history_from: str | None = None  # requested
     history_from_commit: str | None = None  # resolved
     configure: bool = True
+    weight: float = 1.0
 
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
@@ -77,6 +84,11 @@ class LockedSource:
         if not self.configure:
             pin["configure"] = False
         return pin
+
+
+def source_weights(sources: list[LockedSource]) -> dict[str, float]:
+    """{source name: blend weight} (the sources file's `weight`, default 1.0)."""
+    return {s.name: float(s.weight) for s in sorted(sources, key=lambda s: s.name)}
 
 
 def load_sources(path: Path) -> list[SourceSpec]:
@@ -98,7 +110,7 @@ def load_sources(path: Path) -> list[SourceSpec]:
         where = f"{path}: source #{i}"
         if not isinstance(table, dict):
             raise SourcesError(f"{where}: must be a [[source]] table")
-        allowed = {"name", "url", "ref", "license", "vendored", "history_from", "configure"}
+        allowed = {"name", "url", "ref", "license", "vendored", "history_from", "configure", "weight"}
         unknown = set(table) - allowed
         if unknown:
             raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(allowed))})")
@@ -128,7 +140,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         configure = table.get("configure", True)
         if not isinstance(configure, bool):
             raise SourcesError(f"{where}: 'configure' must be true or false")
-        specs.append(SourceSpec(name, url, ref, lic, vendored, since, configure))
+        weight = table.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+            raise SourcesError(f"{where}: 'weight' must be a positive number (1.0: the source's natural share)")
+        specs.append(SourceSpec(name, url, ref, lic, vendored, since, configure, float(weight)))
     return specs
 
 
@@ -214,7 +229,7 @@ def directory_digest(root: Path) -> str:
 
 def resolve(spec: SourceSpec) -> LockedSource:
     """Resolve a source's ref (and history_from) to commits, or a directory to its tree digest."""
-    locked = replace(_resolve_ref(spec), configure=spec.configure)
+    locked = replace(_resolve_ref(spec), configure=spec.configure, weight=spec.weight)
     if spec.history_from is None:
         return locked
     where = f"source {spec.name!r} ({spec.url})"
@@ -281,7 +296,8 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
 
 _LOCK_TYPES = {"name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
                "locked_at": str, "license": (str, type(None)), "vendored": bool, "history_from": (str, type(None)),
-               "history_from_commit": (str, type(None)), "configure": bool}
+               "history_from_commit": (str, type(None)), "configure": bool,
+               "weight": (float, int)}
 
 
 def read_lock(path: Path) -> list[LockedSource]:
@@ -341,7 +357,7 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
         same = same and old.history_from == spec.history_from
         if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
             out.append(LockedSource(**{**asdict(old), "license": spec.license, "vendored": spec.vendored,
-                                       "configure": spec.configure}))
+                                       "configure": spec.configure, "weight": spec.weight}))
         else:
             out.append(resolve(spec))
     return out

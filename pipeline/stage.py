@@ -70,6 +70,11 @@ class Stage(ABC):
     def __init__(self, params: Any):
         self.params = params
 
+    def settings(self, sources: list[LockedSource]) -> dict[str, Any] | None:
+        """Source settings outside the pins that shape this stage's bytes (a corpus stage's part of the
+        fingerprint, such as the sources' blend weights); None when there are none."""
+        return None
+
     @abstractmethod
     def run(self, ctx: StageContext) -> dict[str, Any]:
         """Write the artifact into ctx.out; return counts for stage.json and the build summary."""

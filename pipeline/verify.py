@@ -9,11 +9,13 @@ Gates, in order (all run; the command fails naming every gate that failed):
   decode          the first documents of each split decode back to their exact text, from the .bin files
   empty_documents share of documents with empty text or no tokens under `max_empty_ratio`
   megatron_read   megatron-core's IndexedDataset opens every prefix; lengths and document index agree
-  gpt_dataset     BlendedMegatronDatasetBuilder builds GPTDatasets over the launch spec and yields a sample
+  gpt_dataset     BlendedMegatronDatasetBuilder builds GPTDatasets over both datasets of launch.json (documents,
+                  packed rows) and yields a sample
   packed          every packed row has seq_length ids, doc_ids and loss_mask agree with valid_token_count
   packed_binidx   the packed bin/idx read back with megatron-core equals the Parquet rows; its segments, put
                   back in order with FIM undone, are every shard document's token_ids + EOD, exactly
-  train_step      one step of the bundled harness (tiny model, CPU) on the launch spec: a finite loss
+  train_step      one step of the bundled harness (tiny model, CPU) on the launch spec's default dataset (packed
+                  rows): a finite loss
 A passing build is promoted: OUT/builds/PROMOTED names it, and OUT/verify/<build>.json keeps the receipt.
 """
 
@@ -56,15 +58,24 @@ class Verifier:
         self.build = Path(build)
         self.first_docs, self.max_empty_ratio, self.train_step = first_docs, max_empty_ratio, train_step
         self.manifest = load_manifest(self.build)
-        self.spec_path = self.build / "megatron" / "launch.json"
+        self.spec_path = self.build / "launch.json"
 
     def _need_export(self) -> None:
         if not _files(self.manifest, "megatron_bin"):
             raise GateFailed("the build has no Megatron export (its recipe lacks megatron_export)")
 
-    def _prefix(self, split: str) -> Path:
-        entry = next(e for e in _files(self.manifest, "megatron_bin", split))
-        return self.build / entry["path"][: -len(".bin")]
+    def _prefixes(self, split: str) -> list[Path]:
+        """The split's Megatron prefixes: one, or (training, with source weights) one per weight group."""
+        return [self.build / e["path"][: -len(".bin")] for e in _files(self.manifest, "megatron_bin", split)]
+
+    def _prefix_sources(self) -> dict[str, list[str] | None]:
+        """{prefix name: its sources} for training prefixes of weight groups; None (every source) otherwise."""
+        import json
+
+        if not self.spec_path.is_file():
+            return {}
+        groups = json.loads(self.spec_path.read_text())["datasets"]["documents"]["groups"]
+        return {Path(p).name: v for p, v in groups.items()} if len(groups) > 1 else {}
 
     @functools.cached_property
     def shard_stats(self) -> dict:
@@ -110,13 +121,14 @@ class Verifier:
             raise GateFailed(f"shards hold {s['train']['tokens'] + s['valid']['tokens']} tokens, manifest says "
                              f"{totals['tokens']}")
         for split in ("train", "valid"):
-            ds = IndexedDataset(str(self._prefix(split)))
-            if len(ds) != s[split]["rows"]:
-                raise GateFailed(f"{self._prefix(split)}: {len(ds)} sequences, {split} shards hold "
-                                 f"{s[split]['rows']} documents")
-            bin_tokens = int(ds.sequence_lengths.sum())
+            sets = [IndexedDataset(str(p)) for p in self._prefixes(split)]
+            names = " + ".join(p.name for p in self._prefixes(split))
+            sequences = sum(len(ds) for ds in sets)
+            if sequences != s[split]["rows"]:
+                raise GateFailed(f"{names}: {sequences} sequences, {split} shards hold {s[split]['rows']} documents")
+            bin_tokens = sum(int(ds.sequence_lengths.sum()) for ds in sets)
             if bin_tokens != s[split]["tokens"] + s[split]["rows"]:
-                raise GateFailed(f"{self._prefix(split)}.bin: {bin_tokens} tokens, shards give "
+                raise GateFailed(f"{names}.bin: {bin_tokens} tokens, shards give "
                                  f"{s[split]['tokens']} + {s[split]['rows']} EOD")
         return (f"{totals['documents']:,} documents and {s['train']['tokens'] + s['valid']['tokens']:,} tokens "
                 f"agree across manifest, shards and bin/idx")
@@ -127,10 +139,9 @@ class Verifier:
 
         vocab = self.manifest["tokenizer"]["vocab_size"]
         found = {f"shards/{k}": v["max_id"] for k, v in self.shard_stats.items()}
-        for split in ("train", "valid"):
-            ds = IndexedDataset(str(self._prefix(split)))
-            ids = _bin_array(ds)  # uint16 for vocabularies under 65,500 (megatron-core's rule), else int32
-            found[f"{self._prefix(split).name}.bin"] = int(ids.max()) if ids.size else -1
+        for prefix in self._prefixes("train") + self._prefixes("valid"):
+            ids = _bin_array(IndexedDataset(str(prefix)))  # uint16 under 65,500 ids (megatron-core's rule)
+            found[f"{prefix.name}.bin"] = int(ids.max()) if ids.size else -1
         for e in _files(self.manifest, "packed"):
             m = pc.max(pc.list_flatten(pq.read_table(self.build / e["path"], columns=["input_ids"])
                                        .column("input_ids"))).as_py()
@@ -148,21 +159,25 @@ class Verifier:
 
         tok = load_tokenizer(self.build / "tokenizer")
         eod = tok.token_to_id("<|eos|>")
+        groups = self._prefix_sources()
         checked = 0
         for split in ("train", "valid"):
             shards = _files(self.manifest, "shard", split)
             if not shards:
                 continue
-            texts = pq.ParquetFile(self.build / shards[0]["path"]).read_row_group(0, columns=["text"]) \
-                .column("text").to_pylist()[: self.first_docs]
-            ds = IndexedDataset(str(self._prefix(split)))
-            for i, text in enumerate(texts):
-                ids = ds[i].tolist()
-                if ids[-1] != eod:
-                    raise GateFailed(f"{self._prefix(split)}.bin: sequence {i} does not end with EOD")
-                if tok.decode(ids[:-1], skip_special_tokens=False) != text:
-                    raise GateFailed(f"{self._prefix(split)}.bin: sequence {i} does not decode to its document")
-                checked += 1
+            first = pq.ParquetFile(self.build / shards[0]["path"]).read_row_group(0, columns=["text", "source_repo"])
+            for prefix in self._prefixes(split):
+                members = groups.get(prefix.name)
+                texts = [t for t, r in zip(first.column("text").to_pylist(), first.column("source_repo").to_pylist())
+                         if members is None or r in members][: self.first_docs]
+                ds = IndexedDataset(str(prefix))
+                for i, text in enumerate(texts):
+                    ids = ds[i].tolist()
+                    if ids[-1] != eod:
+                        raise GateFailed(f"{prefix}.bin: sequence {i} does not end with EOD")
+                    if tok.decode(ids[:-1], skip_special_tokens=False) != text:
+                        raise GateFailed(f"{prefix}.bin: sequence {i} does not decode to its document")
+                    checked += 1
         return f"first {checked} documents decode exactly"
 
     def empty_documents(self) -> str:
@@ -179,19 +194,19 @@ class Verifier:
         from megatron.core.datasets.indexed_dataset import IndexedDataset
 
         out = []
-        for split in ("train", "valid"):
-            ds = IndexedDataset(str(self._prefix(split)))
+        for prefix in self._prefixes("train") + self._prefixes("valid"):
+            ds = IndexedDataset(str(prefix))
             if not np.array_equal(ds.document_indices, np.arange(len(ds) + 1)):
-                raise GateFailed(f"{self._prefix(split)}.idx: document index is not one sequence per document")
+                raise GateFailed(f"{prefix}.idx: document index is not one sequence per document")
             for i in range(len(ds)):
                 if len(ds[i]) != ds.sequence_lengths[i]:
-                    raise GateFailed(f"{self._prefix(split)}: sequence {i} length differs from the index")
-            out.append(f"{split} {len(ds):,} sequences ({ds.index.dtype.__name__})")
+                    raise GateFailed(f"{prefix}: sequence {i} length differs from the index")
+            out.append(f"{prefix.name} {len(ds):,} sequences ({ds.index.dtype.__name__})")
         return ", ".join(out)
 
     def gpt_dataset(self) -> str:
         self._need_export()
-        from cpp_data.harness.data import build_datasets
+        from cpp_data.harness.data import build_datasets, dataset_of
         from cpp_data.harness.train import _init_distributed
         from cpp_data.schemas.launch_spec import load_launch_spec
 
@@ -200,11 +215,16 @@ class Verifier:
         spec = load_launch_spec(self.spec_path)
         _init_distributed(torch.device("cpu"), 1234)
         with tempfile.TemporaryDirectory() as cache:
-            train, valid = build_datasets(spec, min(spec["seq_length"], 512), 1234, 16, 4, Path(cache))
-            sample = train[0]
-            if int(sample["tokens"].max()) >= spec["vocab_size"]:
-                raise GateFailed("a GPTDataset sample holds an id past the vocabulary")
-        return f"train {len(train)} samples" + (f", valid {len(valid)}" if valid is not None else "")
+            out = []
+            for kind in sorted(spec["datasets"]):
+                seq = spec["seq_length"] if kind == "packed" else min(spec["seq_length"], 512)
+                train, valid = build_datasets(spec, dataset_of(spec, kind), seq, 1234, 16, 4, Path(cache))
+                sample = train[0]
+                if int(sample["tokens"].max()) >= spec["vocab_size"]:
+                    raise GateFailed(f"a GPTDataset sample of the {kind} dataset holds an id past the vocabulary")
+                out.append(f"{kind}: train {len(train)} samples" + (f", valid {len(valid)}" if valid is not None
+                                                                   else ""))
+        return "; ".join(out)
 
     def packed(self) -> str:
         entries = _files(self.manifest, "packed")
@@ -262,7 +282,7 @@ class Verifier:
         with tempfile.TemporaryDirectory() as tmp:
             proc = subprocess.run([sys.executable, "-m", "cpp_data.pipeline.cli", "train", "--launch-spec",
                                    str(self.spec_path), "--out", tmp, "--model", "tiny", "--steps", "1",
-                                   "--batch-size", "2", "--seq-length", "256", "--device", "cpu", "--log-every", "1"],
+                                   "--batch-size", "1", "--device", "cpu", "--log-every", "1"],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
@@ -271,7 +291,7 @@ class Verifier:
         loss = summary["final_loss"]
         if loss is None or not np.isfinite(loss):
             raise GateFailed(f"one training step gave loss {loss}")
-        return f"loss {loss:.3f} after one step (in a child process)"
+        return f"loss {loss:.3f} after one step on {summary['data_kind']} rows (in a child process)"
 
     def gates(self) -> list[tuple[str, Callable[[], str]]]:
         g = [("files", self.files), ("counts", self.counts), ("token_range", self.token_range),

@@ -6,6 +6,7 @@ from cpp_data.stages.dependency_documents import DependencyDocuments
 from cpp_data.stages.exact_dedup import ExactDedup
 from cpp_data.stages.filter import Filter
 from cpp_data.stages.ledger import Ledger
+from cpp_data.stages.launch_spec import LaunchSpecStage
 from cpp_data.stages.license import License
 from cpp_data.stages.megatron_export import MegatronExport
 from cpp_data.stages.near_dedup import NearDedup
@@ -17,5 +18,5 @@ from cpp_data.stages.token_columns import TokenColumns
 from cpp_data.stages.tokenizer import TokenizerStage
 
 STAGES = {cls.name: cls for cls in (Collect, Filter, License, ExactDedup, NearDedup, Shards, Structure, TokenizerStage,
-                                    TokenColumns, MegatronExport, PackedRows, Semantics, ContextGraph,
+                                    TokenColumns, MegatronExport, PackedRows, LaunchSpecStage, Semantics, ContextGraph,
                                     DependencyDocuments, Ledger)}

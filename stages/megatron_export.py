@@ -1,5 +1,6 @@
 """megatron_export: the build's shards as Megatron bin/idx, one document per sequence with EOD appended
-(docs/DESIGN.md section 10), plus the launch spec a Megatron training run consumes.
+(docs/DESIGN.md section 10), one training prefix per weight group of the sources; the launch_spec stage
+describes them for a training launch.
 
 Writing goes through schemas/indexed.py (megatron-core's own builder and dtype rule; the format is written
 down there). Documents stream one row group at a time (bounded memory: the builder keeps only per-sequence lengths). Token
@@ -9,7 +10,6 @@ Identical inputs give identical bytes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.tokenizer import shard_files
 from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
@@ -26,7 +27,6 @@ from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
 @dataclass(frozen=True)
 class MegatronExportParams:
     name: str = "cpp"
-    seq_length: int = 2048  # written into the launch spec
     encode_batch: int = 256  # documents per encode_batch call when the shards carry no token ids
 
 
@@ -35,22 +35,31 @@ def encode_ids(tok, texts: list[str]):
     return tok.encode_batch_fast(texts, add_special_tokens=False)
 
 
-def token_arrays(files: list[Path], tok=None, batch: int = 256) -> Iterator[np.ndarray]:
-    """Each document's token ids (int32), in shard order: from `token_ids`, or encoded from `text`."""
+def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str] | None = None
+                 ) -> Iterator[np.ndarray]:
+    """Each document's token ids (int32), in shard order: from `token_ids`, or encoded from `text`; only the
+    documents of `sources` (by source_repo) when given."""
     for f in files:
         pf = pq.ParquetFile(f)
         has_ids = "token_ids" in pf.schema_arrow.names
         for rg in range(pf.num_row_groups):
+            keep = None
+            if sources is not None:
+                repos = pf.read_row_group(rg, columns=["source_repo"]).column("source_repo").to_pylist()
+                keep = [r in sources for r in repos]
             if has_ids:
                 col = pf.read_row_group(rg, columns=["token_ids"]).column("token_ids").combine_chunks()
                 values = col.values.to_numpy(zero_copy_only=False)
                 offsets = col.offsets.to_numpy()
                 for i in range(len(col)):
-                    yield values[offsets[i]:offsets[i + 1]]
+                    if keep is None or keep[i]:
+                        yield values[offsets[i]:offsets[i + 1]]
             else:
                 if tok is None:
                     raise ValueError(f"{f}: no token_ids column and no tokenizer given")
                 texts = pf.read_row_group(rg, columns=["text"]).column("text").to_pylist()
+                if keep is not None:
+                    texts = [t for t, k in zip(texts, keep) if k]
                 for start in range(0, len(texts), batch):
                     for enc in encode_ids(tok, texts[start:start + batch]):
                         yield np.asarray(enc.ids, dtype=np.int32)
@@ -126,43 +135,53 @@ def write_indexed(prefix: Path, docs: Iterable[np.ndarray], vocab_size: int, eod
     return out
 
 
-def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, seq_length: int,
-                  batch: int = 256, tokenizer_ref: str | None = None) -> dict:
-    """Both splits of a shards directory into `out`; writes export.json and the launch spec; returns counts.
-
-    `tokenizer_ref` is the tokenizer directory as the launch spec names it, relative to `out` (default: the
-    path of `tokenizer_dir` relative to `out`)."""
-    from cpp_data.schemas.launch_spec import write_launch_spec
+def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, weights: dict[str, float],
+                  batch: int = 256) -> dict:
+    """Both splits of a shards directory into `out` as `<name>_train<suffix>` per weight group (one, unsuffixed,
+    without weights: schemas/launch_spec.weight_groups) and `<name>_valid`; writes export.json; returns
+    {prefix name: {split, sources, documents, tokens, samples, dtype, bin_sha256, ...}}."""
+    from cpp_data.schemas.launch_spec import weight_groups
 
     info = tokenizer_info(tokenizer_dir)
     tok = load_tokenizer(tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
-    splits = {}
+    prefixes = {}
+    groups = weight_groups(weights)
     for split in ("train", "valid"):
         files = shard_files(shards_dir, split)
-        splits[split] = write_indexed(out / f"{name}_{split}", token_arrays(files, tok, batch),
-                                      info["vocab_size"], info["roles"]["eos"])
+        for suffix, _, members in (groups if split == "train" else [("", 1.0, sorted(weights))]):
+            keep = set(members) if len(groups) > 1 and split == "train" else None
+            got = write_indexed(out / f"{name}_{split}{suffix}", token_arrays(files, tok, batch, keep),
+                                info["vocab_size"], info["roles"]["eos"])
+            prefixes[f"{name}_{split}{suffix}"] = {"split": split, "sources": members, **got,
+                                                   "samples": got["tokens"]}
     atomic_write_json(out / "export.json", {"name": name, "vocab_size": info["vocab_size"],
-                                            "eod": info["roles"]["eos"], "splits": splits})
-    write_launch_spec(out / "launch.json", name=name, splits=splits, vocab_size=info["vocab_size"],
-                      seq_length=seq_length, tokenizer_dir=Path(tokenizer_ref or os.path.relpath(tokenizer_dir, out)),
-                      eod=info["roles"]["eos"])
-    return splits
+                                            "eod": info["roles"]["eos"], "pad": info["roles"].get("pad"),
+                                            "prefixes": prefixes})
+    return prefixes
 
 
 class MegatronExport(Stage):
     name = "megatron_export"
     libraries = ('pyarrow', 'numpy', 'tokenizers', 'megatron-core')
-    version = 1
+    version = 2
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")
     Params = MegatronExportParams
 
+    def settings(self, sources) -> dict:
+        from cpp_data.schemas.launch_spec import weight_groups
+
+        return {"weight_groups": weight_groups(source_weights(sources))}
+
     def run(self, ctx: StageContext) -> dict:
         p: MegatronExportParams = self.params
-        splits = export_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
-                               ctx.out / "megatron", p.name, p.seq_length, p.encode_batch,
-                               tokenizer_ref="../tokenizer")  # the build's layout: megatron/ beside tokenizer/
-        return {f"{s}_{k}": v[k] for s, v in splits.items() for k in ("documents", "tokens", "bin_sha256")} | {
-            "dtype": splits["train"]["dtype"], "max_token_id": max(v["max_token_id"] for v in splits.values())}
-
+        prefixes = export_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
+                                 ctx.out / "megatron", p.name, source_weights(ctx.sources), p.encode_batch)
+        counts = {}
+        for split in ("train", "valid"):
+            mine = [v for v in prefixes.values() if v["split"] == split]
+            counts |= {f"{split}_documents": sum(v["documents"] for v in mine),
+                       f"{split}_tokens": sum(v["tokens"] for v in mine)}
+        return counts | {"prefixes": len(prefixes), "dtype": next(iter(prefixes.values()))["dtype"],
+                         "max_token_id": max(v["max_token_id"] for v in prefixes.values())}

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.manifest import sha256_file
@@ -93,20 +94,21 @@ def _fim(doc: Doc, rng: np.random.Generator, roles: dict[str, int], spm_rate: fl
     return Doc(assemble(doc.tokens, None), {k: assemble(v, fills[k]) for k, v in doc.meta.items()})
 
 
-def _documents(files: list[Path], meta_cols: list[str]) -> Iterator[tuple[str, np.ndarray, dict]]:
+def _documents(files: list[Path], meta_cols: list[str]) -> Iterator[tuple[str, str, np.ndarray, dict]]:
     for f in files:
         pf = pq.ParquetFile(f)
         for rg in range(pf.num_row_groups):
-            t = pf.read_row_group(rg, columns=["doc_id", "token_ids", *meta_cols])
+            t = pf.read_row_group(rg, columns=["doc_id", "source_repo", "token_ids", *meta_cols])
             ids = t.column("token_ids").combine_chunks()
             values, offsets = ids.values.to_numpy(zero_copy_only=False), ids.offsets.to_numpy()
             metas = {}
             for c in meta_cols:
                 col = t.column(c).combine_chunks()
                 metas[c] = (col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy())
+            repos = t.column("source_repo").to_pylist()
             for r, doc_id in enumerate(t.column("doc_id").to_pylist()):
                 a, b = offsets[r], offsets[r + 1]
-                yield doc_id, values[a:b].astype(np.int32), {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
+                yield doc_id, repos[r], values[a:b].astype(np.int32), {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
 
 
 def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -134,8 +136,8 @@ def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
 
 
 class PackedWriter:
-    def __init__(self, directory: Path, split: str, schema: pa.Schema, p: PackedParams):
-        self.directory, self.split, self.schema, self.p = directory, split, schema, p
+    def __init__(self, directory: Path, key: str, split: str, schema: pa.Schema, p: PackedParams):
+        self.directory, self.key, self.split, self.schema, self.p = directory, key, split, schema, p
         self.rows: list[dict] = []
         self.writer = None
         self.in_shard = 0
@@ -151,7 +153,7 @@ class PackedWriter:
         if not self.rows:
             return
         if self.writer is None:
-            self.tmp = self.directory / f".{self.split}-{self.index:05d}.parquet.tmp"
+            self.tmp = self.directory / f".{self.key}-{self.index:05d}.parquet.tmp"
             self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd", write_page_checksum=True)
         self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema), row_group_size=len(self.rows))
         self.in_shard += len(self.rows)
@@ -161,7 +163,7 @@ class PackedWriter:
 
     def _close(self) -> None:
         self.writer.close()
-        final = self.directory / f"{self.split}-{self.index:05d}.parquet"
+        final = self.directory / f"{self.key}-{self.index:05d}.parquet"
         os.replace(self.tmp, final)
         self.files.append({"path": f"packed/{final.name}", "split": self.split, "rows": self.in_shard,
                            "bytes": final.stat().st_size, "sha256": sha256_file(final), "kind": "packed"})
@@ -176,12 +178,16 @@ class PackedWriter:
 
 
 def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedParams, meta_cols: list[str],
-               fills: dict) -> tuple[list[dict], dict]:
+               fills: dict, key: str | None = None, sources: set[str] | None = None) -> tuple[list[dict], dict]:
+    """Pack one split's documents (only those of `sources` when given) into `<key>-NNNNN.parquet` and the
+    bin/idx `cpp_packed_<key>`; `key` is the split, or the split plus a weight group's suffix. Document
+    ordinals count every document of the split, so they name the same document whatever the grouping."""
     from cpp_data.schemas.indexed import IndexedWriter
 
+    key = key or split
     roles, T = info["roles"], p.seq_length
     pad, eod = roles["pad"], roles["eos"]
-    indexed = IndexedWriter(out / f"cpp_packed_{split}", info["vocab_size"])
+    indexed = IndexedWriter(out / f"cpp_packed_{key}", info["vocab_size"])
     fields = [pa.field("pack_id", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
               pa.field("target_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.uint8())),
               pa.field("doc_ids", pa.list_(pa.int32())), pa.field("valid_token_count", pa.int32()),
@@ -189,7 +195,7 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
               pa.field("segment_starts", pa.list_(pa.int32()))]
     types = {c.name: c.type for c in generation_columns(p.generation)}
     fields += [pa.field(c, types[c]) for c in meta_cols]
-    writer = PackedWriter(out, split, pa.schema(fields), p)
+    writer = PackedWriter(out, key, split, pa.schema(fields), p)
     stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
     pack_id = 0
 
@@ -228,7 +234,11 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
         stats["pieces"] += len(pieces)
 
     block: list[Doc] = []
-    for doc_id, tokens, meta in _documents(files, meta_cols):
+    ordinal = -1
+    for doc_id, repo, tokens, meta in _documents(files, meta_cols):
+        ordinal += 1
+        if sources is not None and repo not in sources:
+            continue
         d = Doc(np.concatenate([tokens, [eod]]).astype(np.int32),
                 {c: np.concatenate([v, [fills[c]]]) for c, v in meta.items()})
         if split == "train" and p.fim_rate > 0 and len(tokens) >= 2:
@@ -240,7 +250,7 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
                 d = Doc(np.concatenate([f.tokens, [eod]]).astype(np.int32),
                         {c: np.concatenate([v, [fills[c]]]) for c, v in f.meta.items()})
                 stats["fim_documents"] += 1
-        d.ordinal = stats["documents"]
+        d.ordinal = ordinal
         stats["documents"] += 1
         stats["tokens"] += len(d.tokens)
         if len(d.tokens) > T:
@@ -254,7 +264,7 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
     files = writer.close()
     info_idx = indexed.close()
     for suffix in (".bin", ".idx"):
-        path = out / f"cpp_packed_{split}{suffix}"
+        path = out / f"cpp_packed_{key}{suffix}"
         files.append({"path": f"packed/{path.name}", "split": split, "rows": info_idx["sequences"],
                       "bytes": path.stat().st_size, "sha256": info_idx[f"{suffix[1:]}_sha256"],
                       "kind": f"packed_{suffix[1:]}"})
@@ -278,26 +288,12 @@ def undo_fim(tokens: np.ndarray, roles: dict[str, int]) -> np.ndarray:
 
 
 def packed_documents(packed_dir: Path, split: str, roles: dict[str, int]) -> dict[int, np.ndarray]:
-    """Read a split's packed bin/idx back into documents: each row's segments (from the Parquet rows'
-    doc_ids, segment_docs and segment_starts) put back in order per document, FIM undone, trailing EOD kept.
-    Checks that every bin/idx row equals its Parquet row. Returns {document ordinal: token ids}."""
-    from cpp_data.schemas.indexed import read_sequences
-
-    rows = read_sequences(packed_dir / f"cpp_packed_{split}")
+    """Read a split's packed bin/idx (every weight group's) back into documents: each row's segments (from the
+    Parquet rows' doc_ids, segment_docs and segment_starts) put back in order per document, FIM undone,
+    trailing EOD kept. Checks that every bin/idx row equals its Parquet row. Returns {document ordinal: ids}."""
     pieces: dict[int, list[tuple[int, np.ndarray]]] = {}
-    k = 0
-    for f in sorted(packed_dir.glob(f"{split}-*.parquet")):
-        t = pq.read_table(f, columns=["input_ids", "doc_ids", "segment_docs", "segment_starts"])
-        for inp, ids, docs, starts in zip(*(t.column(c).to_pylist() for c in t.column_names)):
-            seq = np.asarray(rows[k], dtype=np.int64)
-            if not np.array_equal(seq, np.asarray(inp)):
-                raise ValueError(f"{packed_dir}/cpp_packed_{split}: row {k} differs from {f.name}")
-            ids = np.asarray(ids)
-            for seg, (doc, start) in enumerate(zip(docs, starts), start=1):
-                pieces.setdefault(doc, []).append((start, seq[ids == seg]))
-            k += 1
-    if k != len(rows):
-        raise ValueError(f"{packed_dir}/cpp_packed_{split}: {len(rows)} rows, the Parquet rows hold {k}")
+    for idx in sorted(packed_dir.glob(f"cpp_packed_{split}*.idx")):
+        _group_pieces(packed_dir, idx.stem[len("cpp_packed_"):], pieces)
     out = {}
     for doc, parts in pieces.items():
         t = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])])
@@ -306,38 +302,79 @@ def packed_documents(packed_dir: Path, split: str, roles: dict[str, int]) -> dic
     return out
 
 
-def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParams) -> tuple[list[dict], dict]:
+def _group_pieces(packed_dir: Path, key: str, pieces: dict[int, list[tuple[int, np.ndarray]]]) -> None:
+    from cpp_data.schemas.indexed import read_sequences
+
+    rows = read_sequences(packed_dir / f"cpp_packed_{key}")
+    k = 0
+    for f in sorted(packed_dir.glob(f"{key}-*.parquet")):
+        t = pq.read_table(f, columns=["input_ids", "doc_ids", "segment_docs", "segment_starts"])
+        for inp, ids, docs, starts in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+            seq = np.asarray(rows[k], dtype=np.int64)
+            if not np.array_equal(seq, np.asarray(inp)):
+                raise ValueError(f"{packed_dir}/cpp_packed_{key}: row {k} differs from {f.name}")
+            ids = np.asarray(ids)
+            for seg, (doc, start) in enumerate(zip(docs, starts), start=1):
+                pieces.setdefault(doc, []).append((start, seq[ids == seg]))
+            k += 1
+    if k != len(rows):
+        raise ValueError(f"{packed_dir}/cpp_packed_{key}: {len(rows)} rows, the Parquet rows hold {k}")
+
+
+def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParams,
+                weights: dict[str, float]) -> tuple[list[dict], dict]:
+    """Both splits into `out`: the training split once per weight group of the sources
+    (schemas/launch_spec.weight_groups: one group, unsuffixed, without weights), so a Megatron blend can weight
+    them; writes packed.json (files, telemetry per split, and per prefix its split, sources and counts)."""
+    from cpp_data.schemas.launch_spec import weight_groups
+
     info = tokenizer_info(tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
     cols = [c for c in generation_columns(p.generation) if c.per_token]
     present = set(pq.read_schema(shard_files(shards_dir)[0]).names) if shard_files(shards_dir) else set()
     meta_cols = [c.name for c in cols if c.name in present]
     fills = {c.name: c.fill for c in cols}
-    files, telemetry = [], {}
+    groups = weight_groups(weights)
+    files, telemetry, prefixes = [], {}, {}
     for split in ("train", "valid"):
-        f, stats = pack_split(shard_files(shards_dir, split), out, split, info, p, meta_cols, fills)
-        files += f
-        slots = stats["rows"] * p.seq_length
+        total: dict[str, int] = {}
+        for suffix, _, members in (groups if split == "train" else [("", 1.0, sorted(weights))]):
+            keep = set(members) if len(groups) > 1 and split == "train" else None
+            f, stats = pack_split(shard_files(shards_dir, split), out, split, info, p, meta_cols, fills,
+                                  key=split + suffix, sources=keep)
+            files += f
+            prefixes[f"cpp_packed_{split}{suffix}"] = {"split": split, "sources": members,
+                                                       "documents": stats["documents"], "tokens": stats["tokens"],
+                                                       "rows": stats["rows"], "samples": stats["rows"]}
+            total = {k: total.get(k, 0) + v for k, v in stats.items()}
+        slots = total["rows"] * p.seq_length
         telemetry[split] = {
-            **stats,
-            "slot_utilization": round(stats["tokens"] / slots, 4) if slots else 0.0,
-            "docs_per_row": round(stats["pieces"] / stats["rows"], 3) if stats["rows"] else 0.0,
-            "cropped_token_share": round(stats["cropped_tokens"] / stats["tokens"], 4) if stats["tokens"] else 0.0,
+            **total,
+            "slot_utilization": round(total["tokens"] / slots, 4) if slots else 0.0,
+            "docs_per_row": round(total["pieces"] / total["rows"], 3) if total["rows"] else 0.0,
+            "cropped_token_share": round(total["cropped_tokens"] / total["tokens"], 4) if total["tokens"] else 0.0,
         }
     atomic_write_json(out / "packed.json", {"seq_length": p.seq_length, "files": files, "telemetry": telemetry,
-                                            "meta_columns": meta_cols})
+                                            "meta_columns": meta_cols, "prefixes": prefixes,
+                                            "vocab_size": info["vocab_size"], "eod": info["roles"]["eos"],
+                                            "pad": info["roles"].get("pad")})
     return files, telemetry
 
 
 class PackedRows(Stage):
     name = "packed_rows"
     libraries = ('pyarrow', 'numpy', 'tokenizers')
-    version = 3
+    version = 4
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")
     Params = PackedParams
 
+    def settings(self, sources) -> dict:
+        from cpp_data.schemas.launch_spec import weight_groups
+
+        return {"weight_groups": weight_groups(source_weights(sources))}
+
     def run(self, ctx: StageContext) -> dict:
         files, telemetry = pack_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
-                                       ctx.out / "packed", self.params)
+                                       ctx.out / "packed", self.params, source_weights(ctx.sources))
         return {"seq_length": self.params.seq_length, "files": len(files), "telemetry": telemetry}

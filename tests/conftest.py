@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ def write_sources(path: Path, sources: list[dict]) -> Path:
     lines = []
     for s in sources:
         lines.append("[[source]]")
-        lines += [f'{k} = {str(v).lower()}' if isinstance(v, bool) else f'{k} = "{v}"' for k, v in s.items()]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in s.items()]  # TOML's strings, booleans and numbers
         lines.append("")
     path.write_text("\n".join(lines))
     return path

@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from cpp_data.schemas.launch_spec import load_launch_spec
 from cpp_data.schemas.manifest import load_manifest, sha256_file
 from cpp_data.schemas.indexed import indexed_dtype as megatron_dtype
 from cpp_data.stages.megatron_export import write_indexed
@@ -82,31 +81,6 @@ def test_export_command_is_deterministic_and_matches_the_build(reference_build: 
     assert (tmp_path / "a" / "_COMPLETE").exists()
     again = run_cli("export", "megatron", str(reference_build), "--out", str(tmp_path / "a"), check=False)
     assert again.returncode == 3  # already exported
-
-
-def test_launch_spec_drives_a_weighted_megatron_blend(reference_build: Path, tmp_path: Path):
-    import torch
-
-    from cpp_data.harness.data import build_datasets
-    from cpp_data.harness.train import _init_distributed
-
-    spec = load_launch_spec(reference_build / "megatron" / "launch.json")
-    args = spec["megatron_args"]
-    assert args[args.index("--tokenizer-type") + 1] == "HuggingFaceTokenizer"
-    assert Path(args[args.index("--tokenizer-model") + 1], "tokenizer.json").is_file()
-    assert args[args.index("--vocab-size") + 1] == str(load_manifest(reference_build)["tokenizer"]["vocab_size"])
-    assert Path(args[args.index("--train-data-path") + 2] + ".bin").is_file()
-    assert spec["data_path"][0] == "1.0" and spec["split"] == "100,0,0"
-    # a weighted blend of two prefixes, as a launch would mix exports
-    train_prefix = spec["blend_per_split"]["train"][0][1]
-    valid_prefix = spec["blend_per_split"]["valid"][0][1]
-    blended = {**spec, "blend_per_split": {"train": [[0.7, train_prefix], [0.3, valid_prefix]],
-                                           "valid": [[1.0, valid_prefix]], "test": []}}
-    _init_distributed(torch.device("cpu"), 1)
-    train, valid = build_datasets(blended, 128, 7, 200, 8, tmp_path / "cache")
-    ids = Counter(int(train[i]["dataset_id"]) for i in range(200))
-    assert set(ids) == {0, 1} and ids[0] > ids[1]
-    assert int(train[0]["tokens"].max()) < 65_536 and len(valid) >= 8
 
 
 def _segments(row: dict) -> list[list[int]]:

@@ -21,7 +21,7 @@ def test_gpt_dataset_samples_are_whole_rows(reference_build: Path, tmp_path: Pat
 
     packed = reference_build / "packed"
     T = json.loads((packed / "packed.json").read_text())["seq_length"]
-    spec = json.loads((reference_build / "megatron" / "launch.json").read_text())
+    spec = json.loads((reference_build / "launch.json").read_text())
     eod = spec["eod"]
     prefix = str(packed / "cpp_packed_train")
     rows = read_sequences(packed / "cpp_packed_train")

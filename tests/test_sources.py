@@ -57,7 +57,7 @@ def test_build_records_pins_and_moves_only_changed_sources(tmp_path):
     ran = {ln.split("] ", 1)[1].split(":")[0] for ln in again.stdout.splitlines() if ": running" in ln}
     assert ran == {"collect[moving]", "filter[moving]", "license[moving]", "semantics[moving]", "exact_dedup",
                    "near_dedup", "shards", "structure", "tokenizer", "token_columns", "megatron_export",
-                   "packed_rows", "ledger"}
+                   "packed_rows", "launch_spec", "ledger"}
     builds = sorted(d.name for d in (out / "builds").iterdir() if d.is_dir())
     assert len(builds) == 2  # the new snapshot beside the old one
 

@@ -1,0 +1,51 @@
+"""The harness's presets as plain data (no torch import): model sizes and training defaults. The launch spec
+turns them into Megatron-LM flags (schemas/launch_spec.py), so a Megatron-LM launch can use the settings of a
+harness run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+
+
+SIZES = {
+    "tiny": ModelSize(2, 64, 4, 256),            # CPU tests: seconds per dozen steps
+    "small": ModelSize(4, 256, 4, 1024),
+    "gpt-125m": ModelSize(12, 768, 12, 3072),    # ~85M in the blocks + vocab x 768 tied embeddings
+    "gpt-350m": ModelSize(24, 1024, 16, 4096),
+}
+
+
+@dataclass
+class TrainConfig:
+    """A harness run's settings; the defaults are the harness's training preset."""
+
+    launch_spec: Path
+    out: Path
+    model: str = "tiny"
+    steps: int = 50
+    batch_size: int = 8  # sequences per optimizer step
+    micro_batch_size: int | None = None  # sequences per forward/backward (default: batch_size); must divide it
+    seq_length: int | None = None  # default: the spec's
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 10
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 1234
+    device: str = "auto"
+    log_every: int = 10
+    eval_every: int = 0  # 0: only at the end
+    eval_batches: int = 4
+    save_every: int = 0  # 0: only at the end
+    num_workers: int = 0
+    stop_after: int | None = None  # stop (checkpointed) after this step; rerun to resume (a scheduler's slot)
+    data: str | None = None  # "packed" or "documents"; default: the launch spec's default_dataset

@@ -1,0 +1,110 @@
+"""launch.json (issue 14): both datasets of a build, paths relative to the file, the harness's presets as
+Megatron-LM flags, and per-source weights as the Megatron blend."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cpp_data.harness.presets import SIZES, TrainConfig
+from cpp_data.schemas.launch_spec import load_launch_spec, weight_groups
+
+from conftest import GOOGLETEST, NLOHMANN, POCO, build, write_sources
+
+
+def _flag(args: list[str], name: str, n: int = 1) -> list[str]:
+    i = args.index(name)
+    return args[i + 1:i + 1 + n]
+
+
+def test_launch_json_describes_both_datasets_relative_to_itself(reference_build: Path, tmp_path: Path):
+    raw = json.loads((reference_build / "launch.json").read_text())
+    assert raw["format"] == "cpp-data-launch/2" and raw["default_dataset"] == "packed"
+    assert raw["tokenizer"]["model"] == "tokenizer" and raw["megatron_args"] == raw["datasets"]["packed"]["megatron_args"]
+    packed, documents = raw["datasets"]["packed"]["megatron_args"], raw["datasets"]["documents"]["megatron_args"]
+    assert _flag(packed, "--train-data-path", 2) == ["1.0", "packed/cpp_packed_train"]
+    assert _flag(documents, "--train-data-path", 2) == ["1.0", "megatron/cpp_train"]
+    for flag in ("--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"):
+        assert flag in packed and flag not in documents
+    assert not any(a.startswith("--fim") or a == "--split" for a in packed + documents)  # no second FIM
+    assert _flag(packed, "--seq-length") == [str(raw["seq_length"])]
+    assert raw["seq_length"] == json.loads((reference_build / "manifest.json").read_text())["seq_length"]
+    # the harness's presets, as flags
+    c = TrainConfig(launch_spec=Path("x"), out=Path("y"))
+    assert _flag(packed, "--global-batch-size") == [str(c.batch_size)] and _flag(packed, "--lr") == [str(c.lr)]
+    tiny = raw["model_args"]["tiny"]
+    assert set(raw["model_args"]) == set(SIZES)
+    assert _flag(tiny, "--hidden-size") == [str(SIZES["tiny"].hidden_size)]
+    # a copied build reads from the copy: nothing points back at the original
+    moved = tmp_path / "moved"
+    shutil.copytree(reference_build, moved)
+    spec = load_launch_spec(moved)
+    for d in spec["datasets"].values():
+        for blend in d["blend_per_split"].values():
+            for _, prefix in blend:
+                assert prefix.startswith(str(moved)) and Path(prefix + ".bin").is_file()
+    assert Path(spec["tokenizer"]["model"]) == moved / "tokenizer"
+
+
+def test_weight_groups():
+    assert weight_groups({"a": 1.0, "b": 1.0}) == [("", 1.0, ["a", "b"])]
+    assert weight_groups({"a": 3.0, "b": 3.0}) == [("", 1.0, ["a", "b"])]  # one weight is the natural mix
+    assert weight_groups({"a": 0.5, "b": 1.0, "c": 3.0}) == [("_w0p5", 0.5, ["a"]), ("", 1.0, ["b"]),
+                                                            ("_w3", 3.0, ["c"])]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_source_weights_become_the_megatron_blend(reference_build: Path, tmp_path: Path):
+    """The reference build's cache, built again with googletest at weight 3: only the exports and launch.json
+    change; googletest's documents move into their own training prefix, weighted tokens x 3."""
+    import torch
+
+    from cpp_data.harness.data import build_datasets, dataset_of
+    from cpp_data.harness.train import _init_distributed
+    from cpp_data.pipeline.verify import Verifier
+
+    out = tmp_path / "out"
+    shutil.copytree(reference_build.parent.parent, out, symlinks=True)
+    shutil.rmtree(out / "builds")
+    sources = write_sources(tmp_path / "sources.toml", [
+        {"name": "googletest", "url": str(GOOGLETEST), "license": "BSD-3-Clause", "configure": False,
+         "weight": 3},
+        {"name": "nlohmann-json", "url": str(NLOHMANN)},
+        {"name": "poco-json", "url": str(POCO / "JSON")},
+        {"name": "poco-net", "url": str(POCO / "Net")},
+    ])
+    proc = build(sources, out)
+    assert "megatron_export: running" in proc.stdout and "shards: running" not in proc.stdout
+    weighted = next(d for d in (out / "builds").iterdir() if (d / "_COMPLETE").exists())
+    for f in sorted(reference_build.glob("shards/*.parquet")):  # a weight changes no document
+        assert _digest(f) == _digest(weighted / "shards" / f.name)
+    raw = json.loads((weighted / "launch.json").read_text())
+    assert raw["weights"]["googletest"] == 3.0
+    for kind, sub, name in (("documents", "megatron", "cpp_train"), ("packed", "packed", "cpp_packed_train")):
+        d = raw["datasets"][kind]
+        assert d["groups"] == {f"{sub}/{name}": ["nlohmann-json", "poco-json", "poco-net"],
+                               f"{sub}/{name}_w3": ["googletest"]}
+        meta = json.loads((weighted / sub / ("export.json" if kind == "documents" else "packed.json")).read_text())
+        samples = {f"{sub}/{p}": v["samples"] for p, v in meta["prefixes"].items()}
+        expect = {f"{sub}/{name}": samples[f"{sub}/{name}"], f"{sub}/{name}_w3": 3 * samples[f"{sub}/{name}_w3"]}
+        total = sum(expect.values())
+        assert {p: w for w, p in d["blend_per_split"]["train"]} == pytest.approx(
+            {p: v / total for p, v in expect.items()}, abs=1e-8)
+        assert _flag(d["megatron_args"], "--train-data-path", 4)[1::2] == [f"{sub}/{name}", f"{sub}/{name}_w3"]
+    v = Verifier(weighted)  # every document is in exactly one prefix, and comes back from the packed rows
+    v.counts(), v.decode(), v.megatron_read(), v.packed_binidx()
+    spec = load_launch_spec(weighted)
+    _init_distributed(torch.device("cpu"), 1)
+    train, _ = build_datasets(spec, dataset_of(spec, "documents"), 256, 3, 400, 0, tmp_path / "cache")
+    drawn = Counter(int(train[i]["dataset_id"]) for i in range(len(train)))
+    share = drawn[1] / sum(drawn.values())
+    assert share == pytest.approx(spec["datasets"]["documents"]["blend_per_split"]["train"][1][0], abs=0.02)
