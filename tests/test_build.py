@@ -74,7 +74,7 @@ def test_rerun_does_no_work_and_only_from_rerun(small_sources, tmp_path):
     frm = build(small_sources, out, "--from", "exact_dedup", check=False)
     ran = [ln.split("] ", 1)[1].split(":")[0] for ln in frm.stdout.splitlines() if ": running" in ln]
     assert ran == ["exact_dedup", "near_dedup", "shards", "structure", "tokenizer", "token_columns",
-                   "megatron_export", "packed_rows", "ledger"]
+                   "megatron_export", "packed_rows", "launch_spec", "ledger"]
     assert data_digests(build_dir(out)) == digests
 
 
