@@ -87,13 +87,18 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
         "wall_seconds": round(seconds, 2),
         "stage_seconds": round(stage_seconds, 2),
         "throughput_mb_s": round(collected_bytes / 1e6 / stage_seconds, 2) if stage_seconds else None,
-        "warnings": _warnings(shards, tok),
+        "warnings": _warnings(shards, tok, collect),
     }
 
 
-def _warnings(shards: dict, tok: dict) -> list[str]:
+def _warnings(shards: dict, tok: dict, collect: list[dict]) -> list[str]:
     """What a user should know before training on this build."""
     out = []
+    for reason, what in (("unreadable", "could not be read (permissions?)"),
+                         ("undecodable_path", "have names that are not UTF-8")):
+        n = sum(c.get("skipped", {}).get(reason, 0) for c in collect)
+        if n:
+            out.append(f"{n} file(s) or directories {what}: skipped, each with a ledger row (reason {reason})")
     if shards.get("documents", 0) == 0:
         out.append("the build has no documents; see provenance/ledger.parquet for why")
     valid = shards.get("valid_documents", 0)

@@ -167,15 +167,18 @@ def _is_git_repo(path: Path) -> bool:
     return Path(top).resolve() == path.resolve()
 
 
-def walk_directory(root: Path) -> Iterator[tuple[str, os.DirEntry]]:
+def walk_directory(root: Path) -> Iterator[tuple[str, os.DirEntry | None]]:
     """Yield (relative posix path, entry) for every non-directory entry under root, sorted, never
-    following symbolic links (so links to directories, outside targets and loops are never entered)."""
+    following symbolic links (so links to directories, outside targets and loops are never entered). A
+    directory that cannot be listed is yielded as ("its/path/", None), so callers record it instead of
+    losing what it holds without a trace."""
     stack = [(root, "")]
     while stack:
         directory, prefix = stack.pop()
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
+            yield prefix or "./", None
             continue
         subdirs = []
         for entry in entries:
@@ -188,6 +191,20 @@ def walk_directory(root: Path) -> Iterator[tuple[str, os.DirEntry]]:
         stack.extend(reversed(subdirs))
 
 
+def printable_path(rel: str) -> str:
+    """A path as it can be stored and shown: a file name's bytes that are not UTF-8 (held as surrogate
+    escapes by os.scandir and by collect's git reader) become `\\xNN`."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_undecodable(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 class TreeDigest:
     """`tree:<sha256>` of a directory, fed entry by entry in walk order: path, then a link's target or a
     file's content digest. Collect feeds it the very bytes it reads, so what it collected is what the pin
@@ -196,12 +213,15 @@ class TreeDigest:
     def __init__(self) -> None:
         self._h = hashlib.sha256()
 
-    def add(self, rel: str, link_target: str | None = None, file_sha256: bytes | None = None) -> None:
+    def add(self, rel: str, link_target: str | None = None, file_sha256: bytes | None = None,
+            unreadable: bool = False) -> None:
         self._h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
         if link_target is not None:
             self._h.update(b"L" + link_target.encode("utf-8", "surrogateescape"))
         elif file_sha256 is not None:
             self._h.update(b"F" + file_sha256)
+        elif unreadable:
+            self._h.update(b"U")
         self._h.update(b"\n")
 
     def hexdigest(self) -> str:
@@ -215,13 +235,19 @@ def file_sha256(path: str) -> bytes:
 
 
 def directory_digest(root: Path) -> str:
-    """`tree:<sha256>` over every path, link target and file content under root (sorted, links not followed)."""
+    """`tree:<sha256>` over every path, link target and file content under root (sorted, links not followed);
+    a directory or file that cannot be read counts as unreadable (as collect records it)."""
     digest = TreeDigest()
     for rel, entry in walk_directory(root):
-        if entry.is_symlink():
+        if entry is None:
+            digest.add(rel, unreadable=True)
+        elif entry.is_symlink():
             digest.add(rel, link_target=os.readlink(entry.path))
         elif entry.is_file(follow_symlinks=False):
-            digest.add(rel, file_sha256=file_sha256(entry.path))
+            try:
+                digest.add(rel, file_sha256=file_sha256(entry.path))
+            except OSError:
+                digest.add(rel, unreadable=True)
         else:
             digest.add(rel)
     return digest.hexdigest()

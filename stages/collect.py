@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from cpp_data.pipeline.sources import TreeDigest, file_sha256, walk_directory
+from cpp_data.pipeline.sources import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
 from cpp_data.stages.license_match import LICENSE_FILE as LICENSE_NAME
@@ -165,7 +165,8 @@ class Collect(Stage):
 
         def skip(path: str, size: int, sha: str | None, reason: str) -> None:
             reasons[reason] += 1
-            skipped.append({"source": src.name, "commit": src.commit, "path": path, "size": size, "sha256": sha,
+            skipped.append({"source": src.name, "commit": src.commit, "path": printable_path(path), "size": size,
+                            "sha256": sha,
                             "decision": "skipped", "reason": reason, "license_spdx": None,
                             "license_source": None, "confidence": None})
 
@@ -196,7 +197,9 @@ class Collect(Stage):
                                                             unit="file", leave=False,
                                                             disable=not ctx.executor.progress):
                         seen += 1
-                        if kind == "commit":
+                        if is_undecodable(path):  # stored escaped; no stage downstream gets a name it can't write
+                            skip(path, size, None, "undecodable_path")
+                        elif kind == "commit":
                             skip(path, 0, None, "submodule")
                         elif mode == "120000":
                             skip(path, size, None, "symlink")
@@ -212,24 +215,37 @@ class Collect(Stage):
                 for path, entry in tqdm(walk_directory(root), desc=ctx.label, unit="file", leave=False,
                                         disable=not ctx.executor.progress):
                     seen += 1
-                    if entry.is_symlink():
+                    if entry is None:  # a directory that cannot be listed: one row for it and what it holds
+                        digest.add(path, unreadable=True)
+                        skip(path, 0, None, "unreadable")
+                    elif entry.is_symlink():
                         digest.add(path, link_target=os.readlink(entry.path))
                         skip(path, 0, None, _symlink_reason(root, Path(entry.path)))
                     elif not entry.is_file(follow_symlinks=False):
                         digest.add(path)
                         skip(path, 0, None, "not_regular_file")
                     elif (size := entry.stat(follow_symlinks=False).st_size) > p.max_bytes:
-                        raw = file_sha256(entry.path)
+                        try:
+                            raw = file_sha256(entry.path)
+                        except OSError:
+                            digest.add(path, unreadable=True)
+                            skip(path, size, None, "unreadable")
+                            continue
                         digest.add(path, file_sha256=raw)
                         skip(path, size, raw.hex(), "too_large")
                     else:
                         try:
                             with open(entry.path, "rb") as f:
                                 data = f.read()
-                        except OSError as exc:
-                            raise RuntimeError(f"source {src.name!r}: cannot read {path}: {exc.strerror}") from None
+                        except OSError:
+                            digest.add(path, unreadable=True)
+                            skip(path, size, None, "unreadable")
+                            continue
                         digest.add(path, file_sha256=hashlib.sha256(data).digest())
-                        take(path, data)
+                        if is_undecodable(path):
+                            skip(path, len(data), hashlib.sha256(data).hexdigest(), "undecodable_path")
+                        else:
+                            take(path, data)
                 if digest.hexdigest() != src.commit:
                     raise RuntimeError(f"source {src.name!r}: {root} changed since it was locked "
                                        f"({src.commit[:17]}... -> {digest.hexdigest()[:17]}...); "
@@ -257,6 +273,9 @@ class Collect(Stage):
         kept = {"bytes": 0, "files": 0}
 
         def add(path: str, commit: str, data: bytes, history: dict) -> None:
+            if is_undecodable(path):
+                skip(path, commit, len(data), hashlib.sha256(data).hexdigest(), "undecodable_path")
+                return
             kept["bytes"] += len(data)
             kept["files"] += 1
             parts.add({"source": src.name, "commit": commit, "path": path, "size": len(data),
@@ -264,12 +283,12 @@ class Collect(Stage):
 
         def skip(path: str, commit: str, size: int, sha: str | None, reason: str) -> None:
             reasons[reason] += 1
-            skipped.append({"source": src.name, "commit": commit, "path": path, "size": size, "sha256": sha,
-                            "decision": "skipped", "reason": reason, "license_spdx": None,
+            skipped.append({"source": src.name, "commit": commit, "path": printable_path(path), "size": size,
+                            "sha256": sha, "decision": "skipped", "reason": reason, "license_spdx": None,
                             "license_source": None, "confidence": None})
 
         def add_license(path: str, data: bytes, state: str) -> None:
-            licenses.append({"source": src.name, "path": path, "content": data, "state": state})
+            licenses.append({"source": src.name, "path": printable_path(path), "content": data, "state": state})
 
         counts = collect_history(ctx, p, add, skip, add_license)
         parts.flush()

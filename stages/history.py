@@ -207,7 +207,7 @@ def collect_history(ctx, p, add, skip, add_license) -> dict:
                         data = None if mode in ("160000", "120000") else blobs.read(oid)
                         reason = ("submodule" if mode == "160000" else "symlink" if mode == "120000"
                                   else "too_large" if len(data) > p.max_bytes
-                                  else "binary" if b"\0" in data[:8192] else None)
+                                  else "binary" if b"\0" in data else None)
                         if reason is None:
                             return data
                         if (path, at) not in refused:

@@ -134,3 +134,49 @@ def test_git_source_symlinks_and_submodule_free_collect(tmp_path):
     ledger = _ledger(out)
     assert ledger["include/passwd.h"]["reason"] == "symlink"
     assert ledger["include/gtest.h"]["decision"] == "kept"
+
+
+def test_every_file_reached_gets_one_ledger_row(tmp_path):
+    """Unreadable files and directories, a non-UTF-8 file name and a late NUL byte: each gets its row and the
+    build goes on. CI runs as root, which reads anything, so the build runs without the capabilities that let
+    root ignore permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH)."""
+    need(GOOGLETEST)
+    import subprocess
+
+    from conftest import CLI
+
+    tree = tmp_path / "tree"
+    (tree / "locked").mkdir(parents=True)
+    good = (GOOGLETEST / "googletest" / "src" / "gtest-printers.cc").read_text()
+    (tree / "good.cc").write_text(good)
+    (tree / "locked" / "hidden.cc").write_text(good + "// hidden\n")
+    (tree / "unreadable.cc").write_text(good + "// unreadable\n")
+    (tree / "late_nul.cc").write_bytes(good.encode()[:9000] + b"\0" + good.encode()[9000:])
+    os.mkdir(os.fsencode(tree) + b"/caf\xe9")  # Latin-1 names: a directory and a file in it
+    with open(os.fsencode(tree) + b"/caf\xe9/na\xefve.cc", "wb") as f:
+        f.write(good.encode() + b"// naive\n")
+    os.chmod(tree / "locked", 0)
+    os.chmod(tree / "unreadable.cc", 0)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "t", "url": str(tree), "license": "MIT"}])
+    drop = ["setpriv", "--inh-caps", "-dac_override,-dac_read_search",
+            "--bounding-set", "-dac_override,-dac_read_search"]
+    probe = subprocess.run([*drop, "cat", str(tree / "unreadable.cc")], capture_output=True)
+    assert probe.returncode != 0, "the capabilities were not dropped: root still reads a mode-000 file"
+    out = tmp_path / "out"
+    proc = subprocess.run([*drop, *CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
+                           "--workers", "2", "--no-progress"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    rows = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()
+    paths = [r["path"] for r in rows]
+    assert len(paths) == len(set(paths))  # one row per file reached
+    ledger = {r["path"]: (r["decision"], r["reason"]) for r in rows}
+    assert ledger == {
+        "good.cc": ("kept", ""),
+        "locked/": ("skipped", "unreadable"),
+        "unreadable.cc": ("skipped", "unreadable"),
+        "late_nul.cc": ("filtered", "binary"),
+        "caf\\xe9/na\\xefve.cc": ("skipped", "undecodable_path"),
+    }, ledger
+    assert "skipped:unreadable" in proc.stdout and "skipped:undecodable_path" in proc.stdout
+    assert "2 file(s) or directories could not be read" in proc.stdout + proc.stderr
