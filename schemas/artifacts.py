@@ -61,6 +61,7 @@ REJECTION = pa.schema(
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
         ("confidence", pa.float32()),
+        ("license_evidence", pa.string()),  # the file(s) or rule that decided the license, and how they combined
     ]
 )
 
@@ -85,6 +86,7 @@ DOCUMENT = pa.schema(
         ("license_source", pa.string()),
         ("license_confidence", pa.float32()),
         ("license_family", pa.string()),  # permissive | weak_copyleft | copyleft | unknown
+        ("license_evidence", pa.string()),
         ("history", HISTORY),
     ]
 )
@@ -125,6 +127,7 @@ LEDGER = pa.schema(
         ("keeper_path", pa.string()),
         ("cluster_id", pa.string()),  # near duplicates: the cluster (keeper's key)
         ("similarity", pa.float32()),  # near duplicates: estimated Jaccard to the keeper
+        ("license_evidence", pa.string()),  # what decided license_spdx: a tag, a notice, license file(s) and rule
     ]
 )
 
@@ -142,4 +145,5 @@ def rejection_row(doc_meta: dict, decision: str, reason: str) -> dict:
         "license_spdx": doc_meta.get("license_spdx"),
         "license_source": doc_meta.get("license_source"),
         "confidence": doc_meta.get("license_confidence"),
+        "license_evidence": doc_meta.get("license_evidence"),
     }

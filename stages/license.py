@@ -19,7 +19,8 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages import dt_io
-from cpp_data.stages.license_match import classify, identify_license_file, parse_spdx, policy
+from cpp_data.stages.license_match import (classify, identify_license_file, is_primary_license_file, offers_choice,
+                                            parse_spdx, policy)
 
 DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
                  "Apache-2.0 WITH LLVM-exception")
@@ -33,20 +34,41 @@ class LicenseParams:
 
 
 def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:
-    """Directory -> (spdx, score, file) for every directory holding an identifiable license file.
-    Several license files in one directory (LICENSE-MIT, LICENSE-APACHE) combine with OR."""
-    found: dict[str, list[tuple[str, float, str]]] = {}
+    """Directory -> (spdx, score, evidence) for every directory holding an identifiable primary license file;
+    such a file governs its directory's subtree (a bundled dependency with its own COPYING included).
+
+    Only primary files decide (LICENSE, COPYING, LICENSE-MIT, COPYING.LESSER, ...): a file naming a component
+    or an exception (LICENSE.OpenSSL, LICENSE-THIRD-PARTY, COPYING.RUNTIME) is listed in the evidence but never
+    turns the license into a choice. Several primary licenses combine with AND (every one applies) unless a
+    text offers the choice ("at your option", "dual licensed", an SPDX OR), and then with OR."""
+    found: dict[str, list[tuple[str, float, str, bool]]] = {}
+    secondary: dict[str, list[str]] = {}
     for row in sorted(rows, key=lambda r: r["path"]):
+        path = PurePosixPath(row["path"])
+        directory = str(path.parent)
+        if not is_primary_license_file(path.name):
+            secondary.setdefault(directory, []).append(path.name)
+            continue
         text = row["content"].decode("utf-8", "replace")
         hit = identify_license_file(text)
         if hit:
-            directory = str(PurePosixPath(row["path"]).parent)
-            found.setdefault(directory, []).append((hit[0], hit[1], row["path"]))
+            found.setdefault(directory, []).append((hit[0], hit[1], path.name, offers_choice(text)))
     out = {}
     for directory, hits in found.items():
         exprs = list(dict.fromkeys(h[0] for h in hits))
-        expr = exprs[0] if len(exprs) == 1 else parse_spdx(" OR ".join(f"({e})" for e in exprs)) or exprs[0]
-        out[directory] = (expr, min(h[1] for h in hits), ",".join(h[2] for h in hits))
+        files = ", ".join(f"{h[2]} ({h[0]})" for h in hits)
+        if len(exprs) == 1:
+            expr, how = exprs[0], "license file" if len(hits) == 1 else "license files agree"
+        else:
+            op = "OR" if any(h[3] for h in hits) else "AND"
+            expr = parse_spdx(f" {op} ".join(f"({e})" for e in exprs)) or " AND ".join(exprs)
+            how = ("a license text offers the choice: OR" if op == "OR"
+                   else "several primary license files: AND")
+        where = "" if directory == "." else f"{directory}/: "
+        evidence = f"{where}{files}; {how}"
+        if secondary.get(directory):
+            evidence += f"; not deciding: {', '.join(secondary[directory])}"
+        out[directory] = (expr, min(h[1] for h in hits), evidence)
     return out
 
 
@@ -77,7 +99,7 @@ class LicenseStep(BaseFilter):
                           self.p.header_min_chars)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
         meta.update(license_spdx=answer.spdx, license_source=answer.source, license_confidence=answer.confidence,
-                    license_family=fam)
+                    license_family=fam, license_evidence=answer.evidence)
         self.stat_update(f"source_{answer.source}")
         if not allowed:
             meta["decision"] = "license_refused"
@@ -88,7 +110,7 @@ class LicenseStep(BaseFilter):
 class License(Stage):
     name = "license"
     libraries = ('pyarrow', 'datatrove', 'license-expression', 'pyaskalono')
-    version = 3
+    version = 4
     scope = "source"
     inputs = ("collect", "filter")
     Params = LicenseParams

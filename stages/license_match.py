@@ -29,7 +29,44 @@ _RULES = re.compile(r"[=\-_*/#|~]{3,}")
 LICENSE_FILE = re.compile(r"^(licen[cs]e|copying|unlicense)([-._][\w.-]*)?$", re.I)
 
 COPYLEFT_PREFIXES = ("GPL-", "AGPL-", "LGPL-", "MPL-", "EPL-", "CDDL-", "EUPL-", "OSL-", "CECILL")
-WEAK_COPYLEFT_PREFIXES = ("LGPL-", "MPL-", "EPL-", "CDDL-")
+WEAK_COPYLEFT_PREFIXES = ("LGPL-", "MPL-", "EPL-", "CDDL-", "EUPL-")
+
+# What follows LICENSE/COPYING/LICENCE in the name of a *primary* license file: nothing, a text extension, or
+# the name of a license (LICENSE-MIT, COPYING.LESSER). Anything else names a component or an exception
+# (LICENSE.OpenSSL, LICENSE-THIRD-PARTY, COPYING.RUNTIME) and never decides a directory's license.
+_PRIMARY_SUFFIX = re.compile(
+    r"^(|txt|md|rst|lesser|lib|lgpl|gpl|gplv2|gplv3|lgplv2|lgplv3|mit|apache|apache2|apache-2\.0|bsd|boost|bsl|"
+    r"mpl|mpl2|isc|zlib|unlicense|v?\d+([._]\d+)*)$", re.I)
+_TEXT_EXTENSION = re.compile(r"\.(txt|md|rst)$", re.I)
+# A license text that offers a choice between licenses
+_CHOICE = re.compile(r"dual[- ]licen[cs]|licen[cs]ed under (the terms of )?either|multi[- ]licen[cs]ed|"
+                     r"\bSPDX-License-Identifier:[^\n]*\bOR\b", re.I)
+_AT_OPTION = re.compile(r"at your (own )?(option|choice|discretion)", re.I)
+_LATER = re.compile(r"or\s*\(?\s*at your (own )?option\s*\)?\s*any later version|or any later version|"
+                    r"\bGPL\s*v?[23](\.0)?\s*\+|\bv?[23](\.[01])? or later\b", re.I)
+
+
+def is_primary_license_file(name: str) -> bool:
+    """LICENSE, COPYING.txt, LICENSE-MIT, COPYING.LESSER, UNLICENSE: a file stating the directory's own
+    license(s), as opposed to a third-party component's (LICENSE.OpenSSL, LICENSE-THIRD-PARTY) or an
+    exception's (COPYING.RUNTIME). NOTICE files are never license files."""
+    m = LICENSE_FILE.match(name)
+    if not m:
+        return False
+    suffix = _TEXT_EXTENSION.sub("", (m.group(2) or "")).lstrip("-._")
+    return bool(_PRIMARY_SUFFIX.match(suffix))
+
+
+def offers_choice(text: str) -> bool:
+    """Whether a license file's text lets the licensee choose between licenses ("at your option", "dual
+    licensed", an SPDX OR): only then do several license files of one directory combine with OR."""
+    if _CHOICE.search(text):
+        return True
+    for m in _AT_OPTION.finditer(text):  # "... under either X or Y, at your option": not "any later version"
+        near = text[max(0, m.start() - 200):m.end() + 200].lower()
+        if "either" in near and "licen" in near and "later version" not in near:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -63,8 +100,9 @@ NOTICES: tuple[_Notice, ...] = (
        r"\s+with or\s+without fee", "ISC"),
     _n("isc_notice", r"under the terms of the ISC licen[cs]e", "ISC"),
     _n("zlib_text", r"provided 'as-is',\s+without any express or implied\s+warranty", "Zlib"),
-    _n("lgpl3_notice", r"GNU Lesser General Public License.{0,120}version 3", "LGPL-3.0-or-later"),
-    _n("lgpl21_notice", r"GNU Lesser General Public License.{0,120}version 2\.1", "LGPL-2.1-or-later"),
+    _n("lgpl3_notice", r"GNU Lesser General Public License.{0,120}version 3", "LGPL-3.0-only"),
+    _n("lgpl21_notice", r"GNU Lesser General Public License.{0,120}version 2\.1", "LGPL-2.1-only"),
+    _n("lgpl2_notice", r"GNU (Library|Lesser) General Public License.{0,120}version 2", "LGPL-2.0-only"),
     _n("gpl3_notice", r"GNU General Public License.{0,120}version 3|\bGPL\s*v?3\b", "GPL-3.0-only"),
     _n("gpl2_notice", r"GNU General Public License.{0,120}version 2|\bGPL\s*v?2\b", "GPL-2.0-only"),
     _n("mpl2_notice", r"Mozilla Public License,?\s+v(ersion|\.)?\s*2\.0", "MPL-2.0"),
@@ -113,7 +151,10 @@ def match_notices(block: str) -> tuple[str, str] | None:
     if any(n.name == "eula_notice" for n in hits) and len(hits) > 1:
         others = [n.expression for n in hits if n.name != "eula_notice"]
         return " OR ".join(["LicenseRef-EULA", *dict.fromkeys(others)]), "eula_dual_notice"
-    return hits[0].expression, hits[0].name
+    first = hits[0]
+    if first.expression.endswith("-only") and _LATER.search(block):  # "or (at your option) any later version"
+        return first.expression[: -len("-only")] + "-or-later", first.name + "+later"
+    return first.expression, first.name
 
 
 _LICENSE_WORDS = ("licen", "warrant", "permission", "redistribut", "copyright")
@@ -202,9 +243,10 @@ _FAMILY_RANK = {"permissive": 0, "weak_copyleft": 1, "copyleft": 2, "proprietary
 def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool, str, str]:
     """Decide an expression against the allow-list: (allowed, family, refusal rule or "").
 
-    OR needs one allowed branch (the most permissive allowed one sets the family), AND needs all, and
-    `X WITH E` is allowed when listed as such or when X is allowed (exceptions only add permissions).
-    Copyleft keys pass only when the recipe opts in, and the document is then tagged with its family.
+    Copyleft is decided on every term first: any copyleft key anywhere in the expression (even as one side
+    of an OR) refuses it unless the recipe opts in, and the document is then tagged with the strictest
+    family. Otherwise OR needs one allowed branch, AND needs all, and `X WITH E` is allowed when listed as such
+    or when X is allowed (exceptions only add permissions).
     """
     if spdx in ("NOASSERTION", ""):
         return False, "unknown", "no_license"
@@ -212,6 +254,10 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
         node = _licensing().parse(spdx)
     except Exception:
         return False, "unknown", "unparseable_license"
+    families = [family(k) for k in _licensing().license_keys(node)]
+    strictest = max(families, key=lambda f: _FAMILY_RANK[f]) if families else "unknown"
+    if strictest in ("copyleft", "weak_copyleft") and not allow_copyleft:
+        return False, strictest, "copyleft_not_opted_in"
 
     def decide(n) -> tuple[bool, str, str]:
         if isinstance(n, LicenseWithExceptionSymbol):
@@ -239,4 +285,7 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
             return bad[0]
         return True, max((r[1] for r in results), key=lambda f: _FAMILY_RANK[f]), ""
 
-    return decide(node)
+    allowed, fam, rule = decide(node)
+    if allowed:  # an opted-in copyleft term tags the document, whichever branch of an OR allowed it
+        fam = max([fam] + [f for f in families if f in ("copyleft", "weak_copyleft")], key=lambda f: _FAMILY_RANK[f])
+    return allowed, fam, rule

@@ -77,12 +77,64 @@ def test_inheritance_declared_and_unknown():
 
 
 def test_policy_expressions():
-    assert policy("MIT OR GPL-2.0-only", ALLOW, False) == (True, "permissive", "")
+    # a copyleft term anywhere refuses unless opted in, even as one side of a choice
+    assert policy("MIT OR GPL-2.0-only", ALLOW, False) == (False, "copyleft", "copyleft_not_opted_in")
+    assert policy("MIT OR GPL-2.0-only", ALLOW, True) == (True, "copyleft", "")
+    assert policy("MIT OR Apache-2.0", ALLOW, False) == (True, "permissive", "")
+    assert policy("BSD-2-Clause OR EUPL-1.2", ALLOW, False) == (False, "weak_copyleft", "copyleft_not_opted_in")
     assert policy("MIT AND GPL-2.0-only", ALLOW, False)[0] is False
     assert policy("Apache-2.0 WITH LLVM-exception", ALLOW, False)[0] is True
     assert policy("GPL-2.0-only WITH Classpath-exception-2.0", ALLOW, False)[2] == "copyleft_not_opted_in"
     assert policy("LGPL-2.1-or-later", ALLOW, True) == (True, "weak_copyleft", "")
     assert policy("SSPL-1.0", ALLOW, True)[2] == "license_not_allowed"
+
+
+COMMON = Path("/usr/share/common-licenses")
+
+
+def _rows(files: dict[str, str]) -> list[dict]:
+    return [{"path": p, "content": t.encode()} for p, t in files.items()]
+
+
+def test_license_files_combine_conservatively_and_explain():
+    """Debian's own license texts (/usr/share/common-licenses) as repository license files."""
+    need(COMMON / "GPL-2", COMMON / "Apache-2.0", COMMON / "LGPL-2.1", COMMON / "BSD")
+    from cpp_data.stages.license import nearest, repo_licenses
+
+    gpl, apache, lgpl = ((COMMON / n).read_text() for n in ("GPL-2", "Apache-2.0", "LGPL-2.1"))
+    bsd = (COMMON / "BSD").read_text()
+    # the issue's case: COPYING (GPL) at the root beside a bundled component's license is GPL, never a choice
+    found = repo_licenses(_rows({"COPYING": gpl, "LICENSE.OpenSSL": bsd, "LICENSE-THIRD-PARTY": bsd}))
+    spdx, _, evidence = found["."]
+    assert spdx.startswith("GPL-2.0") and " OR " not in spdx, spdx
+    assert "COPYING" in evidence and "not deciding: LICENSE-THIRD-PARTY, LICENSE.OpenSSL" in evidence
+    assert policy(spdx, ALLOW, False)[2] == "copyleft_not_opted_in"
+    # two primary license files without a choice in their texts: both apply
+    both = repo_licenses(_rows({"COPYING": gpl, "LICENSE": bsd}))["."]
+    assert " AND " in both[0] and "AND" in both[2] and policy(both[0], ALLOW, False)[0] is False
+    # a text that offers the choice makes it OR (the choice still holds a copyleft term: refused by default)
+    choice = "This library is dual licensed: you may use it, at your option, under either license.\n"
+    dual = repo_licenses(_rows({"LICENSE-APACHE": apache, "LICENSE-BSD": bsd, "README.LICENSE": choice}))["."]
+    assert " AND " in dual[0]  # README.LICENSE is no license file: the texts themselves offer no choice
+    dual = repo_licenses(_rows({"LICENSE-APACHE": choice + apache, "LICENSE-BSD": bsd}))["."]
+    assert dual[0] == "Apache-2.0 OR BSD-3-Clause" and policy(dual[0], ALLOW, False)[0] is True
+    # a bundled dependency with its own COPYING governs its subtree only
+    tree = repo_licenses(_rows({"LICENSE": bsd, "third_party/lib/COPYING": lgpl}))
+    assert nearest(tree, "src/a.cc")[0] == "BSD-3-Clause"
+    sub = nearest(tree, "third_party/lib/x/b.cc")
+    assert sub[0].startswith("LGPL-2.1") and sub[2].startswith("third_party/lib/: COPYING")
+    assert classify("int x;\n", sub, None).evidence == sub[2]
+
+
+def test_or_later_notices_stay_as_written():
+    later = ("// This program is free software; you can redistribute it and/or modify it under the terms of the\n"
+             "// GNU General Public License as published by the Free Software Foundation; either version 2 of the\n"
+             "// License, or (at your option) any later version.\nint x;\n")
+    assert classify(later, None, None).spdx == "GPL-2.0-or-later"
+    only = later.replace(", or (at your option) any later version", "")
+    assert classify(only, None, None).spdx == "GPL-2.0-only"
+    tagged = "// SPDX-License-Identifier: GPL-2.0-or-later WITH Linux-syscall-note\nint x;\n"
+    assert classify(tagged, None, None).spdx == "GPL-2.0-or-later WITH Linux-syscall-note"
 
 
 def test_repo_license_files_of_juce_are_identified():
