@@ -1,36 +1,41 @@
 """Secret and PII scrubbing with stable placeholders (docs/DESIGN.md section 3).
 
-Secrets are found with detect-secrets' own plugins (their regexes and entropy limits), applied to the whole
-file at once: detect-secrets' line-by-line scanner runs at about 0.25 MB/s on C++, the plugins' patterns over
-whole texts run at regex speed. detect-secrets' heuristic filters drop sequential strings (alphabets, digit
-runs) and UUIDs, which are code, not keys. PII that detect-secrets does not cover (e-mail addresses, user home
-paths) uses two small regexes; public IPv4 addresses use detect-secrets' IPPublicDetector pattern.
+Secrets are found by detect-secrets' own scanner: its plugins run line by line with its false-positive filters,
+through the same steps as its `scan_file` (line filters, each plugin's `analyze_line`, secret filters, context
+filters), on the lines of a document. Two choices, both measured on the labelled set in tests/fixtures/secrets:
+- KeywordDetector is off. On C++ it flags every quoted value assigned to a name holding `token`, `key` or
+  `password` (a lexer's `token = "int"`), so it rewrites code; passwords in connection strings are
+  BasicAuthDetector's, and high-entropy values under such names the entropy plugins'.
+- The entropy plugins (Base64, Hex) count only on lines that name a key, token, secret, password or
+  credential (filter `entropy_without_secret_name`): hash test vectors, base64 test data and colour tables are
+  high-entropy strings too, and they are not secrets. detect-secrets' `is_indirect_reference` filter is off: it
+  drops any line shaped `x = f(...)`, which in C++ is `auto s = std::string("ghp_...")`.
 
-Placeholders are stable strings, so scrubbed text stays deterministic and dedup still matches copies that
-differ only in a scrubbed value: <redacted-secret>, <redacted-email>, <redacted-ip>, <redacted-user>.
-A file holding a private key block is refused outright (rule `secret_private_key`).
+What is written by hand, and why: detect-secrets reports a secret's value, sometimes only part of it (the
+GitHub plugin reports `ghp`, the JWT plugin the token without its signature), and it never edits text. We
+replace every occurrence of the value, widened to the whole token it sits in (letters, digits and
+`+/=_.~-`), by a placeholder, then scan the changed lines again until nothing is found (a file still holding
+a finding after three rounds is refused, `secret_unredactable`). A private key block refuses the whole file
+(`secret_private_key`).
+
+Speed: the scanner costs about 0.25 MB/s of C++ per core, almost all of it per-line overhead. A prefilter sends
+it only the lines that can hold a finding: lines matched by any enabled plugin's own patterns (run over the
+whole text, multi-line) or naming a secret (the only lines where the entropy plugins count). Every finding of
+the scanner alone lies on such a line, so the prefiltered scan finds exactly the same (tested); bench/
+secrets_scan.py measures both.
+
+PII that detect-secrets does not cover (e-mail addresses, user home paths) uses two small regexes; public IPv4
+addresses use the pattern of detect-secrets' IPPublicDetector. Placeholders are stable strings, so scrubbed text stays
+deterministic and dedup still matches copies that differ only in a scrubbed value: <redacted-secret>,
+<redacted-email>, <redacted-ip>, <redacted-user>.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-
-from detect_secrets.filters import heuristic
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.base import RegexBasedDetector
-from detect_secrets.plugins.discord import DiscordBotTokenDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
-from detect_secrets.plugins.ip_public import IPPublicDetector
-from detect_secrets.plugins.jwt import JwtTokenDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.private_key import PrivateKeyDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.stripe import StripeDetector
-from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 SECRET = "<redacted-secret>"
 EMAIL = "<redacted-email>"
@@ -39,20 +44,50 @@ USER = "<redacted-user>"
 
 _EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
 _HOME = re.compile(r"(/home/|/Users/|[A-Za-z]:\\\\?Users\\\\?)([A-Za-z0-9._-]+)")
-_TOKEN_PLUGINS: tuple[RegexBasedDetector, ...] = (
-    AWSKeyDetector(),
-    GitHubTokenDetector(),
-    GitLabTokenDetector(),
-    SlackDetector(),
-    StripeDetector(),
-    JwtTokenDetector(),
-    OpenAIDetector(),
-    TwilioKeyDetector(),
-    SendGridDetector(),
-    DiscordBotTokenDetector(),
-)
-_PRIVATE_KEY = PrivateKeyDetector()
-_IP = IPPublicDetector()
+# Names under which a high-entropy value is a credential: api_key, kToken, client_secret, password, auth...
+_NAMES = ("key", "token", "secret", "pass", "pw", "credential", "auth", "bearer")
+SECRET_NAME = re.compile("|".join(_NAMES), re.I)
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9+/=_.~\-]")
+# On a line naming a secret, a value some plugin could report: a quoted run of the entropy plugins' charsets
+# (passing the hex limit, 3.0, takes at least 9 distinct characters) or a long unquoted run (the keyword-led
+# patterns of the AWS, Cloudant, IBM and SoftLayer plugins want 24 to 64 characters).
+_LONG_RUN = re.compile(r"(['\"])[A-Za-z0-9+/=_\\-]{9,}\1|[A-Za-z0-9+/=_\-]{20,}")
+# Per plugin, patterns that match wherever its own patterns match (supersets led by a literal, so `re` scans
+# at memchr speed); "name": every pattern of the plugin needs a secret name on the line and a long run (above).
+# A plugin missing here is prefiltered with its own patterns: correct, only slower.
+_PREFILTER = {
+    "ArtifactoryDetector": [r"AKC[a-zA-Z0-9]{10}", r"AP[\dABCDEF][a-zA-Z0-9]{8}"],
+    "AWSKeyDetector": [r"(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}", "name"],
+    "AzureStorageKeyDetector": [r"AccountKey="],
+    "BasicAuthDetector": [r"://"],
+    "CloudantDetector": ["name", r"\.cloudant\.com"],
+    "DiscordBotTokenDetector": [r"\.[a-zA-Z\d_-]{6}\.[a-zA-Z\d_-]{27}"],
+    "GitHubTokenDetector": [r"gh[pousr]_"],
+    "GitLabTokenDetector": [r"gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-", r"GR1348941"],
+    "IbmCloudIamDetector": ["name"],
+    "IbmCosHmacDetector": ["name"],
+    "JwtTokenDetector": [r"eyJ"],
+    "MailchimpDetector": [r"-us[0-9]"],
+    "NpmDetector": [r":_authToken="],
+    "OpenAIDetector": [r"T3BlbkFJ"],
+    "PrivateKeyDetector": [r"PRIVATE KEY", r"PuTTY-User-Key-File"],
+    "PypiTokenDetector": [r"pypi-"],
+    "SendGridDetector": [r"SG\."],
+    "SlackDetector": [r"xox[abposr]-", r"hooks\.slack\.com"],
+    "SoftlayerDetector": ["name", r"api\.softlayer\.com"],
+    "SquareOAuthDetector": [r"sq0csp-"],
+    "StripeDetector": [r"k_live_"],
+    "TelegramBotTokenDetector": [r":[0-9A-Za-z_-]{35}"],
+    "TwilioKeyDetector": [r"(?:AC|SK)[a-z0-9]{32}"],
+    "Base64HighEntropyString": ["name"],
+    "HexHighEntropyString": ["name"],
+}
+# KeywordDetector: see above. IPPublicDetector: addresses are PII, replaced below with its pattern (inside the
+# scanner its findings never survive detect-secrets' is_not_alphanumeric_string filter: they hold no letter).
+_EXCLUDED_PLUGINS = frozenset({"KeywordDetector", "IPPublicDetector"})
+_ENTROPY_TYPES = frozenset({"Base64 High Entropy String", "Hex High Entropy String"})
+_FILENAME = "document.cpp"  # what the plugins and filename filters see: C++ source
+_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -62,49 +97,200 @@ class ScrubResult:
     refused: str | None  # rule name when the whole file must be refused
 
 
-def _is_code_like(secret: str) -> bool:
-    return heuristic.is_sequential_string(secret) or heuristic.is_potential_uuid(secret)
+@dataclass(frozen=True)
+class Finding:
+    line: int  # 1-based
+    type: str
+    value: str
 
 
-def _spans(text: str, entropy_limit: float) -> list[tuple[int, int, str]]:
-    spans: list[tuple[int, int, str]] = []
-    for plugin in _TOKEN_PLUGINS:
-        for pattern in plugin.denylist:
-            for m in pattern.finditer(text):
-                g = m.lastindex or 0
-                spans.append((m.start(g), m.end(g), SECRET))
-    b64 = Base64HighEntropyString(limit=entropy_limit)
-    for m in b64.regex.finditer(text):
-        value = m.group(1) if m.lastindex else m.group()
-        if len(value) >= 20 and b64.calculate_shannon_entropy(value) > entropy_limit and not _is_code_like(value):
-            start = m.start(1) if m.lastindex else m.start()
-            spans.append((start, start + len(value), SECRET))
-    for pattern in _IP.denylist:
+@functools.lru_cache(maxsize=1)
+def _ip_patterns() -> tuple:
+    from detect_secrets.plugins.ip_public import IPPublicDetector
+
+    return tuple(IPPublicDetector().denylist)
+
+
+def entropy_without_secret_name(secret: str, plugin, line: str) -> bool:
+    """A detect-secrets filter (True: drop the finding): an entropy plugin's finding on a line that names no
+    key, token, secret, password or credential. (detect-secrets injects arguments by parameter name and runs
+    a filter at the first scan step that has all of them: `secret` puts this one with the per-finding filters.)"""
+    return plugin.secret_type in _ENTROPY_TYPES and not SECRET_NAME.search(line)
+
+
+@functools.lru_cache(maxsize=4)
+def configure(entropy_limit: float = 4.5) -> tuple:
+    """Set detect-secrets' process-wide settings (its plugins minus the excluded, its default filters plus
+    ours) and return the prefilter's patterns for the enabled plugins."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.settings import configure_settings_from_baseline, get_filters, get_plugins, get_settings
+
+    plugins = []
+    for cls in get_mapping_from_secret_type_to_class().values():
+        if cls.__name__ in _EXCLUDED_PLUGINS:
+            continue
+        plugins.append({"name": cls.__name__, **({"limit": entropy_limit}
+                                                if cls.__name__ == "Base64HighEntropyString" else {})})
+    settings = get_settings()
+    settings.clear()
+    configure_settings_from_baseline({"plugins_used": plugins})
+    settings.disable_filters("detect_secrets.filters.heuristic.is_indirect_reference")
+    settings.filters[f"{__name__}.entropy_without_secret_name"] = {}
+    get_plugins.cache_clear()  # not detect-secrets' cache_bust: that also drops the settings just made
+    get_filters.cache_clear()
+    patterns: list[re.Pattern] = []
+    for plugin in get_plugins():
+        for p in _PREFILTER.get(type(plugin).__name__) or [x.pattern for x in getattr(plugin, "denylist", ())]:
+            if p != "name" and p not in [x.pattern for x in patterns]:
+                patterns.append(re.compile(p, re.MULTILINE))
+    return tuple(patterns)
+
+
+def candidate_lines(text: str, entropy_limit: float = 4.5) -> list[int]:
+    """1-based numbers of the lines the scanner must see: lines where a plugin's prefilter pattern matches (a
+    match spanning lines marks each), and lines naming a secret that hold a long run (`_LONG_RUN`)."""
+    import bisect
+
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    found: set[int] = set()
+    for pattern in configure(entropy_limit):
         for m in pattern.finditer(text):
-            g = 1 if m.lastindex else 0
-            spans.append((m.start(g), m.end(g), IP))
-    for m in _EMAIL.finditer(text):
-        spans.append((m.start(), m.end(), EMAIL))
-    for m in _HOME.finditer(text):
-        spans.append((m.start(2), m.end(2), USER))
-    return spans
+            first = bisect.bisect_right(starts, m.start())
+            found.update(range(first, bisect.bisect_right(starts, max(m.start(), m.end() - 1)) + 1))
+    lower, named = text.lower(), set()
+    for word in _NAMES:  # str.find runs at memchr speed; a regex alternation of the names does not
+        i = lower.find(word)
+        while i >= 0:
+            n = bisect.bisect_right(starts, i)
+            named.add(n)
+            i = lower.find(word, starts[n] if n < len(starts) else len(lower))
+    for n in named - found:
+        end = starts[n] - 1 if n < len(starts) else len(text)
+        if _LONG_RUN.search(text, starts[n - 1], end):
+            found.add(n)
+    return sorted(found)
+
+
+def scan_lines(lines: list[str], numbers: list[int] | None = None) -> Iterator[Finding]:
+    """detect-secrets' line scan (the steps of its `_process_line_based_plugins`) over `numbers` (1-based;
+    None: every line), with the full file as each line's context."""
+    from detect_secrets.core.scan import _is_filtered_out, _scan_line
+    from detect_secrets.settings import get_plugins
+    from detect_secrets.util.code_snippet import get_code_snippet
+
+    for n in numbers if numbers is not None else range(1, len(lines) + 1):
+        line = lines[n - 1].rstrip()
+        context = get_code_snippet(lines=lines, line_number=n)
+        if _is_filtered_out(required_filter_parameters=["line"], filename=_FILENAME, line=line, context=context):
+            continue
+        for plugin in get_plugins():
+            for secret in _scan_line(plugin=plugin, filename=_FILENAME, line=line, line_number=n, context=context):
+                if not _is_filtered_out(required_filter_parameters=["context"], filename=secret.filename,
+                                        secret=secret.secret_value, plugin=plugin, line=line, context=context):
+                    yield Finding(n, secret.type, secret.secret_value)
+
+
+def find_secrets(text: str, entropy_limit: float = 4.5, prefilter: bool = True) -> list[Finding]:
+    """Every finding of the scanner in `text` (prefiltered, or over every line)."""
+    configure(entropy_limit)
+    lines = text.split("\n")
+    return list(scan_lines(lines, candidate_lines(text, entropy_limit) if prefilter else None))
+
+
+def _gated_lines(text: str, gate: str | re.Pattern) -> Iterator[tuple[int, int]]:
+    """(start, end) of each line holding `gate` (a literal, found with str.find, or a pattern)."""
+    last = -1
+    hits = (m.start() for m in gate.finditer(text)) if isinstance(gate, re.Pattern) else _finds(text, gate)
+    for i in hits:
+        a = text.rfind("\n", 0, i) + 1
+        if a <= last:
+            continue
+        b = text.find("\n", i)
+        last = b = len(text) if b < 0 else b
+        yield a, b
+
+
+def _finds(text: str, literal: str) -> Iterator[int]:
+    i = text.find(literal)
+    while i >= 0:
+        yield i
+        i = text.find(literal, i + 1)
+
+
+_IP_GATE = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
+
+
+def _pii_spans(text: str) -> list[tuple[int, int, str]]:
+    """E-mail addresses, public IPv4 addresses and user names in home paths, each pattern run only on the lines
+    holding what it cannot match without (an @, a dotted quad, a home directory): the patterns cost more than
+    the rest of the scrub over whole files."""
+    spans = []
+    for a, b in _gated_lines(text, "@"):
+        spans += [(m.start(), m.end(), EMAIL) for m in _EMAIL.finditer(text, a, b)]
+    for a, b in _gated_lines(text, _IP_GATE):
+        for pattern in _ip_patterns():
+            g = 1 if pattern.groups else 0
+            spans += [(m.start(g), m.end(g), IP) for m in pattern.finditer(text, a, b)]
+    for gate in ("/home/", "Users"):
+        for a, b in _gated_lines(text, gate):
+            spans += [(m.start(2), m.end(2), USER) for m in _HOME.finditer(text, a, b)]
+    return sorted(set(spans))
+
+
+def _redact_line(line: str, value: str, placeholder: str) -> str | None:
+    """The line with every occurrence of `value`, widened to its whole token, replaced; None if absent."""
+    if not value or value not in line:
+        return None
+    out, pos = [], 0
+    while (i := line.find(value, pos)) >= 0:
+        a, b = i, i + len(value)
+        while a > pos and _TOKEN_CHARS.match(line[a - 1]):
+            a -= 1
+        while b < len(line) and _TOKEN_CHARS.match(line[b]):
+            b += 1
+        out += [line[pos:a], placeholder]
+        pos = b
+    out.append(line[pos:])
+    return "".join(out)
 
 
 def scrub(text: str, entropy_limit: float = 4.5) -> ScrubResult:
-    """Replace secrets and PII in `text` by placeholders; refuse files that carry a private key."""
-    for pattern in _PRIVATE_KEY.denylist:
-        if pattern.search(text):
-            return ScrubResult(text, 0, "secret_private_key")
-    spans = sorted(_spans(text, entropy_limit))
-    if not spans:
-        return ScrubResult(text, 0, None)
-    out, pos, n = [], 0, 0
-    for start, end, placeholder in spans:
-        if start < pos:  # overlaps an earlier, already replaced span
-            continue
-        out.append(text[pos:start])
-        out.append(placeholder)
-        pos = end
-        n += 1
-    out.append(text[pos:])
-    return ScrubResult("".join(out), n, None)
+    """Replace secrets and PII in `text` by placeholders; refuse files that carry a private key or a secret
+    that would not go away."""
+    configure(entropy_limit)
+    lines = text.split("\n")
+    numbers = candidate_lines(text, entropy_limit)
+    redactions = 0
+    for _ in range(_ROUNDS):
+        findings = list(scan_lines(lines, numbers))
+        if not findings:
+            break
+        changed = set()
+        for f in findings:
+            if f.type == "Private Key":
+                return ScrubResult(text, 0, "secret_private_key")
+            new = _redact_line(lines[f.line - 1], f.value, SECRET)
+            if new is None:
+                if f.value not in "\n".join(lines):
+                    continue  # an earlier finding's widened token already took it
+                return ScrubResult(text, 0, "secret_unredactable")
+            lines[f.line - 1] = new
+            changed.add(f.line)
+            redactions += 1
+        numbers = sorted(changed)
+    else:
+        if list(scan_lines(lines, numbers)):
+            return ScrubResult(text, 0, "secret_unredactable")
+    out = "\n".join(lines)
+    spans = _pii_spans(out)
+    if spans:
+        parts, pos = [], 0
+        for start, end, placeholder in sorted(spans):
+            if start < pos:
+                continue
+            parts += [out[pos:start], placeholder]
+            pos = end
+            redactions += 1
+        parts.append(out[pos:])
+        out = "".join(parts)
+    return ScrubResult(out, redactions, None)
