@@ -1,0 +1,64 @@
+"""Megatron-LM launches launch.json (issue 14): its own pretrain_gpt.py (tag core_v0.16.1, the release of our
+megatron-core) trains a few steps on CPU from a build's launch.json, on the packed rows and on the documents,
+with launch.json's megatron_args and a model preset's flags; the only other flags are what a CPU run of
+core_v0.16.1 needs (tests/pretrain_gpt_on_cpu.py) and a smaller batch and step count.
+
+Megatron-LM is not on PyPI: the test unpacks the tarball in ../shared/peers/ (or CPP_DATA_MEGATRON_LM: a
+tarball or a checkout)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TARBALL = ROOT.parent / "shared" / "peers" / "megatron-lm-core_v0.16.1.tar.xz"
+CPU_FLAGS = ["--transformer-impl", "local", "--no-gradient-accumulation-fusion", "--no-rope-fusion",
+             "--no-persist-layer-norm", "--distributed-backend", "gloo"]
+SMALL_RUN = ["--micro-batch-size", "1", "--global-batch-size", "1", "--train-iters", "2", "--eval-iters", "1",
+             "--eval-interval", "2", "--log-interval", "1"]
+
+
+@pytest.fixture(scope="session")
+def megatron_lm(tmp_path_factory) -> Path:
+    given = os.environ.get("CPP_DATA_MEGATRON_LM")
+    source = Path(given) if given else TARBALL
+    if source.is_dir():
+        return source
+    if not source.is_file():
+        pytest.skip(f"Megatron-LM core_v0.16.1 not found at {source}; set CPP_DATA_MEGATRON_LM to a checkout or "
+                    f"its tarball")
+    dest = tmp_path_factory.mktemp("megatron-lm")
+    with tarfile.open(source) as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("pretrain_gpt.py"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["packed", "documents"])
+def test_pretrain_gpt_trains_from_launch_json(megatron_lm: Path, reference_build: Path, tmp_path: Path,
+                                              dataset: str):
+    build = tmp_path / "build"  # a copy, run from its own directory: launch.json's paths are relative to it
+    shutil.copytree(reference_build, build)
+    spec = json.loads((build / "launch.json").read_text())
+    args = spec["datasets"][dataset]["megatron_args"] + spec["model_args"]["tiny"]
+    args += CPU_FLAGS + SMALL_RUN + ["--data-cache-path", str(tmp_path / "index-cache")]
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "pretrain_gpt_on_cpu.py"), str(megatron_lm), "--",
+                           *args], cwd=build, capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    losses = [float(x) for x in re.findall(r"iteration\s+\d+/\s*2 \|.*?lm loss: ([0-9.E+-]+)", log)]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses), log[-4000:]
+    assert abs(losses[0] - math.log(spec["vocab_size"])) < 1.0  # an untrained model over our vocabulary
+    assert re.search(r"validation loss at iteration 2", log), log[-2000:]
+    packed_flags = "reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True"
+    assert (packed_flags in log) is (dataset == "packed"), re.findall(r"GPTDatasetConfig\(.{0,600}", log)[:1]
