@@ -70,7 +70,7 @@ def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, lis
         "source": source.pin() if source else None,
         "inputs": {k: [t.fingerprint for t in v] for k, v in sorted(inputs.items())},
     }
-    settings = stage.settings(list(sources))
+    settings = stage.settings(source, list(sources))
     if settings is not None:  # only then, so the fingerprints of stages without settings stay as they were
         payload["settings"] = settings
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

@@ -57,6 +57,8 @@ class SourceSpec:
     history_from: str | None = None
     configure: bool = True
     weight: float = 1.0
+    opt_out: tuple[str, ...] = ()  # pipeline/exclusions.py: the opt-out rules that apply to this source
+    decontaminate: tuple[str, ...] = ()  # and the decontamination reference
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class LockedSource:
     history_from_commit: str | None = None  # resolved
     configure: bool = True
     weight: float = 1.0
+    opt_out: tuple[str, ...] = ()
+    decontaminate: tuple[str, ...] = ()
 
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
@@ -83,6 +87,8 @@ class LockedSource:
             pin["history_from_commit"] = self.history_from_commit
         if not self.configure:
             pin["configure"] = False
+        if self.opt_out:
+            pin["opt_out"] = list(self.opt_out)
         return pin
 
 
@@ -105,6 +111,13 @@ def load_sources(path: Path) -> list[SourceSpec]:
     tables = data.get("source")
     if not isinstance(tables, list) or not tables:
         raise SourcesError(f"{path}: no [[source]] tables; each source needs name, url and (for git) ref")
+    unknown = set(data) - {"source", "opt_out", "decontaminate"}
+    if unknown:
+        raise SourcesError(f"{path}: unknown tables {sorted(unknown)} (allowed: [[source]], [opt_out], "
+                           f"[decontaminate])")
+    from cpp_data.pipeline.exclusions import load_exclusions
+
+    exclusions = load_exclusions(data, path)
     specs, seen = [], set()
     for i, table in enumerate(tables, 1):
         where = f"{path}: source #{i}"
@@ -143,7 +156,8 @@ def load_sources(path: Path) -> list[SourceSpec]:
         weight = table.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
             raise SourcesError(f"{where}: 'weight' must be a positive number (1.0: the source's natural share)")
-        specs.append(SourceSpec(name, url, ref, lic, vendored, since, configure, float(weight)))
+        specs.append(SourceSpec(name, url, ref, lic, vendored, since, configure, float(weight),
+                                exclusions.opt_out_rules(name, url), exclusions.decontaminate_rules()))
     return specs
 
 
@@ -255,7 +269,8 @@ def directory_digest(root: Path) -> str:
 
 def resolve(spec: SourceSpec) -> LockedSource:
     """Resolve a source's ref (and history_from) to commits, or a directory to its tree digest."""
-    locked = replace(_resolve_ref(spec), configure=spec.configure, weight=spec.weight)
+    locked = replace(_resolve_ref(spec), configure=spec.configure, weight=spec.weight, opt_out=spec.opt_out,
+                     decontaminate=spec.decontaminate)
     if spec.history_from is None:
         return locked
     where = f"source {spec.name!r} ({spec.url})"
@@ -323,7 +338,7 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
 _LOCK_TYPES = {"name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
                "locked_at": str, "license": (str, type(None)), "vendored": bool, "history_from": (str, type(None)),
                "history_from_commit": (str, type(None)), "configure": bool,
-               "weight": (float, int)}
+               "weight": (float, int), "opt_out": list, "decontaminate": list}
 
 
 def read_lock(path: Path) -> list[LockedSource]:
@@ -351,6 +366,7 @@ def read_lock(path: Path) -> list[LockedSource]:
             if not isinstance(value, _LOCK_TYPES[key]):
                 raise SourcesError(f"{where} ({table.get('name')!r}): {key} = {value!r} has the wrong type; "
                                    f"write the lock again with: cpp-data sources lock SOURCES")
+        table = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
         out.append(LockedSource(**{"requested_ref": None, "license": None, "vendored": False, **table}))
     return out
 
@@ -383,7 +399,8 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
         same = same and old.history_from == spec.history_from
         if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
             out.append(LockedSource(**{**asdict(old), "license": spec.license, "vendored": spec.vendored,
-                                       "configure": spec.configure, "weight": spec.weight}))
+                                       "configure": spec.configure, "weight": spec.weight,
+                                       "opt_out": spec.opt_out, "decontaminate": spec.decontaminate}))
         else:
             out.append(resolve(spec))
     return out

@@ -70,9 +70,10 @@ class Stage(ABC):
     def __init__(self, params: Any):
         self.params = params
 
-    def settings(self, sources: list[LockedSource]) -> dict[str, Any] | None:
-        """Source settings outside the pins that shape this stage's bytes (a corpus stage's part of the
-        fingerprint, such as the sources' blend weights); None when there are none."""
+    def settings(self, source: LockedSource | None, sources: list[LockedSource]) -> dict[str, Any] | None:
+        """Source settings outside the pins that shape this stage's bytes, part of its fingerprint (the
+        sources' blend weights for the exports; a source's decontamination reference): None when there are
+        none. `source` is the task's source (None for corpus stages)."""
         return None
 
     @abstractmethod

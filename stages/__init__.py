@@ -2,6 +2,7 @@
 
 from cpp_data.stages.collect import Collect
 from cpp_data.stages.context_graph import ContextGraph
+from cpp_data.stages.decontaminate import Decontaminate
 from cpp_data.stages.dependency_documents import DependencyDocuments
 from cpp_data.stages.exact_dedup import ExactDedup
 from cpp_data.stages.filter import Filter
@@ -17,6 +18,6 @@ from cpp_data.stages.structure import Structure
 from cpp_data.stages.token_columns import TokenColumns
 from cpp_data.stages.tokenizer import TokenizerStage
 
-STAGES = {cls.name: cls for cls in (Collect, Filter, License, ExactDedup, NearDedup, Shards, Structure, TokenizerStage,
+STAGES = {cls.name: cls for cls in (Collect, Filter, Decontaminate, License, ExactDedup, NearDedup, Shards, Structure, TokenizerStage,
                                     TokenColumns, MegatronExport, PackedRows, LaunchSpecStage, Semantics, ContextGraph,
                                     DependencyDocuments, Ledger)}

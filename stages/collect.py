@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from cpp_data.pipeline.exclusions import OptOut
 from cpp_data.pipeline.sources import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
@@ -173,12 +174,17 @@ class Collect(Stage):
         if p.history:
             return self._history(ctx, p, parts, skipped, licenses, reasons, retrieved_at)
 
+        opt_out = OptOut.from_rules(src.opt_out)
+
         def take(path: str, data: bytes) -> None:
             nonlocal kept_bytes
             name = PurePosixPath(path).name
+            sha = hashlib.sha256(data).hexdigest()
+            if opt_out.content(sha):  # before anything reads it, its license file included
+                skip(path, len(data), sha, "opt_out")
+                return
             if LICENSE_NAME.match(name) and len(data) <= p.max_license_file_bytes:
                 licenses.append({"source": src.name, "path": path, "content": data})
-            sha = hashlib.sha256(data).hexdigest()
             if not is_cpp(path, data[:256], p.extensions):
                 skip(path, len(data), sha, "not_cpp")
             elif not data:
@@ -199,6 +205,8 @@ class Collect(Stage):
                         seen += 1
                         if is_undecodable(path):  # stored escaped; no stage downstream gets a name it can't write
                             skip(path, size, None, "undecodable_path")
+                        elif opt_out.path(path):
+                            skip(path, size, None, "opt_out")
                         elif kind == "commit":
                             skip(path, 0, None, "submodule")
                         elif mode == "120000":
@@ -244,6 +252,8 @@ class Collect(Stage):
                         digest.add(path, file_sha256=hashlib.sha256(data).digest())
                         if is_undecodable(path):
                             skip(path, len(data), hashlib.sha256(data).hexdigest(), "undecodable_path")
+                        elif opt_out.path(path):  # read all the same: the pin's tree digest covers it
+                            skip(path, len(data), hashlib.sha256(data).hexdigest(), "opt_out")
                         else:
                             take(path, data)
                 if digest.hexdigest() != src.commit:
@@ -272,14 +282,17 @@ class Collect(Stage):
             raise ValueError(f"collect.history must be 'pairs' or 'diffs', not {p.history!r}")
         kept = {"bytes": 0, "files": 0}
 
+        opt_out = OptOut.from_rules(src.opt_out)
+
         def add(path: str, commit: str, data: bytes, history: dict) -> None:
-            if is_undecodable(path):
-                skip(path, commit, len(data), hashlib.sha256(data).hexdigest(), "undecodable_path")
+            sha = hashlib.sha256(data).hexdigest()
+            if is_undecodable(path) or opt_out.path(path) or opt_out.content(sha):
+                skip(path, commit, len(data), sha, "undecodable_path" if is_undecodable(path) else "opt_out")
                 return
             kept["bytes"] += len(data)
             kept["files"] += 1
             parts.add({"source": src.name, "commit": commit, "path": path, "size": len(data),
-                       "sha256": hashlib.sha256(data).hexdigest(), "content": data, "history": history})
+                       "sha256": sha, "content": data, "history": history})
 
         def skip(path: str, commit: str, size: int, sha: str | None, reason: str) -> None:
             reasons[reason] += 1

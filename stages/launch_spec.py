@@ -31,7 +31,7 @@ class LaunchSpecStage(Stage):
     inputs = ("megatron_export", "packed_rows", "tokenizer")
     Params = LaunchSpecParams
 
-    def settings(self, sources) -> dict:
+    def settings(self, source, sources) -> dict:
         weights = source_weights(sources)
         return {"weight_groups": weight_groups(weights), "weights": weights}
 

@@ -57,14 +57,15 @@ class Ledger(Stage):
     name = "ledger"
     version = 4
     scope = "corpus"
-    inputs = ("collect", "filter", "license", "exact_dedup", "near_dedup")
+    inputs = ("collect", "filter", "decontaminate", "license", "exact_dedup", "near_dedup")
     Params = LedgerParams
 
     def run(self, ctx: StageContext) -> dict:
         dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
         near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")
         removed = keys.removed_keys([dup, near])
-        by_source = {stage: {a.source: a.path for a in ctx.inputs[stage]} for stage in ("collect", "filter", "license")}
+        by_source = {stage: {a.source: a.path for a in ctx.inputs[stage]} for stage in ("collect", "filter", "decontaminate",
+                                                                                     "license")}
         writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")
         decisions: Counter = Counter()
         reasons: Counter = Counter()
@@ -80,7 +81,7 @@ class Ledger(Stage):
 
         for source in sorted(by_source["collect"]):
             emit(_from_rejections(pq.read_table(by_source["collect"][source] / "skipped.parquet")))
-            for stage in ("filter", "license"):
+            for stage in ("filter", "decontaminate", "license"):
                 for f in sorted(by_source[stage][source].glob("rejected-*.parquet")):
                     emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
             cols = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "license_spdx", "license_source",

@@ -110,14 +110,14 @@ class LicenseStep(BaseFilter):
 class License(Stage):
     name = "license"
     libraries = ('pyarrow', 'datatrove', 'license-expression', 'pyaskalono')
-    version = 4
+    version = 5
     scope = "source"
-    inputs = ("collect", "filter")
+    inputs = ("collect", "decontaminate")
     Params = LicenseParams
     resumable_tasks = True
 
     def run(self, ctx: StageContext) -> dict:
-        docs = ctx.input("filter").path
+        docs = ctx.input("decontaminate").path
         rows = pq.read_table(ctx.input("collect").path / "license_files.parquet").to_pylist()
         by_state: dict = {}
         for row in rows:

@@ -169,7 +169,7 @@ class MegatronExport(Stage):
     inputs = ("token_columns", "tokenizer")
     Params = MegatronExportParams
 
-    def settings(self, sources) -> dict:
+    def settings(self, source, sources) -> dict:
         from cpp_data.schemas.launch_spec import weight_groups
 
         return {"weight_groups": weight_groups(source_weights(sources))}

@@ -94,3 +94,34 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
         return 1.0
     inter = len(np.intersect1d(a, b, assume_unique=True))
     return inter / (len(a) + len(b) - inter)
+
+
+def _splitmix(seed: int, count: int) -> np.ndarray:
+    out, x = [], seed
+    for _ in range(count):
+        x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        out.append((z ^ (z >> 31)) | 1)
+    return np.array(out, dtype=np.uint64)
+
+
+def long_ngram_hashes(text: str, n: int = 50) -> np.ndarray:
+    """Sorted unique uint64 hashes of the n-grams of C++ tokens of `text` (license header removed): the
+    decontamination fingerprint (BigCode refused files sharing a 50-token n-gram with a benchmark). 64-bit,
+    since a reference set of a few hundred thousand n-grams against billions must not collide by chance."""
+    toks = tokens(strip_license_header(text))
+    if len(toks) < n:
+        return np.empty(0, dtype=np.uint64)
+    token_hash = np.fromiter(map(_VOCAB.__getitem__, toks), dtype=np.uint64, count=len(toks))
+    mult = _splitmix(n, n)
+    m = len(token_hash) - n + 1
+    with np.errstate(over="ignore"):
+        h = np.zeros(m, dtype=np.uint64)
+        for i in range(n):
+            h += token_hash[i:i + m] * mult[i]
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(29)
+    return np.unique(h)

@@ -55,7 +55,8 @@ def test_build_records_pins_and_moves_only_changed_sources(tmp_path):
     run_cli("sources", "lock", str(sources))
     again = build(sources, out)
     ran = {ln.split("] ", 1)[1].split(":")[0] for ln in again.stdout.splitlines() if ": running" in ln}
-    assert ran == {"collect[moving]", "filter[moving]", "license[moving]", "semantics[moving]", "exact_dedup",
+    assert ran == {"collect[moving]", "filter[moving]", "decontaminate[moving]", "license[moving]", "semantics[moving]",
+                   "exact_dedup",
                    "near_dedup", "shards", "structure", "tokenizer", "token_columns", "megatron_export",
                    "packed_rows", "launch_spec", "ledger"}
     builds = sorted(d.name for d in (out / "builds").iterdir() if d.is_dir())

@@ -1,0 +1,84 @@
+"""decontaminate: refuse documents that share a long n-gram of C++ tokens with a reference a user names
+(benchmark prompts and solutions), rule `contamination` (docs/DESIGN.md section 3).
+
+The reference comes from the sources file's [decontaminate] table (pipeline/exclusions.py): JSONL files (every
+string value of every line) and files or directories (their text). A document is refused when one of its
+`ngram`-token windows (default 50, BigCode's choice for The Stack) equals one of the reference's; tokens are the
+C++ lexemes of near dedup (stages/shingles.py), so whitespace and reformatting do not hide an overlap. Without a
+reference the stage passes the filter's documents on unchanged (hard links, no rewrite).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+
+from cpp_data.pipeline.exclusions import reference_texts
+from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.stages import dt_io
+from cpp_data.stages.shingles import long_ngram_hashes
+
+
+@dataclass(frozen=True)
+class DecontaminateParams:
+    pass  # the reference and its n-gram size come from the sources file, with the pins
+
+
+class ContaminationFilter(BaseFilter):
+    name = "decontaminate"
+
+    def __init__(self, reference: np.ndarray, ngram: int, exclusion_writer=None):
+        super().__init__(exclusion_writer)
+        self.reference, self.ngram = reference, ngram
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        hashes = long_ngram_hashes(doc.text, self.ngram)
+        if len(hashes) and np.isin(hashes, self.reference, assume_unique=True).any():
+            return False, "contamination"
+        return True
+
+
+def reference_hashes(files: list[str], ngram: int) -> np.ndarray:
+    parts = [long_ngram_hashes(t, ngram) for t in reference_texts(files)]
+    return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.uint64)
+
+
+class Decontaminate(Stage):
+    name = "decontaminate"
+    libraries = ('pyarrow', 'datatrove', 'numpy', 'xxhash')
+    version = 1
+    scope = "source"
+    inputs = ("filter",)
+    Params = DecontaminateParams
+    resumable_tasks = True
+
+    def settings(self, source, sources) -> dict | None:
+        """The n-gram and the digest of the reference's contents (its paths are provenance): a new reference
+        reruns this stage and what follows, not collect and filter."""
+        rules = [r for r in source.decontaminate if not r.startswith("file:")]
+        return {"decontaminate": rules} if rules else None
+
+    def run(self, ctx: StageContext) -> dict:
+        docs = ctx.input("filter").path
+        rules = ctx.source.decontaminate
+        tasks = dt_io.count_parts(docs, "part-*.parquet")
+        if not rules:
+            for f in sorted(docs.glob("part-*.parquet")):
+                os.link(f, ctx.out / f.name)
+            return {"tasks": tasks, "reference_ngrams": 0, "rejected": {}}
+        ngram = int(next(r for r in rules if r.startswith("ngram:"))[6:])
+        files = [r[5:] for r in rules if r.startswith("file:")]
+        reference = reference_hashes(files, ngram)
+        pipeline = [
+            dt_io.reader(docs, "part-*.parquet"),
+            ContaminationFilter(reference, ngram, exclusion_writer=dt_io.rejections_writer(ctx.out, "decontaminate")),
+            dt_io.documents_writer(ctx.out),
+        ]
+        stats = run_datatrove(ctx.executor, pipeline, tasks, ctx.out / "_datatrove", ctx.label)
+        return {**dt_io.output_counts(ctx.out, tasks, stats), "reference_files": len(files),
+                "reference_ngrams": int(len(reference))}

@@ -1,0 +1,101 @@
+"""Opt-out lists and decontamination (issue 12): what a sources file excludes, every build honours, each file
+with its ledger row (`skipped:opt_out`, `decontaminate:contamination`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from conftest import GOOGLETEST, build, build_dir, need, run_cli
+
+# A benchmark solution (a HumanEval-style C++ task) and its prompt, as JSONL
+SOLUTION = """#include <vector>
+#include <algorithm>
+std::vector<int> rolling_max(const std::vector<int>& numbers) {
+    std::vector<int> result;
+    int running_max = 0;
+    bool first = true;
+    for (std::size_t i = 0; i < numbers.size(); ++i) {
+        if (first || numbers[i] > running_max) { running_max = numbers[i]; first = false; }
+        result.push_back(running_max);
+    }
+    return result;
+}
+"""
+
+
+def _tree(root: Path) -> dict[str, str]:
+    good = (GOOGLETEST / "googletest" / "src" / "gtest-printers.cc").read_text()
+    files = {
+        "src/good.cc": good,
+        "gen/generated_table.cc": good + "// generated\n",
+        "src/same_bytes_as_listed.cc": good + "// listed by sha256\n",
+        # the solution pasted into a file, reindented, with other code around it: still contaminated
+        "src/contaminated.cc": good + "\n" + "\n".join("  " + ln for ln in SOLUTION.splitlines()) + "\n",
+        # shares the includes and a few lines only: far less than 50 tokens in a row
+        "src/similar.cc": (GOOGLETEST / "googletest" / "src" / "gtest-filepath.cc").read_text()
+        + "\n#include <vector>\nstd::vector<int> result;\nint running_max = 0;\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return files
+
+
+def test_opt_out_and_decontamination_are_honoured(tmp_path: Path):
+    need(GOOGLETEST)
+    files = _tree(tmp_path / "a")
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "x.cc").write_text(files["src/good.cc"] + "// in an opted-out repository\n")
+    listed = hashlib.sha256((tmp_path / "a" / "src/same_bytes_as_listed.cc").read_bytes()).hexdigest()
+    (tmp_path / "optout.toml").write_text(f'sha256 = ["{listed}"]\nrepos = ["b"]\n')
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "tasks.jsonl").write_text(json.dumps({"task_id": "CPP/9", "prompt": "rolling max",
+                                                   "canonical_solution": SOLUTION}) + "\n")
+    sources = tmp_path / "sources.toml"
+    sources.write_text(
+        '[[source]]\nname = "a"\nurl = "a"\nlicense = "MIT"\n\n[[source]]\nname = "b"\nurl = "b"\nlicense = "MIT"\n\n'
+        '[opt_out]\npaths = ["gen/*"]\nfiles = ["optout.toml"]\n\n[decontaminate]\npaths = ["bench/tasks.jsonl"]\n')
+    proc = build(sources, tmp_path / "out")
+    rows = pq.read_table(build_dir(tmp_path / "out") / "provenance" / "ledger.parquet").to_pylist()
+    ledger = {(r["repo"], r["path"]): (r["decision"], r["reason"]) for r in rows}
+    assert ledger == {
+        ("a", "src/good.cc"): ("kept", ""),
+        ("a", "src/similar.cc"): ("kept", ""),
+        ("a", "gen/generated_table.cc"): ("skipped", "opt_out"),
+        ("a", "src/same_bytes_as_listed.cc"): ("skipped", "opt_out"),
+        ("a", "src/contaminated.cc"): ("filtered", "contamination"),
+        ("b", "x.cc"): ("skipped", "opt_out"),
+    }, ledger
+    assert "skipped:opt_out" in proc.stdout and "filtered:contamination" in proc.stdout
+    # a longer n-gram than the overlap lets it through; a new reference reruns from decontaminate on
+    text = sources.read_text() + "ngram = 400\n"
+    sources.write_text(text)
+    proc = build(sources, tmp_path / "out")
+    assert "decontaminate[a]: running" in proc.stdout and "collect[a]: running" not in proc.stdout
+    newest = sorted((tmp_path / "out" / "builds").glob("v6-*"), key=lambda d: d.stat().st_mtime)[-1]
+    rows = pq.read_table(newest / "provenance" / "ledger.parquet").to_pylist()
+    assert {r["path"]: r["decision"] for r in rows}["src/contaminated.cc"] == "kept"
+
+
+def test_bad_exclusion_tables_are_one_line_errors(tmp_path: Path):
+    cases = {
+        '[opt_out]\nsha256 = ["abc"]\n': "is not 64 hex digits",
+        '[opt_out]\nfiles = ["missing.toml"]\n': "does not exist",
+        '[decontaminate]\npaths = ["nope.jsonl"]\n': "does not exist",
+        '[decontaminate]\nngram = 2\npaths = []\n': "'ngram' must be an integer of at least 5",
+        '[optout]\n': "unknown tables ['optout']",
+    }
+    (tmp_path / "a").mkdir()
+    for i, (table, message) in enumerate(cases.items()):
+        f = tmp_path / f"s{i}.toml"
+        f.write_text(f'[[source]]\nname = "a"\nurl = "a"\n\n{table}')
+        proc = run_cli("sources", "lock", str(f), check=False)
+        assert proc.returncode == 2, (table, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and str(f) in lines[0], (table, proc.stderr)
