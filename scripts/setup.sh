@@ -11,9 +11,12 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 # chromium: the report test renders the HTML report in a real headless browser
+# libeigen3-dev, libsigc++-2.0-dev, libzstd-dev: with the corpus packages, the license-accuracy slice (their
+# Debian copyright files are the ground truth of tests/test_license_accuracy.py)
 # libclang-common-19-dev: clang's builtin headers for the libclang wheel; cmake, ninja-build and g++: compile
 # databases by a configure-only run; bubblewrap: that configure runs the repository's CMake code in a sandbox
 APT_PACKAGES=(git python3 python3-venv googletest nlohmann-json3-dev juce-modules-source libpoco-dev chromium
+              libeigen3-dev libsigc++-2.0-dev libzstd-dev
               libclang-common-19-dev cmake ninja-build g++ bubblewrap)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

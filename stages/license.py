@@ -23,7 +23,7 @@ from cpp_data.stages.license_match import (classify, identify_license_file, is_p
                                             parse_spdx, policy)
 
 DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
-                 "Apache-2.0 WITH LLVM-exception")
+                 "Apache-2.0 WITH LLVM-exception", "Unlicense", "CC0-1.0", "LicenseRef-scancode-public-domain")
 
 
 @dataclass(frozen=True)

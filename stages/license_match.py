@@ -91,7 +91,7 @@ def _n(name: str, pattern: str, expression: str) -> _Notice:
 NOTICES: tuple[_Notice, ...] = (
     _n("llvm_notice", r"Apache License v2\.0 with LLVM Exceptions", "Apache-2.0 WITH LLVM-exception"),
     _n("boost_notice", r"Boost Software License,?\s+Version 1\.0", "BSL-1.0"),
-    _n("apache_notice", r"Licensed under the Apache License,?\s+Version 2\.0", "Apache-2.0"),
+    _n("apache_notice", r"Licensed under the Apache License,?\s+(Version\s+)?2\.0", "Apache-2.0"),
     _n("mit_text", r"Permission is hereby granted,\s+free of charge,\s+to any person obtaining a copy", "MIT"),
     _n("mit_notice", r"(Licensed under|released under|subject to) the MIT\s+License", "MIT"),
     _n("bsd3_text", r"Redistribution and use in source and binary forms.*Neither the name", "BSD-3-Clause"),
@@ -107,6 +107,7 @@ NOTICES: tuple[_Notice, ...] = (
     _n("gpl2_notice", r"GNU General Public License.{0,120}version 2|\bGPL\s*v?2\b", "GPL-2.0-only"),
     _n("mpl2_notice", r"Mozilla Public License,?\s+v(ersion|\.)?\s*2\.0", "MPL-2.0"),
     _n("eula_notice", r"End[- ]User Licen[cs]e Agreement", "LicenseRef-EULA"),
+    _n("public_domain", r"(placed|released|dedicated) (in|into|to) the public domain", "LicenseRef-scancode-public-domain"),
 )
 
 
@@ -234,6 +235,8 @@ def family(key: str) -> str:
         return "copyleft"
     if key.startswith("LicenseRef-EULA"):
         return "proprietary"
+    if key == "LicenseRef-scancode-public-domain":
+        return "permissive"
     return "permissive"
 
 
@@ -255,9 +258,9 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
     except Exception:
         return False, "unknown", "unparseable_license"
     families = [family(k) for k in _licensing().license_keys(node)]
-    strictest = max(families, key=lambda f: _FAMILY_RANK[f]) if families else "unknown"
-    if strictest in ("copyleft", "weak_copyleft") and not allow_copyleft:
-        return False, strictest, "copyleft_not_opted_in"
+    copyleft = [f for f in families if f in ("copyleft", "weak_copyleft")]
+    if copyleft and not allow_copyleft:  # whatever else the expression holds (an EULA, a permissive choice)
+        return False, max(copyleft, key=lambda f: _FAMILY_RANK[f]), "copyleft_not_opted_in"
 
     def decide(n) -> tuple[bool, str, str]:
         if isinstance(n, LicenseWithExceptionSymbol):

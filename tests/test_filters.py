@@ -62,7 +62,8 @@ def test_license_cascade_on_real_headers():
     assert core.spdx == "ISC"
     gui = classify((JUCE / "juce_gui_basics/juce_gui_basics.h").read_text(), None, None)
     assert gui.spdx == "LicenseRef-EULA OR GPL-3.0-only"
-    assert policy(gui.spdx, ALLOW, False) == (False, "proprietary", "eula_source_available")
+    assert policy(gui.spdx, ALLOW, False) == (False, "copyleft", "copyleft_not_opted_in")
+    assert policy("LicenseRef-EULA OR MIT", ALLOW, False) == (True, "permissive", "")  # the choice has a way out
     assert policy(gui.spdx, ALLOW, True) == (True, "copyleft", "")
 
 
@@ -82,6 +83,8 @@ def test_policy_expressions():
     assert policy("MIT OR GPL-2.0-only", ALLOW, True) == (True, "copyleft", "")
     assert policy("MIT OR Apache-2.0", ALLOW, False) == (True, "permissive", "")
     assert policy("BSD-2-Clause OR EUPL-1.2", ALLOW, False) == (False, "weak_copyleft", "copyleft_not_opted_in")
+    # a stricter non-copyleft term (an EULA) does not hide a copyleft one (JUCE's juce_gl.h)
+    assert policy("LicenseRef-EULA OR MIT OR BSD-2-Clause OR GPL-3.0-only", ALLOW, False)[2] == "copyleft_not_opted_in"
     assert policy("MIT AND GPL-2.0-only", ALLOW, False)[0] is False
     assert policy("Apache-2.0 WITH LLVM-exception", ALLOW, False)[0] is True
     assert policy("GPL-2.0-only WITH Classpath-exception-2.0", ALLOW, False)[2] == "copyleft_not_opted_in"
