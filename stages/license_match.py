@@ -40,6 +40,7 @@ _PRIMARY_SUFFIX = re.compile(
 _TEXT_EXTENSION = re.compile(r"\.(txt|md|rst)$", re.I)
 # A license text that offers a choice between licenses
 _CHOICE = re.compile(r"dual[- ]licen[cs]|licen[cs]ed under (the terms of )?either|multi[- ]licen[cs]ed|"
+                     r"(select|choose),? at your (own )?option,? one of|"
                      r"\bSPDX-License-Identifier:[^\n]*\bOR\b", re.I)
 _AT_OPTION = re.compile(r"at your (own )?(option|choice|discretion)", re.I)
 _LATER = re.compile(r"or\s*\(?\s*at your (own )?option\s*\)?\s*any later version|or any later version|"
@@ -144,7 +145,9 @@ def plain_comment_text(block: str) -> str:
 
 
 def match_notices(block: str) -> tuple[str, str] | None:
-    """(expression, rule) from the notice table; an EULA marker is OR-ed with the other notices found."""
+    """(expression, rule) from the notice table. Several licenses noticed in one header all apply (AND: a file
+    under MPL-2.0 with one function under BSD-3-Clause), unless the header offers the choice (OR); an EULA
+    marker is OR-ed with the other notices (JUCE's "EULA or GPL" modules)."""
     block = plain_comment_text(block)
     hits = [n for n in NOTICES if n.pattern.search(block)]
     if not hits:
@@ -152,10 +155,23 @@ def match_notices(block: str) -> tuple[str, str] | None:
     if any(n.name == "eula_notice" for n in hits) and len(hits) > 1:
         others = [n.expression for n in hits if n.name != "eula_notice"]
         return " OR ".join(["LicenseRef-EULA", *dict.fromkeys(others)]), "eula_dual_notice"
-    first = hits[0]
-    if first.expression.endswith("-only") and _LATER.search(block):  # "or (at your option) any later version"
-        return first.expression[: -len("-only")] + "-or-later", first.name + "+later"
-    return first.expression, first.name
+    later = _LATER.search(block)
+    exprs, names = [], []
+    for n in hits:
+        if n.name == "bsd2_text" and any(h.name == "bsd3_text" for h in hits):
+            continue  # the BSD-2 pattern is the start of every BSD-3 text
+        expr = n.expression
+        if expr.endswith("-only") and later:  # "or (at your option) any later version"
+            expr, name = expr[: -len("-only")] + "-or-later", n.name + "+later"
+        else:
+            name = n.name
+        if expr not in exprs:
+            exprs.append(expr)
+            names.append(name)
+    if len(exprs) == 1:
+        return exprs[0], names[0]
+    op = " OR " if offers_choice(block) else " AND "
+    return op.join(exprs), "+".join(names)
 
 
 _LICENSE_WORDS = ("licen", "warrant", "permission", "redistribut", "copyright")

@@ -161,3 +161,15 @@ def test_license_banner_after_include_guard_is_not_shingled():
     assert "Copyright" not in stripped and "MIT" not in stripped
     assert "#ifndef FOO_H" in stripped and "/* what foo does */" in stripped and "int foo();" in stripped
     assert strip_license_header("int x;\n// Copyright later\n") == "int x;\n// Copyright later\n"
+
+
+def test_several_license_notices_in_one_header_all_apply():
+    """Eigen's AlignedBox.h: MPL-2.0 for the file, BSD-3-Clause for one function it took from elsewhere."""
+    box = Path("/usr/include/eigen3/Eigen/src/Geometry/AlignedBox.h")
+    need(box)
+    answer = classify(box.read_text(), None, None)
+    assert answer.spdx == "BSD-3-Clause AND MPL-2.0" and answer.evidence == "bsd3_text+mpl2_notice"
+    assert policy(answer.spdx, ALLOW, False)[2] == "copyleft_not_opted_in"
+    dual = ("// Licensed under the Apache License, Version 2.0, or the MIT license, at your option: this file is\n"
+            "// dual licensed. Permission is hereby granted, free of charge, to any person obtaining a copy\n")
+    assert classify(dual + "int x;\n", None, None).spdx == "Apache-2.0 OR MIT"
