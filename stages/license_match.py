@@ -40,7 +40,8 @@ _PRIMARY_SUFFIX = re.compile(
 _TEXT_EXTENSION = re.compile(r"\.(txt|md|rst)$", re.I)
 # A license text that offers a choice between licenses
 _CHOICE = re.compile(r"dual[- ]licen[cs]|licen[cs]ed under (the terms of )?either|multi[- ]licen[cs]ed|"
-                     r"(select|choose),? at your (own )?option,? one of|"
+                     r"(select|choose),? at your (own )?option,? one of|terms of either\b|"
+                     r"alternatively,? (this file|you) may (be used|use it|use this)|"
                      r"\bSPDX-License-Identifier:[^\n]*\bOR\b", re.I)
 _AT_OPTION = re.compile(r"at your (own )?(option|choice|discretion)", re.I)
 _LATER = re.compile(r"or\s*\(?\s*at your (own )?option\s*\)?\s*any later version|or any later version|"
@@ -149,19 +150,20 @@ def match_notices(block: str) -> tuple[str, str] | None:
     under MPL-2.0 with one function under BSD-3-Clause), unless the header offers the choice (OR); an EULA
     marker is OR-ed with the other notices (JUCE's "EULA or GPL" modules)."""
     block = plain_comment_text(block)
-    hits = [n for n in NOTICES if n.pattern.search(block)]
+    found = [(n, m) for n in NOTICES if (m := n.pattern.search(block))]
+    hits = [n for n, _ in found]
     if not hits:
         return None
     if any(n.name == "eula_notice" for n in hits) and len(hits) > 1:
         others = [n.expression for n in hits if n.name != "eula_notice"]
         return " OR ".join(["LicenseRef-EULA", *dict.fromkeys(others)]), "eula_dual_notice"
-    later = _LATER.search(block)
     exprs, names = [], []
-    for n in hits:
+    for n, m in found:
         if n.name == "bsd2_text" and any(h.name == "bsd3_text" for h in hits):
             continue  # the BSD-2 pattern is the start of every BSD-3 text
         expr = n.expression
-        if expr.endswith("-only") and later:  # "or (at your option) any later version"
+        # "... version 2 of the License, or (at your option) any later version", right after this notice
+        if expr.endswith("-only") and _LATER.search(block, m.end(), m.end() + 250):
             expr, name = expr[: -len("-only")] + "-or-later", n.name + "+later"
         else:
             name = n.name
