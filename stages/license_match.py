@@ -265,9 +265,10 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
     """Decide an expression against the allow-list: (allowed, family, refusal rule or "").
 
     Copyleft is decided on every term first: any copyleft key anywhere in the expression (even as one side
-    of an OR) refuses it unless the recipe opts in, and the document is then tagged with the strictest
-    family. Otherwise OR needs one allowed branch, AND needs all, and `X WITH E` is allowed when listed as such
-    or when X is allowed (exceptions only add permissions).
+    of an OR) refuses it unless the recipe opts in. Otherwise OR needs one allowed branch, AND needs all, and
+    `X WITH E` is allowed when listed as such or when X is allowed (exceptions only add permissions). The family
+    is the expression's: an OR's most permissive branch, an AND's strictest term (so `MIT OR GPL-2.0-only`,
+    refused by default, is a permissive-family file; kept under an opt-in, it is tagged permissive).
     """
     if spdx in ("NOASSERTION", ""):
         return False, "unknown", "no_license"
@@ -275,10 +276,20 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
         node = _licensing().parse(spdx)
     except Exception:
         return False, "unknown", "unparseable_license"
-    families = [family(k) for k in _licensing().license_keys(node)]
-    copyleft = [f for f in families if f in ("copyleft", "weak_copyleft")]
-    if copyleft and not allow_copyleft:  # whatever else the expression holds (an EULA, a permissive choice)
-        return False, max(copyleft, key=lambda f: _FAMILY_RANK[f]), "copyleft_not_opted_in"
+    def expression_family(n) -> str:
+        """OR: the licensee's best choice (most permissive); AND: the strictest term; WITH: its license."""
+        if isinstance(n, LicenseWithExceptionSymbol):
+            return family(n.license_symbol.key)
+        if isinstance(n, LicenseSymbol):
+            return family(n.key)
+        fams = [expression_family(a) for a in n.args]
+        pick = min if n.operator.strip().upper() == "OR" else max
+        return pick(fams, key=lambda f: _FAMILY_RANK[f])
+
+    fam_of_expression = expression_family(node)
+    if not allow_copyleft and any(family(k) in ("copyleft", "weak_copyleft")
+                                  for k in _licensing().license_keys(node)):
+        return False, fam_of_expression, "copyleft_not_opted_in"  # whatever else it holds: an EULA, a choice
 
     def decide(n) -> tuple[bool, str, str]:
         if isinstance(n, LicenseWithExceptionSymbol):
@@ -307,6 +318,4 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
         return True, max((r[1] for r in results), key=lambda f: _FAMILY_RANK[f]), ""
 
     allowed, fam, rule = decide(node)
-    if allowed:  # an opted-in copyleft term tags the document, whichever branch of an OR allowed it
-        fam = max([fam] + [f for f in families if f in ("copyleft", "weak_copyleft")], key=lambda f: _FAMILY_RANK[f])
-    return allowed, fam, rule
+    return allowed, (fam_of_expression if allowed else fam), rule

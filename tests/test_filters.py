@@ -79,10 +79,13 @@ def test_inheritance_declared_and_unknown():
 
 def test_policy_expressions():
     # a copyleft term anywhere refuses unless opted in, even as one side of a choice
-    assert policy("MIT OR GPL-2.0-only", ALLOW, False) == (False, "copyleft", "copyleft_not_opted_in")
-    assert policy("MIT OR GPL-2.0-only", ALLOW, True) == (True, "copyleft", "")
+    assert policy("MIT OR GPL-2.0-only", ALLOW, False) == (False, "permissive", "copyleft_not_opted_in")
+    assert policy("MIT OR GPL-2.0-only", ALLOW, True) == (True, "permissive", "")
+    assert policy("MIT AND GPL-2.0-only", ALLOW, True) == (True, "copyleft", "")
     assert policy("MIT OR Apache-2.0", ALLOW, False) == (True, "permissive", "")
-    assert policy("BSD-2-Clause OR EUPL-1.2", ALLOW, False) == (False, "weak_copyleft", "copyleft_not_opted_in")
+    assert policy("BSD-2-Clause OR EUPL-1.2", ALLOW, False)[2] == "copyleft_not_opted_in"
+    assert policy("LGPL-3.0-only OR GPL-2.0-or-later", ALLOW, False) == (False, "weak_copyleft",
+                                                                         "copyleft_not_opted_in")
     # a stricter non-copyleft term (an EULA) does not hide a copyleft one (JUCE's juce_gl.h)
     assert policy("LicenseRef-EULA OR MIT OR BSD-2-Clause OR GPL-3.0-only", ALLOW, False)[2] == "copyleft_not_opted_in"
     assert policy("MIT AND GPL-2.0-only", ALLOW, False)[0] is False
