@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TARBALL = ROOT.parent / "shared" / "peers" / "megatron-lm-core_v0.16.1.tar.xz"
+NAME = "megatron-lm-core_v0.16.1.tar.xz"
+# beside the checkout (the workplace's layout), wherever the checkout is
+CANDIDATES = [ROOT.parent / "shared" / "peers" / NAME, Path("/work/shared/peers") / NAME]
 CPU_FLAGS = ["--transformer-impl", "local", "--no-gradient-accumulation-fusion", "--no-rope-fusion",
              "--no-persist-layer-norm", "--distributed-backend", "gloo"]
 SMALL_RUN = ["--micro-batch-size", "1", "--global-batch-size", "1", "--train-iters", "2", "--eval-iters", "1",
@@ -31,7 +33,7 @@ SMALL_RUN = ["--micro-batch-size", "1", "--global-batch-size", "1", "--train-ite
 @pytest.fixture(scope="session")
 def megatron_lm(tmp_path_factory) -> Path:
     given = os.environ.get("CPP_DATA_MEGATRON_LM")
-    source = Path(given) if given else TARBALL
+    source = Path(given) if given else next((c for c in CANDIDATES if c.exists()), CANDIDATES[0])
     if source.is_dir():
         return source
     if not source.is_file():
