@@ -73,19 +73,28 @@ def shingle_hashes(text: str, n: int = 5) -> np.ndarray:
     """Sorted unique uint32 hashes of the token n-grams of `text` (license header removed)."""
     if n > len(_MULT):
         raise ValueError(f"n-gram size {n} > {len(_MULT)}")
+    h = _window_hashes(text, _MULT[:n], (29, 32))
+    return np.unique((h & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+
+
+def _window_hashes(text: str, mult: np.ndarray, shifts: tuple[int, int]) -> np.ndarray:
+    """uint64 hash of every window of len(mult) tokens of `text` (license header removed): a polynomial over
+    the windows' token hashes, then a mix with the given xor-shifts (each caller's are fixed, as part of its
+    hash's definition)."""
+    n = len(mult)
     toks = tokens(strip_license_header(text))
     if len(toks) < n:
-        return np.empty(0, dtype=np.uint32)
+        return np.empty(0, dtype=np.uint64)
     token_hash = np.fromiter(map(_VOCAB.__getitem__, toks), dtype=np.uint64, count=len(toks))
     m = len(token_hash) - n + 1
     with np.errstate(over="ignore"):
         h = np.zeros(m, dtype=np.uint64)
         for i in range(n):
-            h += token_hash[i:i + m] * _MULT[i]
-        h ^= h >> np.uint64(29)
+            h += token_hash[i:i + m] * mult[i]
+        h ^= h >> np.uint64(shifts[0])
         h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(32)
-    return np.unique((h & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+        h ^= h >> np.uint64(shifts[1])
+    return h
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -111,17 +120,4 @@ def long_ngram_hashes(text: str, n: int = 50) -> np.ndarray:
     """Sorted unique uint64 hashes of the n-grams of C++ tokens of `text` (license header removed): the
     decontamination fingerprint (BigCode refused files sharing a 50-token n-gram with a benchmark). 64-bit,
     since a reference set of a few hundred thousand n-grams against billions must not collide by chance."""
-    toks = tokens(strip_license_header(text))
-    if len(toks) < n:
-        return np.empty(0, dtype=np.uint64)
-    token_hash = np.fromiter(map(_VOCAB.__getitem__, toks), dtype=np.uint64, count=len(toks))
-    mult = _splitmix(n, n)
-    m = len(token_hash) - n + 1
-    with np.errstate(over="ignore"):
-        h = np.zeros(m, dtype=np.uint64)
-        for i in range(n):
-            h += token_hash[i:i + m] * mult[i]
-        h ^= h >> np.uint64(31)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(29)
-    return np.unique(h)
+    return np.unique(_window_hashes(text, _splitmix(n, n), (31, 29)))
