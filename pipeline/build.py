@@ -10,6 +10,7 @@ A build whose fingerprint already has a snapshot publishes nothing new ("nothing
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -166,6 +167,9 @@ def _publish_file(src: Path, dst: Path) -> None:
     dst.chmod(dst.stat().st_mode & ~0o222)
 
 
+# a published export file's split: cpp_train.bin, cpp_packed_valid.idx, train-00000.parquet, and a training
+# weight group's cpp_train_w3.bin / train_w3-00000.parquet
+_SPLIT_OF_FILE = re.compile(r"(?:^|_)(train|valid)(?:_w[0-9a-z-]+)?(?:-\d+)?\.(?:bin|idx|parquet)$")
 _EXPORT_KINDS = {("megatron", ".bin"): "megatron_bin", ("megatron", ".idx"): "megatron_idx",
                  ("packed", ".parquet"): "packed", ("packed", ".bin"): "packed_bin", ("packed", ".idx"): "packed_idx"}
 
@@ -183,7 +187,8 @@ def _publish_exports(runner: Runner, partial: Path) -> list[dict]:
                 continue
             rel = f"{sub}/{f.name}" if sub else f.name
             _publish_file(f, partial / rel)
-            split = next((s for s in ("train", "valid") if f"_{s}" in f.name or f.name.startswith(s)), None)
+            m = _SPLIT_OF_FILE.search(f.name)
+            split = m.group(1) if m else None
             kind = _EXPORT_KINDS.get((sub, f.suffix)) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
             files.append({"path": rel, "kind": kind, "split": split, "rows": None,
                           "bytes": (partial / rel).stat().st_size, "sha256": sha256_file(partial / rel)})

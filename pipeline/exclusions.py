@@ -84,6 +84,8 @@ def _read_opt_out(table: dict, where: str, base: Path, seen: set[Path]) -> tuple
             more = tomllib.loads(path.read_text())
         except FileNotFoundError:
             raise BadInput(f"{where}: opt-out file {path} does not exist") from None
+        except OSError as exc:
+            raise BadInput(f"{where}: cannot read opt-out file {path} ({exc.strerror})") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise BadInput(f"{path}: not a valid opt-out list ({exc})") from None
         r, p, s = _read_opt_out(more, str(path), path.parent, seen)
@@ -155,11 +157,17 @@ def load_exclusions(data: dict, sources_file: Path) -> Exclusions:
     if missing:
         raise BadInput(f"{where}: {missing[0]} does not exist")
     files = reference_files(given)
+    if given and not files:
+        raise BadInput(f"{where}: {', '.join(map(str, given))} hold no file to decontaminate against")
     digest = None
     if files:
         h = hashlib.sha256()
         for f in files:
-            h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+            try:
+                data = f.read_bytes()
+            except OSError as exc:
+                raise BadInput(f"{where}: cannot read {f} ({exc.strerror})") from None
+            h.update(f.name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(data).digest())
         digest = h.hexdigest()
     return Exclusions(frozenset(repos), tuple(paths), frozenset(shas), tuple(str(f) for f in files), digest, ngram)
 

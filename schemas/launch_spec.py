@@ -45,7 +45,8 @@ def weight_groups(weights: dict[str, float]) -> list[tuple[str, float, list[str]
         return [("", 1.0, sorted(weights))]
     out = []
     for w in distinct:
-        suffix = "" if w == 1.0 else "_w" + f"{w:g}".replace(".", "p").replace("+", "")
+        text = f"{w:g}" if float(f"{w:g}") == w else repr(w)  # short, and never the same for two weights
+        suffix = "" if w == 1.0 else "_w" + text.replace(".", "p").replace("+", "")
         out.append((suffix, w, sorted(n for n, v in weights.items() if v == w)))
     return out
 

@@ -69,6 +69,7 @@ class Decontaminate(Stage):
         tasks = dt_io.count_parts(docs, "part-*.parquet")
         if not rules:
             for f in sorted(docs.glob("part-*.parquet")):
+                (ctx.out / f.name).unlink(missing_ok=True)  # a killed run's partial output is kept: resumable
                 os.link(f, ctx.out / f.name)
             return {"tasks": tasks, "reference_ngrams": 0, "rejected": {}}
         ngram = int(next(r for r in rules if r.startswith("ngram:"))[6:])

@@ -35,14 +35,15 @@ WEAK_COPYLEFT_PREFIXES = ("LGPL-", "MPL-", "EPL-", "CDDL-", "EUPL-")
 # the name of a license (LICENSE-MIT, COPYING.LESSER). Anything else names a component or an exception
 # (LICENSE.OpenSSL, LICENSE-THIRD-PARTY, COPYING.RUNTIME) and never decides a directory's license.
 _PRIMARY_SUFFIX = re.compile(
-    r"^(|txt|md|rst|lesser|lib|lgpl|gpl|gplv2|gplv3|lgplv2|lgplv3|mit|apache|apache2|apache-2\.0|bsd|boost|bsl|"
-    r"mpl|mpl2|isc|zlib|unlicense|v?\d+([._]\d+)*)$", re.I)
+    r"^(|txt|md|rst|lesser|lib|unlicense|v?\d+([._]\d+)*|"
+    r"((a|l)?gpl|mit|apache|bsd|boost|bsl|mpl|epl|isc|zlib|cc0|cddl|eupl)([-._]?v?[\d.]+)?"
+    r"([-._](clause|only|or[-._]later))?)$", re.I)
 _TEXT_EXTENSION = re.compile(r"\.(txt|md|rst)$", re.I)
 # A license text that offers a choice between licenses
 _CHOICE = re.compile(r"dual[- ]licen[cs]|licen[cs]ed under (the terms of )?either|multi[- ]licen[cs]ed|"
                      r"(select|choose),? at your (own )?option,? one of|terms of either\b|"
-                     r"alternatively,? (this file|you) may (be used|use it|use this)|"
-                     r"\bSPDX-License-Identifier:[^\n]*\bOR\b", re.I)
+                     r"alternatively,? (this file|you) may (be used|use it|use this)", re.I)
+_SPDX_OR = re.compile(r"SPDX-License-Identifier:[^\n]* OR ")
 _AT_OPTION = re.compile(r"at your (own )?(option|choice|discretion)", re.I)
 _LATER = re.compile(r"or\s*\(?\s*at your (own )?option\s*\)?\s*any later version|or any later version|"
                     r"\bGPL\s*v?[23](\.0)?\s*\+|\bv?[23](\.[01])? or later\b", re.I)
@@ -62,7 +63,7 @@ def is_primary_license_file(name: str) -> bool:
 def offers_choice(text: str) -> bool:
     """Whether a license file's text lets the licensee choose between licenses ("at your option", "dual
     licensed", an SPDX OR): only then do several license files of one directory combine with OR."""
-    if _CHOICE.search(text):
+    if _CHOICE.search(text) or _SPDX_OR.search(text):
         return True
     for m in _AT_OPTION.finditer(text):  # "... under either X or Y, at your option": not "any later version"
         near = text[max(0, m.start() - 200):m.end() + 200].lower()
@@ -104,7 +105,7 @@ NOTICES: tuple[_Notice, ...] = (
     _n("zlib_text", r"provided 'as-is',\s+without any express or implied\s+warranty", "Zlib"),
     _n("lgpl3_notice", r"GNU Lesser General Public License.{0,120}version 3", "LGPL-3.0-only"),
     _n("lgpl21_notice", r"GNU Lesser General Public License.{0,120}version 2\.1", "LGPL-2.1-only"),
-    _n("lgpl2_notice", r"GNU (Library|Lesser) General Public License.{0,120}version 2", "LGPL-2.0-only"),
+    _n("lgpl2_notice", r"GNU (Library|Lesser) General Public License.{0,120}version 2(?![.]\d)", "LGPL-2.0-only"),
     _n("gpl3_notice", r"GNU General Public License.{0,120}version 3|\bGPL\s*v?3\b", "GPL-3.0-only"),
     _n("gpl2_notice", r"GNU General Public License.{0,120}version 2|\bGPL\s*v?2\b", "GPL-2.0-only"),
     _n("mpl2_notice", r"Mozilla Public License,?\s+v(ersion|\.)?\s*2\.0", "MPL-2.0"),

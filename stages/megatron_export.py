@@ -153,6 +153,10 @@ def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, w
             keep = set(members) if len(groups) > 1 and split == "train" else None
             got = write_indexed(out / f"{name}_{split}{suffix}", token_arrays(files, tok, batch, keep),
                                 info["vocab_size"], info["roles"]["eos"])
+            if suffix and not got["documents"]:  # a weight group whose sources left no training document
+                for ext in (".bin", ".idx"):
+                    (out / f"{name}_{split}{suffix}{ext}").unlink()
+                continue
             prefixes[f"{name}_{split}{suffix}"] = {"split": split, "sources": members, **got,
                                                    "samples": got["tokens"]}
     atomic_write_json(out / "export.json", {"name": name, "vocab_size": info["vocab_size"],

@@ -342,6 +342,10 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
             keep = set(members) if len(groups) > 1 and split == "train" else None
             f, stats = pack_split(shard_files(shards_dir, split), out, split, info, p, meta_cols, fills,
                                   key=split + suffix, sources=keep)
+            if suffix and not stats["documents"]:  # a weight group whose sources left no training document
+                for entry in f:
+                    (out / Path(entry["path"]).name).unlink()
+                continue
             files += f
             prefixes[f"cpp_packed_{split}{suffix}"] = {"split": split, "sources": members,
                                                        "documents": stats["documents"], "tokens": stats["tokens"],

@@ -88,6 +88,7 @@ _EXCLUDED_PLUGINS = frozenset({"KeywordDetector", "IPPublicDetector"})
 _ENTROPY_TYPES = frozenset({"Base64 High Entropy String", "Hex High Entropy String"})
 _FILENAME = "document.cpp"  # what the plugins and filename filters see: C++ source
 _ROUNDS = 3
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,21 @@ def entropy_without_secret_name(secret: str, plugin, line: str) -> bool:
     return plugin.secret_type in _ENTROPY_TYPES and not SECRET_NAME.search(line)
 
 
-@functools.lru_cache(maxsize=4)
+_applied: list[float] = []  # the entropy limit detect-secrets' settings were last set for, in this process
+
+
 def configure(entropy_limit: float = 4.5) -> tuple:
-    """Set detect-secrets' process-wide settings (its plugins minus the excluded, its default filters plus
-    ours) and return the prefilter's patterns for the enabled plugins."""
+    """detect-secrets' settings for `entropy_limit` (set again whenever the limit changes: they are global)
+    and the prefilter's patterns."""
+    if _applied != [entropy_limit]:
+        _settings(entropy_limit)
+        _applied[:] = [entropy_limit]
+    return _prefilter_patterns()
+
+
+def _settings(entropy_limit: float) -> None:
+    """Set detect-secrets' process-wide settings: its plugins minus the excluded, its default filters plus
+    ours."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.settings import configure_settings_from_baseline, get_filters, get_plugins, get_settings
 
@@ -138,6 +150,13 @@ def configure(entropy_limit: float = 4.5) -> tuple:
     settings.filters[f"{__name__}.entropy_without_secret_name"] = {}
     get_plugins.cache_clear()  # not detect-secrets' cache_bust: that also drops the settings just made
     get_filters.cache_clear()
+
+
+@functools.lru_cache(maxsize=1)
+def _prefilter_patterns() -> tuple:
+    """The prefilter's patterns for the enabled plugins (the same plugins whatever the limit)."""
+    from detect_secrets.settings import get_plugins
+
     patterns: list[re.Pattern] = []
     for plugin in get_plugins():
         for p in _PREFILTER.get(type(plugin).__name__) or [x.pattern for x in getattr(plugin, "denylist", ())]:
@@ -157,7 +176,7 @@ def candidate_lines(text: str, entropy_limit: float = 4.5) -> list[int]:
         for m in pattern.finditer(text):
             first = bisect.bisect_right(starts, m.start())
             found.update(range(first, bisect.bisect_right(starts, max(m.start(), m.end() - 1)) + 1))
-    lower, named = text.lower(), set()
+    lower, named = text.translate(_ASCII_LOWER), set()  # ASCII only: str.lower() can change lengths (İ)
     for word in _NAMES:  # str.find runs at memchr speed; a regex alternation of the names does not
         i = lower.find(word)
         while i >= 0:

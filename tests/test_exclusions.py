@@ -90,8 +90,10 @@ def test_bad_exclusion_tables_are_one_line_errors(tmp_path: Path):
         '[decontaminate]\npaths = ["nope.jsonl"]\n': "does not exist",
         '[decontaminate]\nngram = 2\npaths = []\n': "'ngram' must be an integer of at least 5",
         '[optout]\n': "unknown tables ['optout']",
+        '[decontaminate]\npaths = ["empty"]\n': "hold no file to decontaminate against",
     }
     (tmp_path / "a").mkdir()
+    (tmp_path / "empty").mkdir()
     for i, (table, message) in enumerate(cases.items()):
         f = tmp_path / f"s{i}.toml"
         f.write_text(f'[[source]]\nname = "a"\nurl = "a"\n\n{table}')

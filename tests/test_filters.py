@@ -132,6 +132,17 @@ def test_license_files_combine_conservatively_and_explain():
     assert classify("int x;\n", sub, None).evidence == sub[2]
 
 
+def test_primary_license_file_names():
+    from cpp_data.stages.license_match import is_primary_license_file, offers_choice
+
+    primary = ["LICENSE", "COPYING", "LICENSE.txt", "LICENCE.md", "COPYING.LESSER", "LICENSE-MIT", "LICENSE_1_0.txt",
+               "LICENSE.BSD-3-Clause", "LICENSE-BSD3", "LICENSE.CC0", "COPYING.LGPLv2.1", "LICENSE-GPL-2.0-or-later"]
+    other = ["LICENSE.OpenSSL", "LICENSE-THIRD-PARTY", "COPYING.RUNTIME", "LICENSE.exception", "NOTICE", "README"]
+    assert all(map(is_primary_license_file, primary)) and not any(map(is_primary_license_file, other))
+    assert not offers_choice("// SPDX-License-Identifier: GPL-2.0-or-later\n")  # the -or- of -or-later
+    assert offers_choice("// SPDX-License-Identifier: MIT OR Apache-2.0\n")
+
+
 def test_or_later_notices_stay_as_written():
     later = ("// This program is free software; you can redistribute it and/or modify it under the terms of the\n"
              "// GNU General Public License as published by the Free Software Foundation; either version 2 of the\n"
@@ -139,6 +150,10 @@ def test_or_later_notices_stay_as_written():
     assert classify(later, None, None).spdx == "GPL-2.0-or-later"
     only = later.replace(", or (at your option) any later version", "")
     assert classify(only, None, None).spdx == "GPL-2.0-only"
+    lgpl21 = ("// This library is free software; you can redistribute it and/or modify it under the terms of the GNU\n"
+              "// Lesser General Public License as published by the Free Software Foundation; either version 2.1 of\n"
+              "// the License, or (at your option) any later version.\nint x;\n")
+    assert classify(lgpl21, None, None).spdx == "LGPL-2.1-or-later"
     tagged = "// SPDX-License-Identifier: GPL-2.0-or-later WITH Linux-syscall-note\nint x;\n"
     assert classify(tagged, None, None).spdx == "GPL-2.0-or-later WITH Linux-syscall-note"
 

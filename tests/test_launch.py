@@ -56,6 +56,8 @@ def test_weight_groups():
     assert weight_groups({"a": 3.0, "b": 3.0}) == [("", 1.0, ["a", "b"])]  # one weight is the natural mix
     assert weight_groups({"a": 0.5, "b": 1.0, "c": 3.0}) == [("_w0p5", 0.5, ["a"]), ("", 1.0, ["b"]),
                                                             ("_w3", 3.0, ["c"])]
+    close = weight_groups({"a": 0.1, "b": 0.1000001, "c": 1.0})  # never one file for two weights
+    assert len({suffix for suffix, _, _ in close}) == 3
 
 
 def _digest(path: Path) -> str:

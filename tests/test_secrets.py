@@ -76,6 +76,8 @@ def test_prefilter_finds_exactly_what_the_scanner_alone_finds():
     ('auto s = std::string("ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789");', False),  # indirect-looking C++
     ('const char* sha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";', True),
     ('std::string token = "identifier";  // lexer', True),
+    # a character whose lower case is longer (İ -> i̇) before the secret must not shift the prefilter's lines
+    ('// ' + "\u0130" * 60 + '\nstatic const char* api_key = "hY7kP2mQ9xL4vB8nR3tW6zC1dF5gJ0sA";', False),
 ])
 def test_single_lines(line: str, kept: bool):
     assert (scrub(_document(line)).text == _document(line)) is kept
