@@ -51,6 +51,15 @@ def weight_groups(weights: dict[str, float]) -> list[tuple[str, float, list[str]
     return out
 
 
+def split_groups(split: str, weights: dict[str, float]) -> list[tuple[str, list[str], set[str] | None]]:
+    """What an export writes for one split: (suffix, sources, the sources to keep or None for all) per
+    prefix. The training split is one prefix per weight group; validation is one unweighted prefix."""
+    groups = weight_groups(weights)
+    if split != "train" or len(groups) == 1:
+        return [("", sorted(weights), None)]
+    return [(suffix, members, set(members)) for suffix, _, members in groups]
+
+
 def model_args(size) -> list[str]:
     """A harness model preset (harness/model.ModelSize) as pretrain_gpt.py flags (no dropout, RoPE, tied
     embeddings: the harness's GPTModel)."""

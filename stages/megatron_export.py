@@ -140,17 +140,15 @@ def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, w
     """Both splits of a shards directory into `out` as `<name>_train<suffix>` per weight group (one, unsuffixed,
     without weights: schemas/launch_spec.weight_groups) and `<name>_valid`; writes export.json; returns
     {prefix name: {split, sources, documents, tokens, samples, dtype, bin_sha256, ...}}."""
-    from cpp_data.schemas.launch_spec import weight_groups
+    from cpp_data.schemas.launch_spec import split_groups
 
     info = tokenizer_info(tokenizer_dir)
     tok = load_tokenizer(tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
     prefixes = {}
-    groups = weight_groups(weights)
     for split in ("train", "valid"):
         files = shard_files(shards_dir, split)
-        for suffix, _, members in (groups if split == "train" else [("", 1.0, sorted(weights))]):
-            keep = set(members) if len(groups) > 1 and split == "train" else None
+        for suffix, members, keep in split_groups(split, weights):
             got = write_indexed(out / f"{name}_{split}{suffix}", token_arrays(files, tok, batch, keep),
                                 info["vocab_size"], info["roles"]["eos"])
             if suffix and not got["documents"]:  # a weight group whose sources left no training document

@@ -326,7 +326,7 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     """Both splits into `out`: the training split once per weight group of the sources
     (schemas/launch_spec.weight_groups: one group, unsuffixed, without weights), so a Megatron blend can weight
     them; writes packed.json (files, telemetry per split, and per prefix its split, sources and counts)."""
-    from cpp_data.schemas.launch_spec import weight_groups
+    from cpp_data.schemas.launch_spec import split_groups
 
     info = tokenizer_info(tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -334,12 +334,10 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     present = set(pq.read_schema(shard_files(shards_dir)[0]).names) if shard_files(shards_dir) else set()
     meta_cols = [c.name for c in cols if c.name in present]
     fills = {c.name: c.fill for c in cols}
-    groups = weight_groups(weights)
     files, telemetry, prefixes = [], {}, {}
     for split in ("train", "valid"):
         total: dict[str, int] = {}
-        for suffix, _, members in (groups if split == "train" else [("", 1.0, sorted(weights))]):
-            keep = set(members) if len(groups) > 1 and split == "train" else None
+        for suffix, members, keep in split_groups(split, weights):
             f, stats = pack_split(shard_files(shards_dir, split), out, split, info, p, meta_cols, fills,
                                   key=split + suffix, sources=keep)
             if suffix and not stats["documents"]:  # a weight group whose sources left no training document
