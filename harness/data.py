@@ -45,14 +45,15 @@ def dataset_of(spec: dict, data: str | None) -> dict:
 
 
 def build_datasets(spec: dict, dataset: dict, seq_length: int, seed: int, train_samples: int,
-                   valid_samples: int, cache_dir: Path | None):
+                   valid_samples: int, cache_dir: Path | None, attention_mask: bool = True):
     """(train, valid) GPTDatasets over one dataset of the spec; valid is None when it has no validation data.
 
     Packed rows (docs/DESIGN.md section 10) are exactly seq_length ids each, so every sample's inputs are one
     row, taken whole in GPTDataset's seeded order (nothing is packed again); position ids and the causal mask
     restart after every EOD (`reset_position_ids`, `reset_attention_mask`: a document never attends to the one
     before it) and inputs equal to EOD carry no loss (`eod_mask_loss`). The row's last label, the first id of
-    another row, is masked by the training loop (`loss_mask[:, -1] = 0`)."""
+    another row, is masked by the training loop (`loss_mask[:, -1] = 0`). `attention_mask=False` leaves out
+    GPTDataset's [s, s] mask per sample (the harness's attention takes document segments instead)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
@@ -70,7 +71,8 @@ def build_datasets(spec: dict, dataset: dict, seq_length: int, seed: int, train_
         random_seed=seed, sequence_length=seq_length, tokenizer=SpecTokenizer(spec),
         blend_per_split=[blends["train"], blends["valid"], blends["test"]], split=None,
         path_to_cache=str(cache_dir) if cache_dir else None,
-        reset_position_ids=packed, reset_attention_mask=packed, eod_mask_loss=packed)
+        reset_position_ids=packed, reset_attention_mask=packed and attention_mask, eod_mask_loss=packed,
+        create_attention_mask=attention_mask)
     sizes = [train_samples, valid_samples if blends["valid"] else None, None]
     train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
     return train, valid

@@ -49,3 +49,6 @@ class TrainConfig:
     num_workers: int = 0
     stop_after: int | None = None  # stop (checkpointed) after this step; rerun to resume (a scheduler's slot)
     data: str | None = None  # "packed" or "documents"; default: the launch spec's default_dataset
+    attention: str = "sdpa"  # "sdpa" (harness/attention.py) or "local" (megatron-core's unfused attention)
+    compile: bool = False  # torch.compile the model (CUDA; the first steps pay the compilation)
+    eval_data: str | None = None  # evaluate on this dataset's validation split instead (e.g. "documents")

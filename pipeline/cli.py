@@ -188,7 +188,9 @@ def _parser() -> argparse.ArgumentParser:
                           "the input is EOD or on a row's last label (it belongs to the next row); --data "
                           "documents trains on the per-document export instead. Logs loss and tokens/s to "
                           "OUT/log.jsonl, checkpoints to OUT/checkpoints/, and resumes from the latest checkpoint "
-                          "when OUT already holds one. bf16 autocast on CUDA.",
+                          "when OUT already holds one. bf16 autocast and fused AdamW on CUDA. Under torchrun "
+                          "(--nproc-per-node N) it trains data parallel over N GPUs; --batch-size stays the global "
+                          "batch.",
               epilog="example: cpp-data train --launch-spec out --out runs/tiny --model tiny --steps 50")
     tr.add_argument("--launch-spec", type=Path, required=True,
                     help="a launch.json, or a build (or OUT, its latest build) holding one")
@@ -211,6 +213,14 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
     tr.add_argument("--seed", type=int, default=1234, help="seed of the model and the data order")
     tr.add_argument("--stop-after", type=int, help="checkpoint and stop after this step; run again to resume")
+    tr.add_argument("--eval-batches", type=int, default=4, help="batches per validation pass")
+    tr.add_argument("--eval-data", choices=("packed", "documents"),
+                    help="evaluate on this dataset's validation split (default: the one trained on); packed: "
+                         "each validation document on its own, no FIM")
+    tr.add_argument("--attention", choices=("sdpa", "local"), default="sdpa",
+                    help="sdpa: PyTorch's FlashAttention, packed rows as per-document segments (default); local: "
+                         "megatron-core's unfused attention with GPTDataset's masks")
+    tr.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA; pays off over many steps)")
 
     src = group("sources", help="work with sources files")
     lk = leaf(src, "lock", cmd_sources_lock, help="resolve every ref to a commit and write a lock file",
@@ -459,7 +469,8 @@ def cmd_train(args) -> int:
                     batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seq_length=args.seq_length,
                     lr=args.lr, warmup=args.warmup, device=args.device, log_every=args.log_every,
                     eval_every=args.eval_every, save_every=args.save_every, num_workers=args.num_workers,
-                    seed=args.seed, stop_after=args.stop_after, data=args.data)
+                    seed=args.seed, stop_after=args.stop_after, data=args.data, eval_data=args.eval_data, eval_batches=args.eval_batches,
+                    attention=args.attention, compile=args.compile)
     try:
         summary = train(c)
     except ValueError as exc:

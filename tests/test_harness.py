@@ -123,3 +123,82 @@ def test_a_document_in_a_packed_row_sees_nothing_of_its_neighbours(packed_256: P
             break
     assert checked >= 2, "the export has no packed row with two documents"
     assert worst < 1e-5, worst  # fp32 sums over another length round differently (measured ~3e-7)
+
+
+def test_document_segments_are_gpt_datasets_own_masks(packed_256: Path, tmp_path: Path):
+    """The segments the harness cuts where position ids restart give exactly the mask megatron-core's
+    GPTDataset builds with reset_attention_mask (the ground truth), row by row and across a batch."""
+    import torch
+
+    from cpp_data.harness.attention import document_segments, segments_mask
+    from cpp_data.harness.data import build_datasets, dataset_of
+    from cpp_data.harness.train import _init_distributed
+    from cpp_data.schemas.launch_spec import load_launch_spec
+
+    spec = load_launch_spec(packed_256)
+    T = spec["seq_length"]
+    _init_distributed(torch.device("cpu"), 0)
+    train, _ = build_datasets(spec, dataset_of(spec, "packed"), T, 1234, 48, 0, tmp_path / "cache")
+    batch = [train[i] for i in range(len(train))]
+    pos = torch.stack([s["position_ids"] for s in batch])
+    theirs = torch.stack([s["attention_mask"] for s in batch])  # [b, 1, s, s], True = masked out
+    cu = document_segments(pos)
+    assert cu[0] == 0 and cu[-1] == pos.numel() and len(cu) > len(batch) + 1  # rows hold several documents
+    assert torch.equal(segments_mask(cu, len(batch), T), ~theirs)
+
+
+def test_sdpa_attention_computes_megatron_cores_attention(packed_256: Path, reference_build: Path, tmp_path: Path):
+    """The same weights give the same logits with megatron-core's unfused DotProductAttention on GPTDataset's
+    masks and with the harness's SDPA attention on document segments (packed) or causal (documents)."""
+    import torch
+
+    from cpp_data.harness.data import build_datasets, dataset_of
+    from cpp_data.harness.megatron_cpu import apply_cpu_patches
+    from cpp_data.harness.model import build_model
+    from cpp_data.harness.train import _init_distributed, _segments
+    from cpp_data.schemas.launch_spec import load_launch_spec
+
+    spec = load_launch_spec(packed_256)
+    T = spec["seq_length"]
+    apply_cpu_patches()
+    _init_distributed(torch.device("cpu"), 0)
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    local, _ = build_model("tiny", spec["vocab_size"], T, cpu, attention="local")
+    sdpa, _ = build_model("tiny", spec["vocab_size"], T, cpu, attention="sdpa")
+    sdpa.load_state_dict(local.state_dict())
+    assert type(sdpa.decoder.layers[0].self_attention.core_attention).__name__ == "SDPAAttention"
+    for kind, where in (("packed", packed_256), ("documents", reference_build)):
+        this = load_launch_spec(where)
+        train, _ = build_datasets(this, dataset_of(this, kind), T, 1234, 4, 0, tmp_path / kind)
+        b = {k: torch.stack([train[i][k] for i in range(4)]) for k in ("tokens", "position_ids", "attention_mask")}
+        with torch.no_grad():
+            want = local(input_ids=b["tokens"], position_ids=b["position_ids"], attention_mask=b["attention_mask"])
+            segments = _segments(b["position_ids"], cpu) if kind == "packed" else None
+            got = sdpa(input_ids=b["tokens"], position_ids=b["position_ids"], attention_mask=None,
+                       packed_seq_params=segments)
+        assert (got - want).abs().max().item() < 1e-4, kind
+
+
+@pytest.mark.slow
+def test_data_parallel_over_two_ranks_makes_one_process_updates(reference_build: Path, tmp_path: Path):
+    """torchrun with 2 ranks (gloo on CPU): each rank takes half of every global batch and DDP averages the
+    gradients, so the losses equal one process's on the whole batch, to fp32 reduction order."""
+    import sys
+
+    spec = reference_build / "launch.json"
+    args = ["--launch-spec", str(spec), "--model", "tiny", "--batch-size", "8", "--micro-batch-size", "2",
+            "--steps", "5", "--warmup", "2", "--log-every", "1", "--data", "documents", "--seq-length", "128"]
+    run_cli("train", *args, "--out", str(tmp_path / "one"))
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--standalone", "-m", "cpp_data.pipeline.cli", "train", *args,
+                           "--out", str(tmp_path / "two")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = _log(tmp_path / "one"), _log(tmp_path / "two")
+    assert sorted(two) == list(range(1, 6))
+    for step in range(1, 6):
+        assert abs(one[step] - two[step]) < 2e-4, (step, one[step], two[step])
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["ranks"] == 2 and summary["tokens_seen"] == 5 * 8 * 128

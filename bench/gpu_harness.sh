@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The harness on an H200 (issue 16), one call per phase of the device tool:
+#   speed:  the plain-PyTorch reference (bench/reference_gpt.py) and the harness, same shape, same call, then
+#           Megatron-LM's own pretrain_gpt.py for 20 steps from launch.json's megatron_args + model flags
+#   profile: kernels by CUDA time per micro batch, harness vs reference
+#   loss:   packed rows vs documents, trained on the same number of tokens, both evaluated on the
+#           validation documents (each on its own, no FIM) every EVAL steps
+# (bench/results/train-h200-gpt125m-* came from its predecessor, bench/gpu_train_h200.sh, in git history.)
+# Prepared on the build machine by bench/gpu_prepare.sh (a build whose packed rows are 2048 tokens, its
+# bins xz-compressed; megatron-core 0.16.1 and einops wheels in .whl/; Megatron-LM's tarball in .gpu/).
+# On the device:  bash bench/gpu_harness.sh .gpu $OUT speed|loss     (QUICK=1: speed without the eager
+# reference and Megatron-LM; LOCAL=1 adds megatron-core's own attention to the speed runs)
+set -euo pipefail
+DATA=$(realpath "${1:?data dir}"); RESULTS=$(realpath "${2:?results dir}"); PHASE=${3:?speed, profile or loss}
+REPO=$(pwd)
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+rm -rf /tmp/site/cpp_data && mkdir -p /tmp/site/cpp_data  # the cpp_data namespace as pyproject.toml's package-dir maps it
+cp pipeline/_namespace/__init__.py /tmp/site/cpp_data/
+for pkg in pipeline stages schemas tokenizer clang_index harness; do cp -r "$pkg" "/tmp/site/cpp_data/$pkg"; done
+export PYTHONPATH=/tmp/site
+python3 - "$DATA" <<'PY'
+import hashlib, lzma, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+sums = dict(line.split()[::-1] for line in (root / "SHA256SUMS").read_text().splitlines())
+for xz in sorted(root.rglob("*.bin.xz")):
+    data = lzma.decompress(xz.read_bytes())
+    rel = str(xz.relative_to(root))[:-3]
+    assert hashlib.sha256(data).hexdigest() == sums[rel], f"{rel}: sha256 mismatch"
+    (root / rel).write_bytes(data)
+    xz.unlink()
+print("bins unpacked, sha256 ok")
+PY
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c 'import torch, inspect; from torch.nn.attention import varlen; print("torch", torch.__version__, "gpus", torch.cuda.device_count(), "varlen_attn", inspect.signature(varlen.varlen_attn))' || true
+SPEC=$DATA/launch.json
+TRAIN=(python3 -m cpp_data.pipeline.cli train --launch-spec "$SPEC" --model gpt-125m --batch-size 32
+       --seq-length 2048 --lr 6e-4 --num-workers 4)
+summary() { python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['run']=sys.argv[2]; print(json.dumps(s))" "$1" "$2" >> "$RESULTS/$PHASE.jsonl"; }
+
+if [ "$PHASE" = speed ]; then
+  PREFIX=$DATA/packed/cpp_packed_train
+  timeout 150 python3 bench/reference_gpt.py "$PREFIX" --micro-batch-size 16 --steps 40 --compile --json "$RESULTS/speed.jsonl" || echo "reference compiled failed"
+  [ -z "${QUICK:-}" ] && { timeout 60 python3 bench/reference_gpt.py "$PREFIX" --micro-batch-size 8 --steps 16 --json "$RESULTS/speed.jsonl" || echo "reference eager failed"; }
+  VARIANTS=${VARIANTS:-"sdpa-mb16-compiled sdpa-mb32-compiled sdpa-mb16"}
+  for name in $VARIANTS ${LOCAL:+local-mb8}; do
+    case $name in
+      sdpa-mb16-compiled) flags="--micro-batch-size 16 --compile --steps 40" ;;
+      sdpa-mb32-compiled) flags="--micro-batch-size 32 --compile --steps 40" ;;
+      sdpa-mb16) flags="--micro-batch-size 16 --steps 24" ;;
+      local-mb8) flags="--micro-batch-size 8 --attention local --steps 12" ;;
+    esac
+    # shellcheck disable=SC2086
+    timeout 150 "${TRAIN[@]}" $flags --warmup 10 --log-every 4 --out "/tmp/runs/$name" > "$RESULTS/$name.txt" 2>&1 \
+      && summary "/tmp/runs/$name/summary.json" "$name" || echo "$name failed: $(tail -n 3 "$RESULTS/$name.txt")"
+    grep -E '^step|^model' "$RESULTS/$name.txt" || true
+  done
+fi
+if [ "$PHASE" = speed ] && [ -z "${QUICK:-}" ]; then
+  # Megatron-LM: launch.json's megatron_args for the packed rows, the gpt-125m preset's flags, and what a
+  # TransformerEngine-less core_v0.16.1 needs (local layers, no fused kernels), bf16, 20 steps
+  mkdir -p /tmp/mlm && tar -xJf "$DATA/megatron-lm-core_v0.16.1.tar.xz" -C /tmp/mlm
+  MLM=$(dirname "$(find /tmp/mlm -name pretrain_gpt.py | head -n 1)")
+  mapfile -t ARGS < <(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('\n'.join(s['datasets']['packed']['megatron_args'] + s['model_args']['gpt-125m']))" "$SPEC")
+  (cd "$DATA" && timeout 200 torchrun --nproc-per-node 1 "$REPO/bench/pretrain_gpt_gpu.py" "$MLM" -- "${ARGS[@]}" \
+      --transformer-impl local --no-gradient-accumulation-fusion --no-rope-fusion --no-persist-layer-norm \
+      --no-masked-softmax-fusion --bf16 --micro-batch-size 8 --global-batch-size 32 --train-iters 20 \
+      --lr-decay-iters 20 --lr-warmup-iters 5 --eval-iters 2 --eval-interval 20 --log-interval 1 \
+      --data-cache-path /tmp/mlm-cache) > "$RESULTS/pretrain_gpt-h200.log" 2>&1 \
+      || echo "pretrain_gpt failed: $(tail -n 5 "$RESULTS/pretrain_gpt-h200.log")"
+  grep -E "iteration +[0-9]+/" "$RESULTS/pretrain_gpt-h200.log" | tail -n 3 || true
+fi
+
+if [ "$PHASE" = loss ]; then
+  STEPS=${STEPS:-150}; EVAL=${EVAL:-25}; FLAGS=${FLAGS:---micro-batch-size 16 --compile}
+  for data in packed documents; do
+    # shellcheck disable=SC2086
+    "${TRAIN[@]}" $FLAGS --data $data --eval-data packed --eval-batches 8 --steps "$STEPS" --warmup 20 \
+      --log-every 5 --eval-every "$EVAL" --out "/tmp/runs/$data" > "$RESULTS/loss-$data.txt" 2>&1 \
+      && summary "/tmp/runs/$data/summary.json" "$data" || echo "$data failed: $(tail -n 3 "$RESULTS/loss-$data.txt")"
+    cp "/tmp/runs/$data/log.jsonl" "$RESULTS/loss-$data.jsonl" || true
+    grep -E 'valid|^model' "$RESULTS/loss-$data.txt" | tail -n 8 || true
+  done
+fi
+
+if [ "$PHASE" = profile ]; then  # where the step time goes, harness vs reference (bench/gpu_profile.py)
+  python3 bench/gpu_profile.py "$SPEC" 2>&1 | grep -v -i warn | tee "$RESULTS/profile.txt"
+fi
