@@ -3,7 +3,7 @@ so both sides shingle the same tokens (datatrove's default needs spaCy and drops
 
 from datatrove.utils.word_tokenizers import WordTokenizer
 
-from cpp_data.stages.shingles import strip_license_header, tokens
+from cpp_data.stages.lib.shingles import strip_license_header, tokens
 
 
 class CodeWordTokenizer(WordTokenizer):

@@ -39,7 +39,7 @@ def prepare(corpus: Path, work: Path, parts: int, plant: int, seed: int = 7) -> 
     import pyarrow.parquet as pq
 
     from cpp_data.schemas.artifacts import DOCUMENT
-    from cpp_data.stages.collect import DEFAULT_EXTENSIONS, is_cpp
+    from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, is_cpp
 
     docs, seen = [], set()
     for p in sorted(corpus.rglob("*")):
@@ -228,7 +228,7 @@ def main() -> int:
         print(json.dumps(fn(args.work, args.workers)))
         return 0
 
-    from cpp_data.stages.shingles import jaccard, shingle_hashes
+    from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
     work = Path(tempfile.mkdtemp(prefix="dedup-bench-"))
     info = prepare(args.corpus, work, args.parts, args.plant)

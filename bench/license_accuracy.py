@@ -25,7 +25,7 @@ How it measures:
    exact_dedup, near_dedup, shards, ledger (plus any stage these read, such as decontaminate).
 6. Read the build's provenance ledger and compare, per file that reached the license decision (kept,
    license_refused, exact_duplicate, near_duplicate): ours_allowed = decision != license_refused; our family
-   = cpp_data.stages.license_match.policy(license_spdx, DEFAULT_ALLOW, allow_copyleft=False)[1].
+   = cpp_data.stages.lib.license_match.policy(license_spdx, DEFAULT_ALLOW, allow_copyleft=False)[1].
 7. Report per package and overall: judged files, unmatched, truth-unknown, copyleft (strong or weak) files kept
    (target 0), permissive files refused by the default allow-list (target <= 5 %), files whose family differs,
    why permissive files were refused, and the most common (truth license, our license_spdx) disagreements.
@@ -681,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     """Prepare trees, build, score and report; returns the exit status."""
     args = parse_args(argv)
     from cpp_data.stages.license import DEFAULT_ALLOW
-    from cpp_data.stages.license_match import policy
+    from cpp_data.stages.lib.license_match import policy
 
     packages = [p.strip() for p in args.packages.split(",") if p.strip()] if args.packages else list(DEFAULT_PACKAGES)
     timings: dict[str, float] = {}

@@ -1,4 +1,4 @@
-"""Secrets: detect-secrets' scanner alone against the prefiltered scan cpp-data runs (stages/scrub.py), and the
+"""Secrets: detect-secrets' scanner alone against the prefiltered scan cpp-data runs (stages/lib/scrub.py), and the
 labelled set's figures.
 
 Prints, for C/C++ files under the given directories (default: the default corpus's trees):
@@ -39,7 +39,7 @@ def rate(fn, docs: list[str]) -> tuple[float, list]:
 
 
 def labelled() -> dict:
-    from cpp_data.stages.scrub import scrub
+    from cpp_data.stages.lib.scrub import scrub
 
     def doc(line: str) -> str:
         return f"#include <string>\n\nnamespace app {{\n{line}\n}}  // namespace app\n"
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--sample-mb", type=float, default=1.0, help="MB the scanner alone runs on (it is slow)")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     args = ap.parse_args()
-    from cpp_data.stages.scrub import find_secrets, scrub
+    from cpp_data.stages.lib.scrub import find_secrets, scrub
 
     docs = texts(args.dirs)
     total = sum(len(t.encode()) for t in docs) / 1e6

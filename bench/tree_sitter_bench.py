@@ -7,7 +7,7 @@ Times are CPU seconds of one process (one core), and `parse alone` is tree-sitte
 
 from __future__ import annotations
 
-from cpp_data.stages.syntax import CPP_SUFFIXES, analyze, call_graph, new_parser
+from cpp_data.stages.lib.syntax import CPP_SUFFIXES, analyze, call_graph, new_parser
 
 
 

@@ -247,7 +247,7 @@ class Verifier:
         return f"{rows:,} rows consistent"
 
     def packed_binidx(self) -> str:
-        from cpp_data.stages.packed_rows import packed_documents
+        from cpp_data.schemas.packed_reader import packed_documents
         from cpp_data.tokenizer.files import tokenizer_info
 
         if not _files(self.manifest, "packed_bin"):

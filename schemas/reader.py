@@ -10,6 +10,7 @@ Reading streams one row group at a time, so memory stays bounded by the row-grou
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,3 +98,16 @@ def iter_build_shards(build_dir: Path, generation: str | None = None, split: str
         if entry.get("kind") != "shard" or (split and entry.get("split") != split):
             continue
         yield from iter_shard(build_dir / entry["path"], gen, columns_wanted)
+
+
+def shard_files(directory: Path, split: str | None = None) -> list[Path]:
+    """The shard files of a shards-like stage output (shards.json) or a published build (manifest.json),
+    optionally of one split, in their listed order."""
+    directory = Path(directory)
+    if (directory / "shards.json").is_file():
+        listing = json.loads((directory / "shards.json").read_text())["files"]
+    else:
+        from cpp_data.schemas.manifest import load_manifest
+
+        listing = [e for e in load_manifest(directory)["files"] if e.get("kind") == "shard"]
+    return [directory / e["path"] for e in listing if split is None or e["split"] == split]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
@@ -30,11 +29,9 @@ from cpp_data.pipeline.exclusions import OptOut
 from cpp_data.pipeline.sources import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
-from cpp_data.stages.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, BlobReader, fetch_commit, is_cpp, tree_entries
 
-DEFAULT_EXTENSIONS = (".c", ".h", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".hh", ".hpp", ".hxx", ".h++", ".ipp",
-                      ".tpp", ".txx", ".inl", ".ixx", ".cppm")
-_SHEBANG_HINTS = (b"tcc", b"cling", b"c++", b"g++", b"clang", b"cpp", b"rund")
 
 
 @dataclass(frozen=True)
@@ -43,24 +40,12 @@ class CollectParams:
     max_bytes: int = 1_000_000  # larger files are recorded as too_large and never loaded into a part
     files_per_part: int = 500  # one datatrove task per part downstream
     max_license_file_bytes: int = 200_000
-    # v2/v3: collect the versions of a commit walk instead of the files at the pin (see stages/history.py)
+    # v2/v3: collect the versions of a commit walk instead of the files at the pin (see stages/lib/history.py)
     history: str = ""  # "" | "pairs" (v2: before and after) | "diffs" (v3: one document per commit and file)
     history_max_commits: int = 1000
     history_paths: tuple[str, ...] = ()  # fnmatch globs; empty: every C/C++ file
     doxygen_share: float = 0.5  # v3 header styles: doxygen at this share, simple otherwise
     history_seed: int = 42
-
-
-def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
-    """C/C++ by extension; extensionless files by a C/C++ shebang or an Emacs `-*- C++ -*-` mode line."""
-    name = PurePosixPath(path).name
-    suffix = PurePosixPath(name).suffix.lower()
-    if suffix:
-        return suffix in extensions
-    first = head.split(b"\n", 1)[0]
-    if first.startswith(b"#!"):
-        return any(h in first for h in _SHEBANG_HINTS)
-    return b"-*- c++ -*-" in first.lower() or b"-*-c++-*-" in first.lower()
 
 
 class _Parts:
@@ -80,72 +65,6 @@ class _Parts:
             pq.write_table(table, self.out / f"files-{self.n:05d}.parquet", compression="zstd")
             self.n += 1
             self.rows = []
-
-
-def _git(args: list[str], cwd: Path) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
-    if proc.returncode != 0:
-        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-        raise RuntimeError(f"git {' '.join(args[:2])}: {last}")
-    return proc.stdout
-
-
-def fetch_commit(url: str, commit: str, requested_ref: str | None, into: Path) -> Path:
-    """Shallow-fetch `commit` from `url` into a bare repository at `into`; verify what arrived."""
-    into.mkdir(parents=True, exist_ok=True)
-    _git(["init", "--quiet", "--bare", str(into)], cwd=into)
-    attempts = [commit] + ([requested_ref] if requested_ref and requested_ref != "HEAD" else [])
-    last = None
-    for want in attempts:
-        try:
-            _git(["fetch", "--quiet", "--depth", "1", "--no-tags", url, want], cwd=into)
-            got = _git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=into).strip()
-            if got == commit:
-                return into
-            last = f"fetched {want} but it is {got}, not the pinned {commit}"
-        except RuntimeError as exc:
-            last = str(exc)
-    try:  # servers that refuse shallow fetches by SHA: fetch everything, then check the pin exists
-        _git(["fetch", "--quiet", "--no-tags", url, "+refs/*:refs/remotes/src/*"], cwd=into)
-        _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=into)
-        return into
-    except RuntimeError:
-        raise RuntimeError(f"cannot fetch pinned commit {commit} from {url}: {last}") from None
-
-
-class _BlobReader:
-    """`git cat-file --batch` as a reader of blob contents by object id."""
-
-    def __init__(self, repo: Path):
-        self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
-
-    def read(self, oid: str) -> bytes:
-        self.proc.stdin.write(oid.encode() + b"\n")
-        self.proc.stdin.flush()
-        header = self.proc.stdout.readline().split()
-        size = int(header[2])
-        data = self.proc.stdout.read(size)
-        self.proc.stdout.read(1)
-        return data
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
-def _git_entries(repo: Path, commit: str):
-    """Yield (path, mode, oid, size) for every tree entry at `commit`, sorted by path."""
-    out = subprocess.run(["git", "ls-tree", "-r", "-l", "-z", "--full-tree", commit], cwd=repo,
-                         capture_output=True, check=True).stdout
-    for record in out.split(b"\0"):
-        if not record:
-            continue
-        meta, path = record.split(b"\t", 1)
-        mode, kind, oid, size = meta.split()
-        yield path.decode("utf-8", "surrogateescape"), mode.decode(), kind.decode(), oid.decode(), \
-            (int(size) if size != b"-" else 0)
 
 
 class Collect(Stage):
@@ -197,9 +116,9 @@ class Collect(Stage):
         with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
             if src.kind == "git":
                 repo = fetch_commit(src.url, src.commit, src.requested_ref, Path(tmp) / "repo.git")
-                blobs = _BlobReader(repo)
+                blobs = BlobReader(repo)
                 try:
-                    for path, mode, kind, oid, size in tqdm(_git_entries(repo, src.commit), desc=ctx.label,
+                    for path, mode, kind, oid, size in tqdm(tree_entries(repo, src.commit), desc=ctx.label,
                                                             unit="file", leave=False,
                                                             disable=not ctx.executor.progress):
                         seen += 1
@@ -275,7 +194,7 @@ class Collect(Stage):
 
 
     def _history(self, ctx, p, parts, skipped, licenses, reasons, retrieved_at) -> dict:
-        from cpp_data.stages.history import collect_history
+        from cpp_data.stages.lib.history import collect_history
 
         src = ctx.source
         if p.history not in ("pairs", "diffs"):

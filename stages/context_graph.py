@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
-from cpp_data.stages.shards import SPLITS, ShardParams, ShardWriter
+from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 
 _META = ["source_repo", "source_commit", "source_path", "license_spdx", "license_source", "license_confidence",
          "license_family", "is_vendored"]

@@ -4,7 +4,7 @@
 The reference comes from the sources file's [decontaminate] table (pipeline/exclusions.py): JSONL files (every
 string value of every line) and files or directories (their text). A document is refused when one of its
 `ngram`-token windows (default 50, BigCode's choice for The Stack) equals one of the reference's; tokens are the
-C++ lexemes of near dedup (stages/shingles.py), so whitespace and reformatting do not hide an overlap. Without a
+C++ lexemes of near dedup (stages/lib/shingles.py), so whitespace and reformatting do not hide an overlap. Without a
 reference the stage passes the filter's documents on unchanged (hard links, no rewrite).
 """
 
@@ -20,8 +20,8 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from cpp_data.pipeline.exclusions import reference_texts
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.stages import dt_io
-from cpp_data.stages.shingles import long_ngram_hashes
+from cpp_data.stages.lib import dt_io
+from cpp_data.stages.lib.shingles import long_ngram_hashes
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
-from cpp_data.stages import keys
-from cpp_data.stages.exact_dedup import license_parts
-from cpp_data.stages.shards import SPLITS, ShardParams, ShardWriter
+from cpp_data.stages.lib import keys
+from cpp_data.stages.lib.inputs import license_parts
+from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 
 DOC_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "license_spdx", "license_source",
                "license_confidence", "license_family", "sha256", "size_bytes", "target_name", "max_dep_level",

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import DUPLICATE
+from cpp_data.stages.lib.inputs import license_parts
 
 _COLS = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
          "license_confidence", "license_family"]
@@ -27,12 +28,6 @@ _COLS = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "is_v
 @dataclass(frozen=True)
 class ExactDedupParams:
     rows_per_bucket: int = 1_000_000
-
-
-def license_parts(ctx: StageContext) -> list:
-    """Every kept-document part of the license stage, in (source, part) order."""
-    return [p for art in sorted(ctx.inputs["license"], key=lambda a: a.source)
-            for p in sorted(art.path.glob("part-*.parquet"))]
 
 
 class ExactDedup(Stage):

@@ -15,9 +15,9 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.stages import dt_io
-from cpp_data.stages.quality import generated_marker, is_vendored, signals
-from cpp_data.stages.scrub import scrub
+from cpp_data.stages.lib import dt_io
+from cpp_data.stages.lib.quality import generated_marker, is_vendored, signals
+from cpp_data.stages.lib.scrub import scrub
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import LEDGER, REJECTION
-from cpp_data.stages import keys
+from cpp_data.stages.lib import keys
 
 
 @dataclass(frozen=True)

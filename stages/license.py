@@ -18,8 +18,8 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.stages import dt_io
-from cpp_data.stages.license_match import (classify, identify_license_file, is_primary_license_file, offers_choice,
+from cpp_data.stages.lib import dt_io
+from cpp_data.stages.lib.license_match import (classify, identify_license_file, is_primary_license_file, offers_choice,
                                             parse_spdx, policy)
 
 DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.stages.tokenizer import shard_files
+from cpp_data.schemas.reader import shard_files
 from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
 
 

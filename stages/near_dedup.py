@@ -1,7 +1,7 @@
 """near_dedup: MinHash LSH over code shingles, at the file level, across every source (docs/DESIGN.md section 5).
 
 1. Signatures (datatrove tasks, one per license part, resumable): each document that exact dedup kept gets a
-   128-permutation MinHash (datasketch, affine32) of its 5-token shingles (stages/shingles.py). A task writes
+   128-permutation MinHash (datasketch, affine32) of its 5-token shingles (stages/lib/shingles.py). A task writes
    its signatures (sig-RANK.npy), its documents' metadata (docs-RANK.parquet) and, per LSH band, the band keys
    sorted by key (band-BB-RANK.npy): the sorted runs that datatrove's own MinHash writes too.
 2. Buckets: bands are processed one key range at a time; each range is a contiguous slice of every task's
@@ -39,8 +39,8 @@ from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.stages import dt_io, keys
-from cpp_data.stages.shingles import jaccard, shingle_hashes
+from cpp_data.stages.lib import dt_io, keys
+from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
 NEAR_DUPLICATE = pa.schema([
     ("source", pa.string()), ("commit", pa.string()), ("path", pa.string()), ("sha256", pa.string()),
@@ -198,7 +198,7 @@ class NearDedup(Stage):
     resumable_tasks = True
 
     def run(self, ctx: StageContext) -> dict:
-        from cpp_data.stages.exact_dedup import license_parts
+        from cpp_data.stages.lib.inputs import license_parts
 
         repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
         return near_dedup(license_parts(ctx), ctx.input("exact_dedup").path / "duplicates.parquet", repo_bytes,

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.stages.collect import DEFAULT_EXTENSIONS, fetch_commit
+from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 
 _SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
 

@@ -1,7 +1,7 @@
 """structure: the tree-sitter layer's columns on every document of the shards (docs/DESIGN.md sections 6 and 7).
 
 Pass 1 analyzes every document and keeps only its spans and calls, grouped by repository, to link calls by name
-within each repository (stages/syntax.py `call_graph`) and to give every function its dependency level
+within each repository (stages/lib/syntax.py `call_graph`) and to give every function its dependency level
 (clang_index/levels.py: leaves 0, cycles as one). Pass 2 analyzes again and writes, beside the shards' columns
 and with the same files, row groups and row order (so `text` stays byte-identical):
   structure_ids, ast_depth, sibling_index, ast_node_type  one value per character of `text`
@@ -35,8 +35,8 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
-from cpp_data.stages import syntax
-from cpp_data.stages.shards import rewrite_shards
+from cpp_data.stages.lib import syntax
+from cpp_data.schemas.shard_writer import rewrite_shards
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
 ENRICHED = "v6"  # the generation whose columns these shards carry, whatever the recipe's (they feed v4 too)

@@ -19,7 +19,7 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
-from cpp_data.stages.shards import rewrite_shards
+from cpp_data.schemas.shard_writer import rewrite_shards
 from cpp_data.tokenizer.files import load_tokenizer
 
 

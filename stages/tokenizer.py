@@ -9,7 +9,6 @@ tokenizer.json; its SHA-256 goes in the build manifest.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.manifest import sha256_file
-from cpp_data.stages import keys
+from cpp_data.schemas.reader import shard_files
+from cpp_data.stages.lib import keys
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.files import load_tokenizer, save_tokenizer
 from cpp_data.tokenizer.train import check_band_pieces, padding_ids, train_cpp_tokenizer
@@ -31,19 +31,6 @@ class TokenizerParams:
     heldout_fraction: float = 0.05
     min_frequency: int = 2
     band_file: str = ""  # empty: the band shipped with cpp-data (tokenizer/cpp_band.toml)
-
-
-def shard_files(directory: Path, split: str | None = None) -> list[Path]:
-    """The shard files of a shards-like stage output (shards.json) or a published build (manifest.json),
-    optionally of one split, in their listed order."""
-    directory = Path(directory)
-    if (directory / "shards.json").is_file():
-        listing = json.loads((directory / "shards.json").read_text())["files"]
-    else:
-        from cpp_data.schemas.manifest import load_manifest
-
-        listing = [e for e in load_manifest(directory)["files"] if e.get("kind") == "shard"]
-    return [directory / e["path"] for e in listing if split is None or e["split"] == split]
 
 
 def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:

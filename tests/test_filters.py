@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import GOOGLETEST, JUCE, NLOHMANN, POCO, need
-from cpp_data.stages.license_match import classify, policy
-from cpp_data.stages.quality import byte_entropy, comment_chars, generated_marker, is_vendored, signals
-from cpp_data.stages.scrub import EMAIL, IP, SECRET, USER, scrub
+from cpp_data.stages.lib.license_match import classify, policy
+from cpp_data.stages.lib.quality import byte_entropy, comment_chars, generated_marker, is_vendored, signals
+from cpp_data.stages.lib.scrub import EMAIL, IP, SECRET, USER, scrub
 
 ALLOW = frozenset(["MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
                    "Apache-2.0 WITH LLVM-exception"])
@@ -133,7 +133,7 @@ def test_license_files_combine_conservatively_and_explain():
 
 
 def test_primary_license_file_names():
-    from cpp_data.stages.license_match import is_primary_license_file, offers_choice
+    from cpp_data.stages.lib.license_match import is_primary_license_file, offers_choice
 
     primary = ["LICENSE", "COPYING", "LICENSE.txt", "LICENCE.md", "COPYING.LESSER", "LICENSE-MIT", "LICENSE_1_0.txt",
                "LICENSE.BSD-3-Clause", "LICENSE-BSD3", "LICENSE.CC0", "COPYING.LGPLv2.1", "LICENSE-GPL-2.0-or-later"]
@@ -171,7 +171,7 @@ def test_repo_license_files_of_juce_are_identified():
 
 
 def test_license_banner_after_include_guard_is_not_shingled():
-    from cpp_data.stages.shingles import strip_license_header
+    from cpp_data.stages.lib.shingles import strip_license_header
 
     banner = "// Copyright 2024 Example Corp.\n// Licensed under the MIT License.\n"
     code = "#ifndef FOO_H\n#define FOO_H\n" + banner + "/* what foo does */\nint foo();\n#endif\n"

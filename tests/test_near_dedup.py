@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from conftest import GOOGLETEST, POCO, build, build_dir, need, write_sources
-from cpp_data.stages.shingles import jaccard, shingle_hashes
+from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
 BANNER = (GOOGLETEST / "googletest/src/gtest.cc").read_text().split("\n\n", 1)[0] + "\n\n" \
     if GOOGLETEST.exists() else ""

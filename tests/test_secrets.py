@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import JUCE, need
-from cpp_data.stages.scrub import SECRET, find_secrets, scrub
+from cpp_data.stages.lib.scrub import SECRET, find_secrets, scrub
 
 FIXTURES = Path(__file__).parent / "fixtures" / "secrets"
 

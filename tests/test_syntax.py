@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from cpp_data.stages import syntax as st
+from cpp_data.stages.lib import syntax as st
 
 FIXTURE = """\
 // leading comment
@@ -234,7 +234,7 @@ def test_structure_columns_in_a_build(reference_build):
     """The structure stage's columns on every document of a real build, and their per-token mirrors."""
     import pyarrow.parquet as pq
 
-    from cpp_data.stages.syntax import CATEGORY_NAMES
+    from cpp_data.stages.lib.syntax import CATEGORY_NAMES
 
     rows = 0
     for f in sorted((reference_build / "shards").glob("*.parquet")):

@@ -17,7 +17,7 @@ from pathlib import Path
 from cpp_data.pipeline.errors import BadInput
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards
-from cpp_data.stages import keys
+from cpp_data.stages.lib import keys
 from cpp_data.tokenizer.files import load_tokenizer
 from cpp_data.tokenizer.train import train_generic_tokenizer
 

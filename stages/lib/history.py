@@ -26,8 +26,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cpp_data.stages.collect import _BlobReader, _git, is_cpp
-from cpp_data.stages.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.repo_files import BlobReader, git, is_cpp
+from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
 
 
 @dataclass
@@ -44,7 +44,7 @@ def walk(repo: Path, tip: str, since: str | None, max_commits: int) -> list[Comm
     args = ["log", "--first-parent", f"--max-count={max_commits}", "--format=%H%x00%P%x00%at%x00%ct%x00%s%x1e", tip]
     if since:
         args.append(f"^{since}")
-    out = _git(args, cwd=repo)
+    out = git(args, cwd=repo)
     commits = []
     for rec in out.split("\x1e"):
         rec = rec.strip("\n")
@@ -79,7 +79,7 @@ def changes(repo: Path, commit: Commit):
         yield status[0], old_mode, new_mode, old_oid, new_oid, old_path, new_path
 
 
-def license_state(repo: Path, commit: str, blobs: _BlobReader, cache: dict, max_bytes: int) -> tuple[str, list]:
+def license_state(repo: Path, commit: str, blobs: BlobReader, cache: dict, max_bytes: int) -> tuple[str, list]:
     """(state id, [(path, content)]) of the LICENSE/COPYING files in the tree of `commit`."""
     out = subprocess.run(["git", "ls-tree", "-r", "-z", "--full-tree", commit], cwd=repo, capture_output=True,
                          check=True).stdout
@@ -137,15 +137,15 @@ def wanted(path: str, globs: tuple[str, ...], extensions) -> bool:
 def fetch_history(url: str, tip: str, since: str | None, depth: int, into: Path) -> Path:
     """A bare repository holding `tip` and its first-parent history back to `since` (or `depth` commits)."""
     into.mkdir(parents=True, exist_ok=True)
-    _git(["init", "--quiet", "--bare", str(into)], cwd=into)
+    git(["init", "--quiet", "--bare", str(into)], cwd=into)
     src = f"file://{Path(url).resolve()}" if "://" not in url and Path(url).exists() else url
     args = ["fetch", "--quiet", "--no-tags"] + ([] if since else ["--depth", str(depth)]) + [src, tip]
-    _git(args, cwd=into)
-    if _git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=into).strip() != tip:
+    git(args, cwd=into)
+    if git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=into).strip() != tip:
         raise RuntimeError(f"fetched {url} but FETCH_HEAD is not the pinned {tip}")
     if since:
         try:
-            _git(["cat-file", "-e", f"{since}^{{commit}}"], cwd=into)
+            git(["cat-file", "-e", f"{since}^{{commit}}"], cwd=into)
         except RuntimeError:
             raise RuntimeError(f"history_from {since} is not an ancestor fetched with {tip} from {url}") from None
     return into
@@ -162,7 +162,7 @@ def collect_history(ctx, p, add, skip, add_license) -> dict:
     with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
         repo = fetch_history(src.url, src.commit, src.history_from_commit, p.history_max_commits + 1,
                              Path(tmp) / "repo.git")
-        blobs = _BlobReader(repo)
+        blobs = BlobReader(repo)
         states: dict = {}
         state_of: dict = {}  # commit -> license state id
 

@@ -1,0 +1,111 @@
+"""Writing shards: the one shard writer (rolling files of exact row groups) and the rewrite that adds columns
+while keeping files, row groups and row order (docs/FORMATS.md gives the layout; schemas/reader.py reads it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from cpp_data.schemas.manifest import sha256_file
+
+SPLITS = ("train", "valid")
+
+
+@dataclass(frozen=True)
+class ShardParams:
+    generation: str = "v6"
+    docs_per_shard: int = 50_000
+    row_group_size: int = 1024
+    valid_fraction: float = 0.01
+    seed: int = 42
+    compression: str = "zstd"
+    compression_level: int = 3
+    bucket_bytes: int = 256 * 2**20  # in-memory size of one shuffle bucket
+    max_buckets: int = 512  # bound on open bucket files; past it buckets grow beyond bucket_bytes
+
+
+class ShardWriter:
+    """Rolls shards of `docs_per_shard` rows with exact `row_group_size`-row row groups."""
+
+    def __init__(self, directory: Path, split: str, schema: pa.Schema, p: ShardParams):
+        self.directory, self.split, self.schema, self.p = directory, split, schema, p
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+        self.writer: pq.ParquetWriter | None = None
+        self.rows_in_shard = 0
+        self.index = 0
+        self.files: list[dict] = []
+
+    def _open(self) -> None:
+        self.tmp = self.directory / f".{self.split}-{self.index:05d}.parquet.tmp"
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.p.compression,
+                                       compression_level=self.p.compression_level, write_page_checksum=True)
+
+    def _close_shard(self) -> None:
+        self.writer.close()
+        final = self.directory / f"{self.split}-{self.index:05d}.parquet"
+        os.replace(self.tmp, final)
+        self.files.append({"path": f"shards/{final.name}", "split": self.split, "rows": self.rows_in_shard,
+                           "kind": "shard", "bytes": final.stat().st_size, "sha256": sha256_file(final)})
+        self.writer, self.rows_in_shard = None, 0
+        self.index += 1
+
+    def _flush(self, final: bool) -> None:
+        table = pa.concat_tables(self.pending) if self.pending else self.schema.empty_table()
+        pos = 0
+        while table.num_rows - pos >= self.p.row_group_size or (final and pos < table.num_rows):
+            if self.writer is None:
+                self._open()
+            room = self.p.docs_per_shard - self.rows_in_shard
+            n = min(self.p.row_group_size, room, table.num_rows - pos)
+            self.writer.write_table(table.slice(pos, n), row_group_size=n)
+            self.rows_in_shard += n
+            pos += n
+            if self.rows_in_shard == self.p.docs_per_shard:
+                self._close_shard()
+        rest = table.slice(pos)
+        self.pending, self.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def write(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.pending_rows += table.num_rows
+        if self.pending_rows >= self.p.row_group_size:
+            self._flush(final=False)
+
+    def close(self) -> list[dict]:
+        self._flush(final=True)
+        if self.writer is not None:
+            self._close_shard()
+        return self.files
+
+
+def rewrite_shards(src: Path, out: Path, transform, compression: str, compression_level: int,
+                   desc: str = "", progress: bool = False) -> list[dict]:
+    """Copy the shards listed in src/shards.json to out/shards/, each row group through `transform(table,
+    entry)`, keeping files, row groups and row order; returns the listing with each file's new bytes and
+    SHA-256. (structure and token_columns add columns this way, so `text` stays byte-identical.)"""
+    listing = json.loads((src / "shards.json").read_text())["files"]
+    (out / "shards").mkdir(exist_ok=True)
+    result = []
+    for entry in tqdm(listing, desc=desc, unit="shard", leave=False, disable=not progress):
+        pf = pq.ParquetFile(src / entry["path"])
+        final = out / entry["path"]
+        tmp = final.with_name(f".{final.name}.tmp")
+        writer = None
+        for rg in range(pf.num_row_groups):
+            table = transform(pf.read_row_group(rg), entry)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, table.schema, compression=compression,
+                                          compression_level=compression_level, write_page_checksum=True)
+            writer.write_table(table, row_group_size=table.num_rows)
+        if writer is not None:
+            writer.close()
+            os.replace(tmp, final)
+        result.append({**entry, "bytes": final.stat().st_size, "sha256": sha256_file(final)})
+    return result

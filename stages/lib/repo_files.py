@@ -1,0 +1,92 @@
+"""Reading a source repository: git at a pinned commit, and which files are C or C++.
+
+Shared by collect (files at the pin), the history walk of v2/v3 (stages/lib/history.py) and semantics (a
+worktree of the pin for the compile database)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path, PurePosixPath
+
+DEFAULT_EXTENSIONS = (".c", ".h", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".hh", ".hpp", ".hxx", ".h++", ".ipp",
+                      ".tpp", ".txx", ".inl", ".ixx", ".cppm")
+_SHEBANG_HINTS = (b"tcc", b"cling", b"c++", b"g++", b"clang", b"cpp", b"rund")
+
+
+def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
+    """C/C++ by extension; extensionless files by a C/C++ shebang or an Emacs `-*- C++ -*-` mode line."""
+    name = PurePosixPath(path).name
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix:
+        return suffix in extensions
+    first = head.split(b"\n", 1)[0]
+    if first.startswith(b"#!"):
+        return any(h in first for h in _SHEBANG_HINTS)
+    return b"-*- c++ -*-" in first.lower() or b"-*-c++-*-" in first.lower()
+
+
+def git(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        raise RuntimeError(f"git {' '.join(args[:2])}: {last}")
+    return proc.stdout
+
+
+def fetch_commit(url: str, commit: str, requested_ref: str | None, into: Path) -> Path:
+    """Shallow-fetch `commit` from `url` into a bare repository at `into`; verify what arrived."""
+    into.mkdir(parents=True, exist_ok=True)
+    git(["init", "--quiet", "--bare", str(into)], cwd=into)
+    attempts = [commit] + ([requested_ref] if requested_ref and requested_ref != "HEAD" else [])
+    last = None
+    for want in attempts:
+        try:
+            git(["fetch", "--quiet", "--depth", "1", "--no-tags", url, want], cwd=into)
+            got = git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=into).strip()
+            if got == commit:
+                return into
+            last = f"fetched {want} but it is {got}, not the pinned {commit}"
+        except RuntimeError as exc:
+            last = str(exc)
+    try:  # servers that refuse shallow fetches by SHA: fetch everything, then check the pin exists
+        git(["fetch", "--quiet", "--no-tags", url, "+refs/*:refs/remotes/src/*"], cwd=into)
+        git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=into)
+        return into
+    except RuntimeError:
+        raise RuntimeError(f"cannot fetch pinned commit {commit} from {url}: {last}") from None
+
+
+class BlobReader:
+    """`git cat-file --batch` as a reader of blob contents by object id."""
+
+    def __init__(self, repo: Path):
+        self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
+
+    def read(self, oid: str) -> bytes:
+        self.proc.stdin.write(oid.encode() + b"\n")
+        self.proc.stdin.flush()
+        header = self.proc.stdout.readline().split()
+        size = int(header[2])
+        data = self.proc.stdout.read(size)
+        self.proc.stdout.read(1)
+        return data
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def tree_entries(repo: Path, commit: str):
+    """Yield (path, mode, oid, size) for every tree entry at `commit`, sorted by path."""
+    out = subprocess.run(["git", "ls-tree", "-r", "-l", "-z", "--full-tree", commit], cwd=repo,
+                         capture_output=True, check=True).stdout
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, path = record.split(b"\t", 1)
+        mode, kind, oid, size = meta.split()
+        yield path.decode("utf-8", "surrogateescape"), mode.decode(), kind.decode(), oid.decode(), \
+            (int(size) if size != b"-" else 0)
