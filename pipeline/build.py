@@ -42,78 +42,88 @@ def find_build(out: Path, version: str, fp: str) -> Path | None:
     return None
 
 
+# The build summary's fields and their defaults, in the order summary.json lists them. Stages fill them from
+# their counts as they declare (Stage.summary_counts); build.py names no stage.
+SUMMARY_FIELDS: dict[str, Any] = {
+    "files_seen": 0, "cpp_files_collected": 0, "cpp_bytes_collected": 0, "decisions": {}, "refused_by_rule": {},
+    "exact_duplicates": 0, "exact_duplicate_bytes": 0, "largest_duplicate_clusters": [],
+    "near_duplicates": 0, "near_duplicate_bytes": 0, "near_duplicate_clusters": 0,
+    "largest_near_duplicate_clusters": [], "documents": 0, "train_documents": 0, "valid_documents": 0,
+    "shards": 0, "shard_bytes": 0, "text_bytes": 0, "moved_to_valid": None, "tokens": 0,
+    "tokenizer_vocab_size": None, "tokenizer_learned_ids": None, "tokenizer_padding_ids": None,
+    "tokenizer_sha256": None, "tokenizer_requested_vocab_size": None, "semantic_coverage": {},
+    "packed_seq_length": None, "packing": None, "seq_length": None, "skipped": {}, "retrieved_at": {},
+}
+
+
+def recipe_stages(runner: Runner) -> list[tuple[type, list]]:
+    """(stage class, its artifacts) for every stage of the build, in recipe order."""
+    classes: dict[str, type] = {}
+    for task in runner.tasks:
+        classes.setdefault(task.name, type(task.stage))
+    return [(cls, runner.artifacts(name)) for name, cls in classes.items()]
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _add(a.get(k), b.get(k)) if k in a and k in b else (b[k] if k in b else a[k])
+                for k in sorted({*a, *b})}
+    return (a or 0) + (b or 0) if isinstance(a, (int, float)) or isinstance(b, (int, float)) else b
+
+
+def _summary_value(cls: type, artifacts: list, key: str) -> Any:
+    if key.startswith("per_source:"):
+        want = key.split(":", 1)[1]
+        return {a.source: (a.counts if want == "*" else a.counts.get(want)) for a in artifacts}
+    if cls.scope == "source":
+        total = None
+        for a in artifacts:
+            total = _add(total, a.counts.get(key)) if total is not None else a.counts.get(key)
+        return total
+    return artifacts[0].counts.get(key) if artifacts else None
+
+
 def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
-    """Files seen, kept, refused by rule, duplicates, shards, bytes, time and throughput."""
-    collect = [a.counts for a in runner.artifacts("collect")]
-    ledger = runner.artifacts("ledger")[0].counts if runner.artifacts("ledger") else {}
-    # the documents a build publishes: v4's or v5's documents, else the shards stage's
-    doc_stage = next((s for s in ("context_graph", "dependency_documents") if runner.artifacts(s)), "shards")
-    shards = runner.artifacts(doc_stage)[0].counts if runner.artifacts(doc_stage) else {}
-    dedup = runner.artifacts("exact_dedup")[0].counts if runner.artifacts("exact_dedup") else {}
-    near = runner.artifacts("near_dedup")[0].counts if runner.artifacts("near_dedup") else {}
-    tokens = runner.artifacts("token_columns")[0].counts if runner.artifacts("token_columns") else {}
-    tok = runner.artifacts("tokenizer")[0].counts if runner.artifacts("tokenizer") else {}
-    packed = runner.artifacts("packed_rows")[0].counts if runner.artifacts("packed_rows") else {}
-    coverage = {a.source: a.counts for a in runner.artifacts("semantics")}
-    collected_bytes = sum(c.get("bytes_collected", 0) for c in collect)
+    """Files seen, kept, refused by rule, duplicates, shards, bytes, time and throughput: each field from the
+    latest stage in recipe order that declares it (Stage.summary_counts)."""
+    summary: dict[str, Any] = {"sources": len(runner.sources), **SUMMARY_FIELDS}
+    for cls, artifacts in recipe_stages(runner):
+        for field_name, key in cls.summary_counts.items():
+            value = _summary_value(cls, artifacts, key)
+            summary[field_name] = SUMMARY_FIELDS.get(field_name) if value is None else value
     stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
-    return {
-        "sources": len(collect),
-        "files_seen": sum(c.get("files_seen", 0) for c in collect),
-        "cpp_files_collected": sum(c.get("files_collected", 0) for c in collect),
-        "cpp_bytes_collected": collected_bytes,
-        "decisions": ledger.get("decisions", {}),
-        "refused_by_rule": ledger.get("reasons", {}),
-        "exact_duplicates": dedup.get("duplicates_removed", 0),
-        "exact_duplicate_bytes": dedup.get("duplicate_bytes", 0),
-        "largest_duplicate_clusters": dedup.get("largest_clusters", []),
-        "near_duplicates": near.get("near_duplicates_removed", 0),
-        "near_duplicate_bytes": near.get("near_duplicate_bytes", 0),
-        "near_duplicate_clusters": near.get("clusters", 0),
-        "largest_near_duplicate_clusters": near.get("largest_clusters", []),
-        "documents": shards.get("documents", 0),
-        "train_documents": shards.get("train_documents", 0),
-        "valid_documents": shards.get("valid_documents", 0),
-        "shards": shards.get("shards", 0),
-        "shard_bytes": tokens.get("shard_bytes", shards.get("shard_bytes", 0)),  # the published shards
-        "text_bytes": shards.get("text_bytes", 0),
-        "tokens": tokens.get("tokens", 0),
-        "tokenizer_vocab_size": tok.get("vocab_size"),
-        "tokenizer_learned_ids": tok.get("learned_ids"),
-        "tokenizer_padding_ids": tok.get("padding_ids"),
-        "tokenizer_sha256": tok.get("sha256"),
-        "semantic_coverage": coverage,
-        "packed_seq_length": packed.get("seq_length"),
-        "packing": packed.get("telemetry"),
+    summary.update({
         "wall_seconds": round(seconds, 2),
         "stage_seconds": round(stage_seconds, 2),
-        "throughput_mb_s": round(collected_bytes / 1e6 / stage_seconds, 2) if stage_seconds else None,
-        "warnings": _warnings(shards, tok, collect),
-    }
+        "throughput_mb_s": round(summary["cpp_bytes_collected"] / 1e6 / stage_seconds, 2) if stage_seconds else None,
+    })
+    summary["warnings"] = _warnings(summary)
+    return summary
 
 
-def _warnings(shards: dict, tok: dict, collect: list[dict]) -> list[str]:
+def _warnings(s: dict[str, Any]) -> list[str]:
     """What a user should know before training on this build."""
     out = []
     for reason, what in (("unreadable", "could not be read (permissions?)"),
                          ("undecodable_path", "have names that are not UTF-8")):
-        n = sum(c.get("skipped", {}).get(reason, 0) for c in collect)
+        n = (s.get("skipped") or {}).get(reason, 0)
         if n:
             out.append(f"{n} file(s) or directories {what}: skipped, each with a ledger row (reason {reason})")
-    if shards.get("documents", 0) == 0:
+    if s["documents"] == 0:
         out.append("the build has no documents; see provenance/ledger.parquet for why")
-    valid = shards.get("valid_documents", 0)
-    if shards.get("documents", 0) and valid < 10:
+    valid = s["valid_documents"]
+    if s["documents"] and valid < 10:
         out.append(f"only {valid} validation document(s); validation loss will be noisy (a larger corpus or a "
                    f"larger shards.valid_fraction gives more)")
-    if shards.get("moved_to_valid"):
-        out.append(f"the hash split chose no validation document; {shards['moved_to_valid']} was moved to it")
-    if (tok.get("padding_ids") or 0) >= 128:  # under 128: the rounding of cap_vocab_to_corpus
-        out.append(f"the tokenizer learned {tok['learned_ids']:,} of {tok['vocab_size']:,} ids; "
-                   f"{tok['padding_ids']:,} are padding (tokenizer.cap_vocab_to_corpus = true avoids them)")
-    elif tok.get("requested_vocab_size") and tok["vocab_size"] < tok["requested_vocab_size"]:
-        out.append(f"the corpus filled {tok['learned_ids']:,} ids, so the vocabulary is {tok['vocab_size']:,}, "
-                   f"not the recipe's {tok['requested_vocab_size']:,}")
+    if s.get("moved_to_valid"):
+        out.append(f"the hash split chose no validation document; {s['moved_to_valid']} was moved to it")
+    padding, learned, vocab = s["tokenizer_padding_ids"], s["tokenizer_learned_ids"], s["tokenizer_vocab_size"]
+    if (padding or 0) >= 128:  # under 128: the rounding of cap_vocab_to_corpus
+        out.append(f"the tokenizer learned {learned:,} of {vocab:,} ids; "
+                   f"{padding:,} are padding (tokenizer.cap_vocab_to_corpus = true avoids them)")
+    elif s["tokenizer_requested_vocab_size"] and vocab < s["tokenizer_requested_vocab_size"]:
+        out.append(f"the corpus filled {learned:,} ids, so the vocabulary is {vocab:,}, "
+                   f"not the recipe's {s['tokenizer_requested_vocab_size']:,}")
     return out
 
 
@@ -174,25 +184,45 @@ _EXPORT_KINDS = {("megatron", ".bin"): "megatron_bin", ("megatron", ".idx"): "me
                  ("packed", ".parquet"): "packed", ("packed", ".bin"): "packed_bin", ("packed", ".idx"): "packed_idx"}
 
 
-def _publish_exports(runner: Runner, partial: Path) -> list[dict]:
-    """Publish the Megatron export, the packed rows and launch.json (at the build root: its paths are relative
-    to it, so a moved or copied build still works)."""
+def _publish_export(artifact, sub: str, partial: Path) -> list[dict]:
+    """Copy an export directory of a stage's artifact (or, for ".", the files at its root: launch.json, whose
+    paths are relative to it, so a moved or copied build still works) into the build."""
     files = []
-    for stage, sub in (("megatron_export", "megatron"), ("packed_rows", "packed"), ("launch_spec", "")):
-        if not runner.artifacts(stage):
+    src = artifact.path if sub == "." else artifact.path / sub
+    for f in sorted(src.iterdir()):
+        if f.is_dir() or f.name in ("stage.json", "_COMPLETE"):
             continue
-        src = runner.artifacts(stage)[0].path / sub
-        for f in sorted(src.iterdir()):
-            if f.is_dir() or f.name in ("stage.json", "_COMPLETE"):
-                continue
-            rel = f"{sub}/{f.name}" if sub else f.name
-            _publish_file(f, partial / rel)
-            m = _SPLIT_OF_FILE.search(f.name)
-            split = m.group(1) if m else None
-            kind = _EXPORT_KINDS.get((sub, f.suffix)) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
-            files.append({"path": rel, "kind": kind, "split": split, "rows": None,
-                          "bytes": (partial / rel).stat().st_size, "sha256": sha256_file(partial / rel)})
+        rel = f.name if sub == "." else f"{sub}/{f.name}"
+        _publish_file(f, partial / rel)
+        m = _SPLIT_OF_FILE.search(f.name)
+        split = m.group(1) if m else None
+        kind = _EXPORT_KINDS.get((sub, f.suffix)) or ("launch_spec" if f.name == "launch.json" else f"{sub}_meta")
+        files.append({"path": rel, "kind": kind, "split": split, "rows": None,
+                      "bytes": (partial / rel).stat().st_size, "sha256": sha256_file(partial / rel)})
     return files
+
+
+def _publish_tokenizer(artifact, partial: Path) -> tuple[list[dict], dict]:
+    files = []
+    for f in sorted((artifact.path / "tokenizer").iterdir()):
+        rel = f"tokenizer/{f.name}"
+        _publish_file(f, partial / rel)
+        files.append({"path": rel, "kind": "tokenizer", "split": None, "rows": None,
+                      "bytes": f.stat().st_size, "sha256": sha256_file(f)})
+    c = artifact.counts
+    record = {"path": "tokenizer/tokenizer.json", "sha256": c["sha256"], "vocab_size": c["vocab_size"],
+              "band_revision": c["band_revision"],
+              **{k: c.get(k) for k in ("requested_vocab_size", "learned_ids", "padding_ids")}}
+    return files, record
+
+
+def _publish_ledger(artifact, partial: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    src = artifact.path / "ledger.parquet"
+    _publish_file(src, partial / "provenance" / "ledger.parquet")
+    return [{"path": "provenance/ledger.parquet", "kind": "ledger", "split": None,
+             "rows": pq.read_metadata(src).num_rows, "bytes": src.stat().st_size, "sha256": sha256_file(src)}]
 
 
 def _damaged(build: Path) -> str | None:
@@ -228,34 +258,25 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
 
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
-    # the last stage that writes shards is the one published (token_columns adds token ids to shards')
-    shards_art = (runner.artifacts("token_columns") or runner.artifacts("context_graph")
-                  or runner.artifacts("dependency_documents") or runner.artifacts("shards"))[0]
-    shard_files = json.loads((shards_art.path / "shards.json").read_text())["files"]
+    stages = recipe_stages(runner)
+    # the latest stage that writes shards is the one published (token_columns adds token ids to shards')
+    shards_art = [arts[0] for cls, arts in stages if "shards" in cls.publishes][-1]
     files = []
-    for entry in shard_files:
+    for entry in json.loads((shards_art.path / "shards.json").read_text())["files"]:
         _publish_file(shards_art.path / entry["path"], partial / entry["path"])
         files.append(entry)
-    tokenizer = None
-    if runner.artifacts("tokenizer"):
-        tok_art = runner.artifacts("tokenizer")[0]
-        for f in sorted((tok_art.path / "tokenizer").iterdir()):
-            rel = f"tokenizer/{f.name}"
-            _publish_file(f, partial / rel)
-            files.append({"path": rel, "kind": "tokenizer", "split": None, "rows": None,
-                          "bytes": f.stat().st_size, "sha256": sha256_file(f)})
-        tokenizer = {"path": "tokenizer/tokenizer.json", "sha256": tok_art.counts["sha256"],
-                     "vocab_size": tok_art.counts["vocab_size"], "band_revision": tok_art.counts["band_revision"],
-                     **{k: tok_art.counts.get(k) for k in ("requested_vocab_size", "learned_ids", "padding_ids")}}
-    files += _publish_exports(runner, partial)
-    ledger_src = runner.artifacts("ledger")[0].path / "ledger.parquet"
-    _publish_file(ledger_src, partial / "provenance" / "ledger.parquet")
-    import pyarrow.parquet as pq
-
-    files.append({"path": "provenance/ledger.parquet", "kind": "ledger", "split": None,
-                  "rows": pq.read_metadata(ledger_src).num_rows, "bytes": ledger_src.stat().st_size,
-                  "sha256": sha256_file(ledger_src)})
-    retrieved = {a.source: a.counts.get("retrieved_at") for a in runner.artifacts("collect")}
+    tokenizer, ledger = None, []
+    for cls, arts in stages:
+        for what in cls.publishes:
+            if what == "tokenizer":
+                tok_files, tokenizer = _publish_tokenizer(arts[0], partial)
+                files += tok_files
+            elif what == "ledger":
+                ledger = _publish_ledger(arts[0], partial)  # the provenance goes last
+            elif what != "shards":
+                files += _publish_export(arts[0], what, partial)
+    files += ledger
+    retrieved = summary.get("retrieved_at") or {}
     manifest = {
         "format": FORMAT,
         "build": name,
@@ -267,8 +288,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         "sources": [{**asdict(s), "retrieved_at": retrieved.get(s.name)} for s in sources],
         "stages": runner.stage_records(),
         "tokenizer": tokenizer,
-        "seq_length": runner.artifacts("launch_spec")[0].counts["seq_length"] if runner.artifacts("launch_spec")
-        else None,
+        "seq_length": summary.get("seq_length"),
         "semantic_coverage": summary.get("semantic_coverage", {}),
         "files": files,
         "totals": {k: summary[k] for k in ("documents", "train_documents", "valid_documents", "text_bytes",

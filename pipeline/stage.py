@@ -66,6 +66,17 @@ class Stage(ABC):
     resumable_tasks: ClassVar[bool] = False
     # Installed distributions whose version shapes this stage's output bytes (part of its fingerprint).
     libraries: ClassVar[tuple[str, ...]] = ("pyarrow", "numpy")
+    # What the build summary takes from this stage's counts: {summary field: counts key}. A source-scoped
+    # stage's values are added up over sources (numbers, and dicts of numbers key by key); "per_source:KEY"
+    # gives {source: counts[KEY]} and "per_source:*" {source: counts}. Where several stages of a recipe give a
+    # field, the latest in recipe order wins (a missing key then gives the field's default).
+    summary_counts: ClassVar[dict[str, str]] = {}
+    # What a build publishes of this stage's artifact (pipeline/build.py): "shards" (the files its shards.json
+    # lists; of several such stages the latest in recipe order is published), "tokenizer" (its tokenizer/
+    # directory, recorded in the manifest), "ledger" (ledger.parquet, as provenance/ledger.parquet), or an
+    # export directory ("megatron", "packed") whose files are copied as they are; "." copies the files at the
+    # artifact's root to the build's root.
+    publishes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: Any):
         self.params = params

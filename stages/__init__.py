@@ -1,23 +1,37 @@
-"""The stages of the DAG, one module each; STAGES maps a recipe's stage names to their classes."""
+"""The stages of the DAG, one module each in this package (their shared code lives in stages/lib/).
 
-from cpp_data.stages.collect import Collect
-from cpp_data.stages.context_graph import ContextGraph
-from cpp_data.stages.decontaminate import Decontaminate
-from cpp_data.stages.dependency_documents import DependencyDocuments
-from cpp_data.stages.exact_dedup import ExactDedup
-from cpp_data.stages.filter import Filter
-from cpp_data.stages.ledger import Ledger
-from cpp_data.stages.launch_spec import LaunchSpecStage
-from cpp_data.stages.license import License
-from cpp_data.stages.megatron_export import MegatronExport
-from cpp_data.stages.near_dedup import NearDedup
-from cpp_data.stages.packed_rows import PackedRows
-from cpp_data.stages.semantics import Semantics
-from cpp_data.stages.shards import Shards
-from cpp_data.stages.structure import Structure
-from cpp_data.stages.token_columns import TokenColumns
-from cpp_data.stages.tokenizer import TokenizerStage
+`registry()` finds them: every Stage subclass defined in a module here, by its `name`. Adding a stage means
+adding its module and naming it in a recipe; nothing else lists stages. Modules are imported on the first call,
+not when this package is imported.
+"""
 
-STAGES = {cls.name: cls for cls in (Collect, Filter, Decontaminate, License, ExactDedup, NearDedup, Shards, Structure, TokenizerStage,
-                                    TokenColumns, MegatronExport, PackedRows, LaunchSpecStage, Semantics, ContextGraph,
-                                    DependencyDocuments, Ledger)}
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+
+@functools.cache
+def registry() -> dict[str, type]:
+    """{stage name: Stage subclass} over the modules of this package."""
+    from cpp_data.pipeline.stage import Stage
+
+    found: dict[str, type] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.ispkg:
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Stage) and obj.__module__ == module.__name__:
+                if obj.name in found:
+                    raise ValueError(f"two stages are named {obj.name!r}: {found[obj.name].__module__} and "
+                                     f"{module.__name__}")
+                found[obj.name] = obj
+    return found
+
+
+def __getattr__(name: str):
+    if name == "STAGES":  # the registry under its old name
+        return registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

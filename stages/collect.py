@@ -73,6 +73,10 @@ class Collect(Stage):
     scope = "source"
     Params = CollectParams
 
+    summary_counts = {"files_seen": "files_seen", "cpp_files_collected": "files_collected",
+                      "cpp_bytes_collected": "bytes_collected", "skipped": "skipped",
+                      "retrieved_at": "per_source:retrieved_at"}
+
     def run(self, ctx: StageContext) -> dict:
         p: CollectParams = self.params
         src = ctx.source

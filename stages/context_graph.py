@@ -105,6 +105,11 @@ class ContextGraph(Stage):
     inputs = ("structure",)
     Params = ContextGraphParams
 
+    summary_counts = {"documents": "documents", "train_documents": "train_documents",
+                      "valid_documents": "valid_documents", "shards": "shards", "shard_bytes": "shard_bytes",
+                      "text_bytes": "text_bytes", "moved_to_valid": "moved_to_valid"}
+    publishes = ("shards",)
+
     def run(self, ctx: StageContext) -> dict:
         p: ContextGraphParams = self.params
         src = ctx.input("structure").path

@@ -85,6 +85,11 @@ class DependencyDocuments(Stage):
     inputs = ("semantics", "license", "exact_dedup", "near_dedup")
     Params = DependencyDocumentsParams
 
+    summary_counts = {"documents": "documents", "train_documents": "train_documents",
+                      "valid_documents": "valid_documents", "shards": "shards", "shard_bytes": "shard_bytes",
+                      "text_bytes": "text_bytes", "moved_to_valid": "moved_to_valid"}
+    publishes = ("shards",)
+
     def run(self, ctx: StageContext) -> dict:
         p: DependencyDocumentsParams = self.params
         removed = keys.removed_keys([

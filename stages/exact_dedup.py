@@ -37,6 +37,9 @@ class ExactDedup(Stage):
     inputs = ("collect", "license")
     Params = ExactDedupParams
 
+    summary_counts = {"exact_duplicates": "duplicates_removed", "exact_duplicate_bytes": "duplicate_bytes",
+                      "largest_duplicate_clusters": "largest_clusters"}
+
     def run(self, ctx: StageContext) -> dict:
         repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
         parts = license_parts(ctx)

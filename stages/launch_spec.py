@@ -31,6 +31,9 @@ class LaunchSpecStage(Stage):
     inputs = ("megatron_export", "packed_rows", "tokenizer")
     Params = LaunchSpecParams
 
+    summary_counts = {"seq_length": "seq_length"}
+    publishes = (".",)
+
     def settings(self, source, sources) -> dict:
         weights = source_weights(sources)
         return {"weight_groups": weight_groups(weights), "weights": weights}

@@ -60,6 +60,9 @@ class Ledger(Stage):
     inputs = ("collect", "filter", "decontaminate", "license", "exact_dedup", "near_dedup")
     Params = LedgerParams
 
+    summary_counts = {"decisions": "decisions", "refused_by_rule": "reasons"}
+    publishes = ("ledger",)
+
     def run(self, ctx: StageContext) -> dict:
         dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
         near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")

@@ -171,6 +171,8 @@ class MegatronExport(Stage):
     inputs = ("token_columns", "tokenizer")
     Params = MegatronExportParams
 
+    publishes = ("megatron",)
+
     def settings(self, source, sources) -> dict:
         from cpp_data.schemas.launch_spec import weight_groups
 

@@ -197,6 +197,9 @@ class NearDedup(Stage):
     Params = NearDedupParams
     resumable_tasks = True
 
+    summary_counts = {"near_duplicates": "near_duplicates_removed", "near_duplicate_bytes": "near_duplicate_bytes",
+                      "near_duplicate_clusters": "clusters", "largest_near_duplicate_clusters": "largest_clusters"}
+
     def run(self, ctx: StageContext) -> dict:
         from cpp_data.stages.lib.inputs import license_parts
 

@@ -321,6 +321,9 @@ class PackedRows(Stage):
     inputs = ("token_columns", "tokenizer")
     Params = PackedParams
 
+    summary_counts = {"packed_seq_length": "seq_length", "packing": "telemetry"}
+    publishes = ("packed",)
+
     def settings(self, source, sources) -> dict:
         from cpp_data.schemas.launch_spec import weight_groups
 

@@ -69,6 +69,8 @@ class Semantics(Stage):
     scope = "source"
     Params = SemanticsParams
 
+    summary_counts = {"semantic_coverage": "per_source:*"}
+
     def run(self, ctx: StageContext) -> dict:
         from cpp_data.clang_index.compile_db import check_libclang, find_resource_dir, load_compile_commands
         from cpp_data.clang_index.configure import discover

@@ -109,6 +109,11 @@ class Shards(Stage):
     inputs = ("license", "exact_dedup", "near_dedup")
     Params = ShardParams
 
+    summary_counts = {"documents": "documents", "train_documents": "train_documents",
+                      "valid_documents": "valid_documents", "shards": "shards", "shard_bytes": "shard_bytes",
+                      "text_bytes": "text_bytes", "moved_to_valid": "moved_to_valid"}
+    publishes = ("shards",)
+
     def run(self, ctx: StageContext) -> dict:
         p: ShardParams = self.params
         schema = write_schema(p.generation, SHARD_COLUMNS + HISTORY_COLUMNS.get(p.generation, []))

@@ -68,6 +68,9 @@ class TokenColumns(Stage):
     inputs = ("structure", "tokenizer")
     Params = TokenColumnsParams
 
+    summary_counts = {"tokens": "tokens", "shard_bytes": "shard_bytes"}
+    publishes = ("shards",)
+
     def run(self, ctx: StageContext) -> dict:
         p: TokenColumnsParams = self.params
         tok = load_tokenizer(ctx.input("tokenizer").path / "tokenizer")

@@ -54,6 +54,11 @@ class TokenizerStage(Stage):
     inputs = ("shards",)
     Params = TokenizerParams
 
+    summary_counts = {"tokenizer_vocab_size": "vocab_size", "tokenizer_learned_ids": "learned_ids",
+                      "tokenizer_padding_ids": "padding_ids", "tokenizer_sha256": "sha256",
+                      "tokenizer_requested_vocab_size": "requested_vocab_size"}
+    publishes = ("tokenizer",)
+
     def run(self, ctx: StageContext) -> dict:
         p: TokenizerParams = self.params
         band = load_band(Path(p.band_file) if p.band_file else None)

@@ -61,3 +61,22 @@ def test_every_module_in_stages_is_a_stage():
         if "Stage" not in bases:
             lonely.append(path.name)
     assert not lonely, f"modules in stages/ that hold no stage: {lonely}"
+
+
+def test_build_py_asks_for_no_stage_by_name():
+    """pipeline/build.py builds the summary and chooses what to publish from what stages declare
+    (Stage.summary_counts, Stage.publishes): it never asks the runner for a stage's artifacts by name."""
+    tree = ast.parse((ROOT / "pipeline" / "build.py").read_text())
+    by_name = [node.lineno for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr == "artifacts" and node.args and isinstance(node.args[0], ast.Constant)]
+    assert not by_name, f"pipeline/build.py asks for stages by name at lines {by_name}"
+
+
+def test_the_registry_finds_every_stage_module():
+    from cpp_data.stages import registry
+
+    names = registry()
+    modules = {p.stem for p in (ROOT / "stages").glob("*.py") if p.stem != "__init__"}
+    assert {cls.__module__.rsplit(".", 1)[1] for cls in names.values()} == modules
+    assert all(cls.name == name for name, cls in names.items())
