@@ -82,7 +82,7 @@ class DependencyDocuments(Stage):
     libraries = ('pyarrow', 'numpy', 'libclang')
     version = 1
     scope = "corpus"
-    inputs = ("semantics", "license", "exact_dedup", "near_dedup")
+    inputs = ("semantics", "license", "near_dedup")
     Params = DependencyDocumentsParams
 
     summary_counts = {"documents": "documents", "train_documents": "train_documents",
@@ -92,10 +92,7 @@ class DependencyDocuments(Stage):
 
     def run(self, ctx: StageContext) -> dict:
         p: DependencyDocumentsParams = self.params
-        removed = keys.removed_keys([
-            pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path", "commit"]),
-            pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet",
-                          columns=["source", "path", "commit"])])
+        removed = keys.read_removed(ctx.input("near_dedup").path / "removed_keys.parquet")
         license_of = {}
         for part in license_parts(ctx):
             t = pq.read_table(part, columns=["source", "commit", "path", "license_spdx", "license_source",

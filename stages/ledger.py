@@ -66,7 +66,7 @@ class Ledger(Stage):
     def run(self, ctx: StageContext) -> dict:
         dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
         near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")
-        removed = keys.removed_keys([dup, near])
+        removed = keys.read_removed(ctx.input("near_dedup").path / "removed_keys.parquet")
         by_source = {stage: {a.source: a.path for a in ctx.inputs[stage]} for stage in ("collect", "filter", "decontaminate",
                                                                                      "license")}
         writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")

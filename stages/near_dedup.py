@@ -18,6 +18,8 @@
    differ), so members below the threshold against the keeper are split off into a cluster of their own with
    the next canonical keeper: every removed file is within the threshold of the copy that is kept. Removed
    files go to near_duplicates.parquet with keeper, cluster id and exact Jaccard similarity to the keeper.
+   removed_keys.parquet holds the keys of every document exact and near dedup removed: the one record of the
+   dedup decision that later stages read (the kept documents are the license stage's minus these).
 Hand-written parts (bucketing by key range, verification, union-find, keeper choice): datasketch's LSH index
 lives in memory, and datatrove's pipeline neither verifies candidates nor knows our canonical rule.
 """
@@ -283,8 +285,12 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
 
     meta = _metadata(sig_dir, ranks, offsets, members, repo_bytes)
     rows, largest = _keepers(members, roots, meta, exact_jaccard, p.threshold)
-    pq.write_table(pa.Table.from_pylist(rows, schema=NEAR_DUPLICATE), out / "near_duplicates.parquet",
-                   compression="zstd")
+    near_table = pa.Table.from_pylist(rows, schema=NEAR_DUPLICATE)
+    pq.write_table(near_table, out / "near_duplicates.parquet", compression="zstd")
+    # the dedup decision, once: exact's removals and ours (downstream stages read only this)
+    keys.write_removed(out / "removed_keys.parquet",
+                       [pq.read_table(removed_file, columns=["source", "path", "commit"]),
+                        near_table.select(["source", "path", "commit"])])
     return {
         "documents_signed": total,
         "too_short": int(sum(v for k, v in stats.items() if k.endswith(".too_short"))),

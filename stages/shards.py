@@ -106,7 +106,7 @@ class Shards(Stage):
     name = "shards"
     version = 3
     scope = "corpus"
-    inputs = ("license", "exact_dedup", "near_dedup")
+    inputs = ("license", "near_dedup")
     Params = ShardParams
 
     summary_counts = {"documents": "documents", "train_documents": "train_documents",
@@ -117,11 +117,7 @@ class Shards(Stage):
     def run(self, ctx: StageContext) -> dict:
         p: ShardParams = self.params
         schema = write_schema(p.generation, SHARD_COLUMNS + HISTORY_COLUMNS.get(p.generation, []))
-        removed = keys.removed_keys([
-            pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet", columns=["source", "path", "commit"]),
-            pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet",
-                          columns=["source", "path", "commit"]),
-        ])
+        removed = keys.read_removed(ctx.input("near_dedup").path / "removed_keys.parquet")
         parts = license_parts(ctx)
         footers = [pq.read_metadata(x) for x in parts]
         total_bytes = sum(md.row_group(i).total_byte_size for md in footers for i in range(md.num_row_groups))

@@ -61,6 +61,30 @@ def removed_keys(tables: list[pa.Table]) -> np.ndarray:
     return np.sort(np.concatenate(keys)) if keys else np.array([], dtype="S16")
 
 
+REMOVED_KEYS = pa.schema([pa.field("doc_key", pa.binary(16), nullable=False)])
+
+
+def write_removed(path, tables: list[pa.Table]) -> int:
+    """Write the dedup decision once: the sorted, unique keys of every document the given duplicate tables
+    remove (near dedup writes exact's and its own), as removed_keys.parquet. Every later stage reads this one
+    file (read_removed) instead of combining the duplicate tables again; a document is kept when its license
+    stage row's key is not in it. Returns the number of keys."""
+    import pyarrow.parquet as pq
+
+    keys = np.unique(removed_keys(tables))
+    pq.write_table(pa.table({"doc_key": pa.array(keys.tolist(), type=pa.binary(16))}, schema=REMOVED_KEYS),
+                   path, compression="zstd")
+    return len(keys)
+
+
+def read_removed(path) -> np.ndarray:
+    """The sorted S16 keys of removed_keys.parquet (write_removed), for `contains`."""
+    import pyarrow.parquet as pq
+
+    column = pq.read_table(path, columns=["doc_key"]).column("doc_key")
+    return np.array(column.to_pylist(), dtype="S16")
+
+
 def contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
     if not len(sorted_keys):
         return np.zeros(len(keys), dtype=bool)
