@@ -25,6 +25,7 @@ from cpp_data.pipeline.outlock import OutputLock
 from cpp_data.pipeline.recipe import Recipe
 from cpp_data.pipeline.runner import Runner
 from cpp_data.pipeline.sources import LockedSource, write_lock
+from cpp_data.schemas.dataset_card import dataset_card
 from cpp_data.schemas.manifest import FORMAT, sha256_file
 
 
@@ -294,6 +295,12 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         "totals": {k: summary[k] for k in ("documents", "train_documents", "valid_documents", "text_bytes",
                                            "tokens")},
     }
+    # the dataset card: how datasets.load_dataset(BUILD) finds the documents and the packed rows
+    card = partial / "README.md"
+    atomic_write_text(card, dataset_card(partial, manifest, summary))
+    card.chmod(card.stat().st_mode & ~0o222)
+    files.append({"path": "README.md", "kind": "card", "split": None, "rows": None, "bytes": card.stat().st_size,
+                  "sha256": sha256_file(card)})
     atomic_write_json(partial / "manifest.json", manifest)
     atomic_write_json(partial / "reports" / "summary.json", summary)
     seal(partial, final)

@@ -235,22 +235,6 @@ def _err(msg: str) -> None:
     print(f"cpp-data: error: {msg}", file=sys.stderr)
 
 
-def resolve_build(path: Path) -> Path:
-    """A BUILD argument: a build directory as given, or an output directory, meaning its builds/LATEST."""
-    if (path / "manifest.json").is_file() or (path / "_COMPLETE").is_file():
-        return path
-    latest = path / "builds" / "LATEST"
-    if latest.is_file():
-        return path / "builds" / latest.read_text().strip()
-    if (path / "builds").is_dir():
-        raise BadInput(f"{path}: an output directory without builds/LATEST; give one of its builds: "
-                       f"{path}/builds/NAME")
-    if not path.exists():
-        raise BadInput(f"{path}: no such build or output directory")
-    raise BadInput(f"{path}: not a build (no manifest.json) and not an output directory (no builds/); "
-                   f"give OUT/builds/NAME")
-
-
 def cmd_sources_lock(args) -> int:
     from cpp_data.pipeline.sources import load_sources, lock_path_for, lock_sources, write_lock
 
@@ -484,6 +468,8 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
     started in: nothing below the CLI ever sees a relative path (datatrove and git resolve relative paths
     against other directories than the user's). BUILD arguments may name an output directory (its latest
     build)."""
+    from cpp_data.schemas.reader import resolve_build
+
     for key, value in vars(args).items():
         if isinstance(value, Path):
             setattr(args, key, Path(os.path.abspath(os.path.expanduser(value))))

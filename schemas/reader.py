@@ -111,3 +111,19 @@ def shard_files(directory: Path, split: str | None = None) -> list[Path]:
 
         listing = [e for e in load_manifest(directory)["files"] if e.get("kind") == "shard"]
     return [directory / e["path"] for e in listing if split is None or e["split"] == split]
+
+
+def resolve_build(path: Path) -> Path:
+    """A BUILD argument: a build directory as given, or an output directory, meaning its builds/LATEST."""
+    if (path / "manifest.json").is_file() or (path / "_COMPLETE").is_file():
+        return path
+    latest = path / "builds" / "LATEST"
+    if latest.is_file():
+        return path / "builds" / latest.read_text().strip()
+    if (path / "builds").is_dir():
+        raise BadInput(f"{path}: an output directory without builds/LATEST; give one of its builds: "
+                       f"{path}/builds/NAME")
+    if not path.exists():
+        raise BadInput(f"{path}: no such build or output directory")
+    raise BadInput(f"{path}: not a build (no manifest.json) and not an output directory (no builds/); "
+                   f"give OUT/builds/NAME")

@@ -1,0 +1,36 @@
+"""`cpp_data.load_build`: a build as Hugging Face datasets, from its manifest.
+
+The same data `datasets.load_dataset(BUILD)` finds through the dataset card, but from manifest.json's file
+list, so it also loads builds published before the card existed, and an output directory (its latest build).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cpp_data.pipeline.errors import BadInput
+
+CONFIGS = {"documents": "shard", "packed": "packed"}
+SPLITS = {"train": "train", "valid": "validation"}
+
+
+def load_build(path: str | Path, config: str = "documents", split: str | None = None):
+    """The build's `documents` (shards, one row per file) or `packed` (packed rows) as a datasets.DatasetDict
+    with train and validation splits (one Dataset when `split` is given). `path`: a build, or an output
+    directory (its latest build)."""
+    try:
+        import datasets
+    except ImportError:
+        raise BadInput("cpp_data.load_build needs the datasets library: pip install datasets") from None
+    from cpp_data.schemas.manifest import load_manifest
+    from cpp_data.schemas.reader import resolve_build
+
+    if config not in CONFIGS:
+        raise BadInput(f"unknown config {config!r}; a build has {', '.join(CONFIGS)}")
+    build = resolve_build(Path(path))
+    files = [f for f in load_manifest(build)["files"] if f.get("kind") == CONFIGS[config]]
+    if not files:
+        raise BadInput(f"{build}: the build has no {config} data (its recipe wrote none)")
+    data_files = {SPLITS[s]: [str(build / f["path"]) for f in files if f["split"] == s]
+                  for s in SPLITS if any(f["split"] == s for f in files)}
+    return datasets.load_dataset("parquet", data_files=data_files, split=split)

@@ -1,0 +1,157 @@
+"""The dataset card a build carries: README.md with YAML front matter in the Hugging Face datasets format.
+
+The front matter's `configs` tell `datasets.load_dataset(BUILD)` which Parquet files make which dataset, so
+the shards (config `documents`, the default) and the packed rows (config `packed`) never merge into one table
+(their columns differ). Every path is relative to the build, so a copied or moved build loads the same. The
+body says, in plain words and numbers from the manifest and the summary, what the build holds and how to load
+it. Written by pipeline/build.py before the manifest, and listed in it (kind "card").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+SPLIT_NAMES = {"train": "train", "valid": "validation"}  # datasets' split names
+_SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+          (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
+
+
+def size_category(n: int) -> str:
+    return next((label for bound, label in _SIZES if n < bound), "n>100M")
+
+
+def _configs(files: list[dict]) -> list[dict]:
+    """One config per dataset a build holds: `documents` (the shards) and `packed` (packed rows), each with the
+    glob of its Parquet files per split."""
+    kinds = {f.get("kind") for f in files}
+    configs = []
+    for name, kind, directory, default in (("documents", "shard", "shards", True),
+                                           ("packed", "packed", "packed", False)):
+        if kind not in kinds:
+            continue
+        splits = sorted({f["split"] for f in files if f.get("kind") == kind and f.get("split")},
+                        key=list(SPLIT_NAMES).index)
+        entry = {"config_name": name, "data_files": [{"split": SPLIT_NAMES[s], "path": f"{directory}/{s}*.parquet"}
+                                                     for s in splits]}
+        if default:
+            entry["default"] = True
+        configs.append(entry)
+    return configs
+
+
+def license_counts(build: Path, files: list[dict]) -> Counter:
+    """Documents per SPDX expression over the build's shards (the license_spdx column alone is read)."""
+    counts: Counter = Counter()
+    for f in files:
+        if f.get("kind") == "shard":
+            column = pq.read_table(build / f["path"], columns=["license_spdx"]).column("license_spdx")
+            counts.update(v or "NOASSERTION" for v in column.to_pylist())
+    return counts
+
+
+def _yaml(value: Any, indent: int = 0) -> list[str]:
+    """The small YAML subset the card needs (mappings, lists, scalars), written by hand so that no YAML library
+    is needed to publish a build and the output is stable byte for byte."""
+    pad = " " * indent
+    lines = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append(f"{pad}{k}:")
+                lines += _yaml(v, indent + (0 if isinstance(v, list) else 2))
+            else:
+                lines.append(f"{pad}{k}: {_scalar(v)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict):
+                sub = _yaml(item, indent + 2)
+                lines.append(f"{pad}- {sub[0].lstrip()}")
+                lines += sub[1:]
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+    return lines
+
+
+def _scalar(v: Any) -> str:
+    if v is True or v is False:
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, list):  # empty
+        return "[]"
+    if isinstance(v, dict):
+        return "{}"
+    s = str(v)
+    return s if s.replace("-", "").replace("_", "").replace(".", "").replace("/", "").isalnum() else \
+        '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def dataset_card(build: Path, manifest: dict, summary: dict) -> str:
+    """README.md for a build whose files (manifest["files"]) are already in `build`."""
+    files = manifest["files"]
+    licenses = license_counts(build, files)
+    hub_licenses = sorted({spdx.lower() for spdx in licenses if spdx and " " not in spdx
+                           and spdx not in ("NOASSERTION",)})
+    front = {
+        "pretty_name": f"cpp-data build {manifest['build']}",
+        "language": ["code"],
+        "license": hub_licenses or ["other"],
+        "size_categories": [size_category(summary.get("documents", 0))],
+        "task_categories": ["text-generation"],
+        "tags": ["cpp", "code", "megatron", f"schema-{manifest['schema_generation']}"],
+        "configs": _configs(files),
+    }
+    lines = ["---", *_yaml(front), "---", "", f"# {front['pretty_name']}", ""]
+    lines += [f"C and C++ source files of {len(manifest['sources'])} pinned repositories, filtered (quality, "
+              f"licenses, secrets), deduplicated (exact, then MinHash near dedup) and tokenized by cpp-data "
+              f"{manifest['cpp_data_version']}, recipe {manifest['recipe'].get('version')} (schema generation "
+              f"{manifest['schema_generation']}). Build fingerprint `{manifest['build_fingerprint'][:16]}`.", ""]
+    lines += ["## Load it", "", "```python",
+              "from datasets import load_dataset",
+              "docs = load_dataset(\"path/to/this/build\")             # config documents: one row per file",
+              "rows = load_dataset(\"path/to/this/build\", \"packed\")   # packed rows for training",
+              "",
+              "import cpp_data",
+              "docs = cpp_data.load_build(\"path/to/this/build\")      # the same, from the manifest",
+              "```", "",
+              "DuckDB: `SELECT source_repo, source_path, license_spdx FROM 'shards/*.parquet'`. Megatron: "
+              "`launch.json` names the bin/idx datasets and the flags of pretrain_gpt.py; paths are relative "
+              "to it.", ""]
+    lines += ["## Sources", "", "| source | url | pinned commit | license (sources file) | weight |",
+              "|---|---|---|---|---|"]
+    for s in manifest["sources"]:
+        lines.append(f"| {s['name']} | {s['url']} | `{s['commit'][:16]}` | {s.get('license') or 'detected'} | "
+                     f"{s.get('weight', 1.0)} |")
+    lines += ["", "## Licenses", "", "| SPDX | documents |", "|---|---|"]
+    lines += [f"| {spdx} | {n:,} |" for spdx, n in sorted(licenses.items(), key=lambda x: (-x[1], x[0]))]
+    d = summary.get("decisions", {})
+    lines += ["", "## What was kept", "",
+              f"- files seen: {summary.get('files_seen', 0):,}; kept: {d.get('kept', 0):,}",
+              *[f"- refused, {rule}: {n:,}" for rule, n in sorted(summary.get("refused_by_rule", {}).items(),
+                                                               key=lambda x: (-x[1], x[0]))],
+              f"- exact duplicates removed: {summary.get('exact_duplicates', 0):,}; near duplicates removed: "
+              f"{summary.get('near_duplicates', 0):,} in {summary.get('near_duplicate_clusters', 0):,} clusters",
+              f"- documents: {summary.get('documents', 0):,} (train {summary.get('train_documents', 0):,}, "
+              f"validation {summary.get('valid_documents', 0):,}; split by repository and path)",
+              "- every file seen has a row in `provenance/ledger.parquet` saying what happened to it and why", ""]
+    tok = manifest.get("tokenizer")
+    if tok:
+        lines += ["## Tokenizer", "",
+                  f"`tokenizer/` (Hugging Face tokenizers): {tok['vocab_size']:,} ids, sha256 `{tok['sha256'][:16]}`; "
+                  f"{summary.get('tokens', 0):,} tokens in the shards' `token_ids`.", ""]
+    packing = summary.get("packing")
+    if packing:
+        lines += ["## Packed rows", "", f"Rows of {summary.get('packed_seq_length')} tokens, documents ending in EOD, "
+                  "fill-in-the-middle on part of the training documents:", ""]
+        for split, t in packing.items():
+            lines.append(f"- {split}: {t['rows']:,} rows, {t['slot_utilization']:.1%} of slots used, "
+                         f"{t['docs_per_row']:.2f} documents per row")
+        lines.append("")
+    lines += ["Every file of the build, with its SHA-256, is listed in `manifest.json`.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""The dataset card (issue 17, point 4): a build's README.md lets the Hugging Face datasets library load the
+documents (the default config) and the packed rows by the build's path alone, with the splits and row counts
+the manifest records; `cpp_data.load_build` gives the same from the manifest; a copied build still loads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+datasets = pytest.importorskip("datasets")
+yaml = pytest.importorskip("yaml")
+
+
+def _rows(manifest: dict, kind: str, split: str) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(f).num_rows for f in manifest["_dir"].glob(f"{'shards' if kind == 'shard' else 'packed'}/{split}*.parquet"))
+
+
+@pytest.fixture(scope="module")
+def copied_build(reference_build: Path, tmp_path_factory) -> Path:
+    """The reference build copied elsewhere: the card's paths are relative, so the copy must load alone."""
+    dest = tmp_path_factory.mktemp("card") / "build"
+    shutil.copytree(reference_build, dest)
+    return dest
+
+
+def test_card_front_matter_names_both_configs(reference_build: Path):
+    text = (reference_build / "README.md").read_text()
+    assert text.startswith("---\n")
+    front = yaml.safe_load(text.split("---\n")[1])
+    configs = {c["config_name"]: c for c in front["configs"]}
+    assert set(configs) == {"documents", "packed"} and configs["documents"].get("default") is True
+    for c in configs.values():
+        assert {f["split"] for f in c["data_files"]} == {"train", "validation"}
+        assert all(not f["path"].startswith("/") for f in c["data_files"])
+    assert front["license"] and front["size_categories"]
+    manifest = json.loads((reference_build / "manifest.json").read_text())
+    card = next(f for f in manifest["files"] if f["path"] == "README.md")
+    assert card["kind"] == "card"
+    for source in manifest["sources"]:  # the body names every source and its pin
+        assert source["name"] in text and source["commit"][:16] in text
+
+
+def test_datasets_loads_documents_and_packed_rows_by_path(copied_build: Path):
+    manifest = json.loads((copied_build / "manifest.json").read_text())
+    manifest["_dir"] = copied_build
+    docs = datasets.load_dataset(str(copied_build))
+    assert docs["train"].num_rows == _rows(manifest, "shard", "train") == manifest["totals"]["train_documents"]
+    assert docs["validation"].num_rows == manifest["totals"]["valid_documents"]
+    assert "text" in docs["train"].column_names and "source_repo" in docs["train"].column_names
+    packed = datasets.load_dataset(str(copied_build), "packed")
+    assert packed["train"].num_rows == _rows(manifest, "packed", "train") > 0
+    assert "input_ids" in packed["train"].column_names
+    assert len(packed["train"][0]["input_ids"]) == manifest["seq_length"]
+
+
+def test_load_build_reads_an_output_directory(reference_build: Path):
+    import cpp_data
+
+    out = reference_build.parent.parent  # OUT: its latest build
+    docs = cpp_data.load_build(out)
+    manifest = json.loads((reference_build / "manifest.json").read_text())
+    assert docs["train"].num_rows == manifest["totals"]["train_documents"]
+    packed = cpp_data.load_build(reference_build, "packed", split="validation")
+    assert packed.num_rows >= 1
+    from cpp_data.pipeline.errors import BadInput
+
+    with pytest.raises(BadInput, match="unknown config"):
+        cpp_data.load_build(reference_build, "tokens")
