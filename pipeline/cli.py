@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--from", dest="from_stage", metavar="STAGE", help="rerun this stage and every stage after it")
     b.add_argument("--force", action="store_true", help="rerun every stage even if its output is sealed")
     b.add_argument("--seed", type=int, help="shuffle seed (default: the recipe's shards.seed)")
+    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
+                   help="override a recipe parameter, checked like the recipe file and recorded in the manifest "
+                        "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. --set packed_rows.seq_length=2048")
     b.add_argument("--wait", action="store_true", help="if another build holds OUT, wait for it instead of exiting 75")
     b.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
 
@@ -222,6 +225,18 @@ def _parser() -> argparse.ArgumentParser:
                          "megatron-core's unfused attention with GPTDataset's masks")
     tr.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA; pays off over many steps)")
 
+    rc = group("recipes", help="the bundled recipes, one per schema generation")
+    leaf(rc, "list", cmd_recipes_list, help="list the bundled recipes",
+         description="One line per bundled recipe: its version, schema generation, stages and description.")
+    rs = leaf(rc, "show", cmd_recipes_show, help="print a recipe: its TOML, or every parameter resolved",
+              description="Print a bundled recipe's TOML as shipped; --resolved prints every stage's parameters "
+                          "with their defaults filled in (and --set overrides applied), as JSON.",
+              epilog="example: cpp-data recipes show v6 --resolved --set packed_rows.seq_length=2048")
+    rs.add_argument("recipe_version", metavar="VERSION", help="v2..v6")
+    rs.add_argument("--resolved", action="store_true", help="every parameter with defaults filled in, as JSON")
+    rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
+                    help="as for build")
+
     src = group("sources", help="work with sources files")
     lk = leaf(src, "lock", cmd_sources_lock, help="resolve every ref to a commit and write a lock file",
               description="Resolve each source's ref (tag, branch or commit) to a commit SHA, or pin a plain "
@@ -233,6 +248,52 @@ def _parser() -> argparse.ArgumentParser:
 
 def _err(msg: str) -> None:
     print(f"cpp-data: error: {msg}", file=sys.stderr)
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict]:
+    """--set STAGE.PARAM=VALUE items as {stage: {param: value}}; VALUE is read as a TOML value (a bare word
+    that is not one is taken as a string). Names and types are checked later, by load_recipe."""
+    import tomllib
+
+    out: dict[str, dict] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        stage, dot, param = key.strip().partition(".")
+        if not eq or not dot or not stage or not param:
+            raise BadInput(f"--set {item}: expected STAGE.PARAM=VALUE, e.g. packed_rows.seq_length=2048")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        out.setdefault(stage, {})[param] = value
+    return out
+
+
+def cmd_recipes_list(args) -> int:
+    from cpp_data.pipeline.recipe import available_versions, load_recipe
+
+    for version in available_versions():
+        r = load_recipe(version)
+        print(f"{version}  schema {r.schema_generation}  {len(r.stages)} stages: {' '.join(r.stages)}")
+        if r.description:
+            print(f"    {r.description}")
+    return EXIT_OK
+
+
+def cmd_recipes_show(args) -> int:
+    from importlib import resources
+
+    from cpp_data.pipeline.recipe import available_versions, load_recipe
+
+    if args.recipe_version not in available_versions():
+        raise BadInput(f"no recipe {args.recipe_version!r}; available: {', '.join(available_versions())}")
+    overrides = parse_overrides(args.overrides)
+    if args.resolved or overrides:
+        r = load_recipe(args.recipe_version, overrides=overrides or None)
+        print(json.dumps({k: v for k, v in r.to_json().items() if k != "path"}, indent=2))
+    else:
+        print((resources.files("cpp_data.pipeline.recipes") / f"{args.recipe_version}.toml").read_text(), end="")
+    return EXIT_OK
 
 
 def cmd_sources_lock(args) -> int:
@@ -281,8 +342,10 @@ def cmd_build(args) -> int:
 
     quiet_datatrove()
     bind_children_to_this_process()
-    overrides = {"shards": {"seed": args.seed}} if args.seed is not None else None
-    recipe = load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides)
+    overrides = parse_overrides(args.overrides)
+    if args.seed is not None:
+        overrides.setdefault("shards", {})["seed"] = args.seed
+    recipe = load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None)
     sources = _pins(args)
     if args.workers < 1:
         raise BadInput("--workers must be at least 1")
@@ -498,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except BrokenPipeError:  # `cpp-data recipes show v6 | head`: the reader left; stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:  # a bug or an unexpected environment: one line, the traceback on request
         if args.debug:
             raise

@@ -36,6 +36,7 @@ class Recipe:
     params: dict[str, Any]  # stage name -> its Params dataclass instance
     path: str
     sha256: str
+    overrides: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # --set, as given
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -46,6 +47,7 @@ class Recipe:
             "params": {k: dataclasses.asdict(v) for k, v in self.params.items()},
             "path": self.path,
             "sha256": self.sha256,
+            "overrides": self.overrides,
         }
 
 
@@ -129,6 +131,10 @@ def load_recipe(version: str | None = None, path: Path | None = None,
     stray = sorted(set(param_tables) - set(stages))
     if stray:
         raise RecipeError(f"{where}: [params.{stray[0]}] names a stage the recipe does not run")
+    strange = sorted(set(overrides or {}) - set(stages))
+    if strange:
+        raise RecipeError(f"--set {strange[0]}.*: {strange[0]!r} is not a stage of this recipe "
+                          f"({', '.join(stages)})")
     params = {}
     for name in stages:
         values = dict(param_tables.get(name, {}))
@@ -144,4 +150,5 @@ def load_recipe(version: str | None = None, path: Path | None = None,
         params=params,
         path=where,
         sha256=hashlib.sha256(raw).hexdigest(),
+        overrides={k: dict(v) for k, v in sorted((overrides or {}).items())},
     )

@@ -9,7 +9,8 @@ from conftest import run_cli
 
 @pytest.mark.parametrize("args,words", [
     ((), ["build", "validate", "status", "sources", "diff", "report", "exit codes"]),
-    (("build",), ["--version", "--sources", "--out", "--executor", "--only", "--from", "--force", "examples"]),
+    (("build",), ["--version", "--sources", "--out", "--executor", "--only", "--from", "--force", "--set", "examples"]),
+    (("recipes", "show"), ["--resolved", "--set", "example"]),
     (("validate",), ["_COMPLETE", "checksum", "row group"]),
     (("status",), ["current.json", "changelog"]),
     (("sources", "lock"), ["commit", "lock"]),
@@ -52,3 +53,49 @@ def test_status_writes_current_and_changelog(reference_build):
     run_cli("status", "--out", str(out))
     lines = (out / "status" / "changelog.jsonl").read_text().splitlines()
     assert len(lines) == 1  # unchanged status appends nothing
+
+
+def test_recipes_list_and_show():
+    listed = run_cli("recipes", "list").stdout
+    for version in ("v2", "v3", "v4", "v5", "v6"):
+        assert f"{version}  schema {version}" in listed
+    shown = run_cli("recipes", "show", "v6").stdout
+    from importlib import resources
+
+    assert shown == (resources.files("cpp_data.pipeline.recipes") / "v6.toml").read_text()
+    import json
+
+    resolved = json.loads(run_cli("recipes", "show", "v6", "--resolved").stdout)
+    assert resolved["params"]["packed_rows"]["seq_length"] == 4096 and resolved["overrides"] == {}
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("packed_rows.seq_lenght=2048", "unknown parameter(s) ['seq_lenght']"),
+    ("packed_rows.seq_length=abc", "seq_length must be an integer, got 'abc'"),
+    ("fancy.seed=1", "'fancy' is not a stage of this recipe"),
+    ("seq_length=2048", "expected STAGE.PARAM=VALUE"),
+])
+def test_set_overrides_are_checked_like_the_recipe(setting, message):
+    proc = run_cli("recipes", "show", "v6", "--set", setting, check=False)
+    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1]
+
+
+def test_set_override_reaches_the_fingerprint_and_the_manifest(reference_build, tmp_path):
+    """--set packed_rows.seq_length=256 on the reference build's cache: only the packed rows and what reads
+    them run again; the manifest records the override and the new length."""
+    import json
+    import shutil
+
+    from conftest import build
+
+    out = tmp_path / "out"
+    shutil.copytree(reference_build.parent.parent, out, symlinks=True)
+    shutil.rmtree(out / "builds")
+    sources = reference_build.parent.parent.parent / "sources.toml"
+    proc = build(sources, out, "--set", "packed_rows.seq_length=256")
+    assert "packed_rows: running" in proc.stdout and "shards: running" not in proc.stdout
+    assert "megatron_export: running" not in proc.stdout
+    manifest = json.loads((out / "builds" / (out / "builds" / "LATEST").read_text().strip() / "manifest.json")
+                          .read_text())
+    assert manifest["recipe"]["overrides"] == {"packed_rows": {"seq_length": 256}}
+    assert manifest["recipe"]["params"]["packed_rows"]["seq_length"] == 256 and manifest["seq_length"] == 256
