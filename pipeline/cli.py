@@ -225,6 +225,18 @@ def _parser() -> argparse.ArgumentParser:
                          "megatron-core's unfused attention with GPTDataset's masks")
     tr.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA; pays off over many steps)")
 
+    gc = leaf(sub, "gc", cmd_gc, help="remove old builds and the cache entries no kept build needs",
+              description="Keep the builds LATEST and PROMOTED name and the newest --keep builds of each schema "
+                          "generation; remove every other build (with its exports, verify receipt and report) "
+                          "and every cache entry that no kept build lists among its stages, so rebuilding a kept "
+                          "build stays 'nothing to do'. Entries of an interrupted build (.partial) stay for its "
+                          "resume. Holds the output lock; prints what it removed and how much.",
+              epilog="example: cpp-data gc --out out --keep 2 --dry-run")
+    gc.add_argument("--out", type=Path, required=True, help="output directory")
+    gc.add_argument("--keep", type=int, default=2, help="newest builds kept per schema generation (default 2)")
+    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc.add_argument("--wait", action="store_true", help="if a build holds OUT, wait for it instead of exiting 75")
+
     rc = group("recipes", help="the bundled recipes, one per schema generation")
     leaf(rc, "list", cmd_recipes_list, help="list the bundled recipes",
          description="One line per bundled recipe: its version, schema generation, stages and description.")
@@ -267,6 +279,17 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
             value = raw.strip()
         out.setdefault(stage, {})[param] = value
     return out
+
+
+def cmd_gc(args) -> int:
+    from cpp_data.pipeline.gc import collect_garbage, format_result
+
+    if args.keep < 1:
+        raise BadInput("--keep must be at least 1")
+    if not (args.out / "builds").is_dir() and not (args.out / "cache").is_dir():
+        raise BadInput(f"{args.out}: not an output directory (no builds/ or cache/)")
+    print(format_result(collect_garbage(args.out, args.keep, args.dry_run, args.wait), args.dry_run))
+    return EXIT_OK
 
 
 def cmd_recipes_list(args) -> int:

@@ -1,0 +1,110 @@
+"""`cpp-data gc`: remove old builds and the cache entries no kept build needs.
+
+Kept, always: the build LATEST names and the one PROMOTED names (a training launch may point at either); then
+the newest `keep` builds of each schema generation (by creation time). Every other sealed build goes, with its
+exports, verify receipt and report. A cache entry (cache/<stage>/<fingerprint>/) stays when a kept build's
+manifest lists it among its stages, so rebuilding a kept build is still "nothing to do"; the rest go. Entries
+still being written (`.partial`, left by an interrupted build) stay: the next build resumes from them. The
+output lock is held throughout, so no build runs meanwhile. Nothing is removed with `dry_run`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cpp_data.pipeline.fsutil import is_sealed
+from cpp_data.pipeline.outlock import OutputLock
+
+
+@dataclass
+class GcResult:
+    kept_builds: list[str] = field(default_factory=list)
+    removed_builds: list[str] = field(default_factory=list)
+    removed_entries: list[str] = field(default_factory=list)  # cache/<stage>/<fingerprint>
+    removed_bytes: int = 0
+
+
+def _size(path: Path) -> int:
+    if path.is_file() or path.is_symlink():
+        return path.lstat().st_size
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.lstat(os.path.join(root, f)).st_size for f in files)
+    return total
+
+
+def _remove(path: Path) -> None:
+    """Remove a file or a tree whose files and directories were made read-only (published builds)."""
+    def writable_then_retry(func, p, _exc):
+        os.chmod(os.path.dirname(p), stat.S_IRWXU)
+        if os.path.isdir(p):
+            os.chmod(p, stat.S_IRWXU)
+        func(p)
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, onerror=writable_then_retry)
+    else:
+        path.unlink()
+
+
+def _named(out: Path, marker: str) -> str | None:
+    f = out / "builds" / marker
+    return f.read_text().strip() if f.is_file() else None
+
+
+def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool = False) -> GcResult:
+    if keep < 1:
+        raise ValueError("--keep must be at least 1")
+    out = Path(out)
+    result = GcResult()
+    with OutputLock(out, wait=wait):
+        builds = []
+        for d in sorted((out / "builds").iterdir()) if (out / "builds").is_dir() else []:
+            if d.is_dir() and is_sealed(d) and (d / "manifest.json").is_file():
+                m = json.loads((d / "manifest.json").read_text())
+                builds.append((d, m))
+        protected = {_named(out, "LATEST"), _named(out, "PROMOTED")} - {None}
+        keep_names = set(protected)
+        by_generation: dict[str, list] = {}
+        for d, m in builds:
+            by_generation.setdefault(m.get("schema_generation", "?"), []).append((m.get("created_at", ""), d.name))
+        for entries in by_generation.values():
+            keep_names.update(name for _, name in sorted(entries, reverse=True)[:keep])
+        needed = set()
+        for d, m in builds:
+            if d.name in keep_names:
+                result.kept_builds.append(d.name)
+                needed.update((s["stage"], s["fingerprint"]) for s in m.get("stages", []))
+        doomed: list[Path] = []
+        for d, _ in builds:
+            if d.name not in keep_names:
+                result.removed_builds.append(d.name)
+                doomed += [d, out / "exports" / d.name, out / "verify" / f"{d.name}.json",
+                           out / "reports" / f"{d.name}.html"]
+        for stage_dir in sorted((out / "cache").iterdir()) if (out / "cache").is_dir() else []:
+            for entry in sorted(stage_dir.iterdir()) if stage_dir.is_dir() else []:
+                if entry.name.endswith(".partial") or not entry.is_dir():
+                    continue
+                if (stage_dir.name, entry.name) not in needed:
+                    result.removed_entries.append(f"cache/{stage_dir.name}/{entry.name}")
+                    doomed.append(entry)
+        for path in doomed:
+            if path.exists() or path.is_symlink():
+                result.removed_bytes += _size(path)
+                if not dry_run:
+                    _remove(path)
+    return result
+
+
+def format_result(r: GcResult, dry_run: bool) -> str:
+    verb = "would remove" if dry_run else "removed"
+    lines = [f"{verb} build {name}" for name in r.removed_builds]
+    lines.append(f"{verb} {len(r.removed_builds)} build(s) and {len(r.removed_entries)} cache entr"
+                 f"{'y' if len(r.removed_entries) == 1 else 'ies'}: {r.removed_bytes / 1e6:.1f} MB")
+    lines.append(f"kept {len(r.kept_builds)} build(s): {', '.join(r.kept_builds) or 'none'}")
+    return "\n".join(lines)

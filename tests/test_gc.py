@@ -1,0 +1,44 @@
+"""`cpp-data gc` (issue 17, point 7): old builds and the cache entries only they needed go; LATEST and PROMOTED
+never do; a kept build still validates and rebuilding it is still "nothing to do"."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from conftest import build, run_cli
+
+
+def test_gc_keeps_latest_and_promoted_and_what_they_need(reference_build: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    shutil.copytree(reference_build.parent.parent, out, symlinks=True)
+    sources = reference_build.parent.parent.parent / "sources.toml"
+    old = reference_build.name
+    (out / "builds" / "PROMOTED").write_text(old + "\n")
+    build(sources, out, "--set", "packed_rows.seq_length=512")  # a second v6 build: LATEST
+    new = (out / "builds" / "LATEST").read_text().strip()
+    assert new != old
+    before = {p for p in (out / "cache").glob("*/*")}
+
+    proc = run_cli("gc", "--out", str(out), "--keep", "1")
+    assert "removed 0 build(s)" in proc.stdout  # the old build is PROMOTED
+    assert {p for p in (out / "cache").glob("*/*")} == before
+
+    (out / "builds" / "PROMOTED").unlink()
+    dry = run_cli("gc", "--out", str(out), "--keep", "1", "--dry-run")
+    assert f"would remove build {old}" in dry.stdout and (out / "builds" / old).is_dir()
+    proc = run_cli("gc", "--out", str(out), "--keep", "1")
+    assert f"removed build {old}" in proc.stdout and not (out / "builds" / old).exists()
+    assert (out / "builds" / new).is_dir()
+    gone = before - {p for p in (out / "cache").glob("*/*")}
+    assert {p.parent.name for p in gone} == {"packed_rows", "launch_spec"}  # only the old length's entries
+    run_cli("validate", str(out / "builds" / new))
+    again = build(sources, out, "--set", "packed_rows.seq_length=512")
+    assert "nothing to do" in again.stdout and ": running" not in again.stdout
+
+
+def test_gc_refuses_what_is_not_an_output_directory(tmp_path: Path):
+    proc = run_cli("gc", "--out", str(tmp_path), check=False)
+    assert proc.returncode == 2 and "not an output directory" in proc.stderr
+    proc = run_cli("gc", "--out", str(tmp_path), "--keep", "0", check=False)
+    assert proc.returncode == 2 and "--keep must be at least 1" in proc.stderr
