@@ -225,6 +225,20 @@ def _parser() -> argparse.ArgumentParser:
                          "megatron-core's unfused attention with GPTDataset's masks")
     tr.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA; pays off over many steps)")
 
+    sh = leaf(sub, "show", cmd_show, help="print sample documents of a build (text, structure, tokens, license)",
+              description="Print documents of a build in manifest order: provenance (repo, path, commit, doc_id), "
+                          "license decision, size, tokens, and the text with tree-sitter's structure spans "
+                          "(coloured in a terminal, as line ranges otherwise). --json gives the same for scripts.",
+              epilog="examples:\n  cpp-data show out --repo googletest --path '*/gtest.cc'\n"
+                     "  cpp-data show out -n 20 --json | jq '.[].source_path'")
+    sh.add_argument("build", type=Path, help="a build directory, or OUT for its latest build")
+    sh.add_argument("--repo", help="only documents of this source")
+    sh.add_argument("--path", dest="path_glob", metavar="GLOB", help="only paths matching this glob (fnmatch)")
+    sh.add_argument("-n", type=int, default=3, help="how many documents (default 3)")
+    sh.add_argument("--columns", nargs="+", default=[], metavar="COLUMN", help="more shard columns to print")
+    sh.add_argument("--lines", type=int, default=40, help="lines of text per document (default 40)")
+    sh.add_argument("--json", action="store_true", help="JSON: every shown column, spans as character ranges")
+
     gc = leaf(sub, "gc", cmd_gc, help="remove old builds and the cache entries no kept build needs",
               description="Keep the builds LATEST and PROMOTED name and the newest --keep builds of each schema "
                           "generation; remove every other build (with its exports, verify receipt and report) "
@@ -279,6 +293,21 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
             value = raw.strip()
         out.setdefault(stage, {})[param] = value
     return out
+
+
+def cmd_show(args) -> int:
+    from cpp_data.pipeline.show import dumps, render, sample_documents
+
+    docs = sample_documents(args.build, args.repo, args.path_glob, args.n, args.columns)
+    if args.json:
+        print(dumps(docs))
+        return EXIT_OK
+    if not docs:
+        raise BadInput(f"{args.build}: no document matches" + (f" --repo {args.repo}" if args.repo else "")
+                       + (f" --path {args.path_glob}" if args.path_glob else ""))
+    colour = sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+    print("\n\n".join(render(d, colour, args.lines, args.columns) for d in docs))
+    return EXIT_OK
 
 
 def cmd_gc(args) -> int:
@@ -559,7 +588,7 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
     for key, value in vars(args).items():
         if isinstance(value, Path):
             setattr(args, key, Path(os.path.abspath(os.path.expanduser(value))))
-    if args.func in (cmd_validate, cmd_report, cmd_tokenizer_eval, cmd_verify, cmd_export):
+    if args.func in (cmd_validate, cmd_report, cmd_tokenizer_eval, cmd_verify, cmd_export, cmd_show):
         args.build = resolve_build(args.build)
     if args.func is cmd_train and args.launch_spec.is_dir() and not (args.launch_spec / "launch.json").is_file():
         args.launch_spec = resolve_build(args.launch_spec)  # OUT: its latest build's launch.json

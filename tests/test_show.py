@@ -1,0 +1,53 @@
+"""`cpp-data show` (issue 17, point 5): sample documents with provenance, license, tokens and structure spans;
+filters by repo and path glob; JSON for scripts; colour only in a terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+from pathlib import Path
+
+from conftest import CLI, run_cli
+
+
+def test_show_json_gives_provenance_tokens_and_spans(reference_build: Path):
+    docs = json.loads(run_cli("show", str(reference_build.parent.parent), "-n", "4", "--json").stdout)
+    assert len(docs) == 4
+    for d in docs:
+        assert d["source_repo"] and d["source_path"] and d["source_commit"] and d["doc_id"]
+        assert d["license_spdx"] and len(d["token_ids"]) > 0
+        assert d["structure_spans"], d["source_path"]
+        for span in d["structure_spans"]:
+            assert 0 <= span["start"] < span["end"] <= len(d["text"]) and span["category"] != "OTHER"
+
+
+def test_show_filters_by_repo_and_glob(reference_build: Path):
+    docs = json.loads(run_cli("show", str(reference_build), "--repo", "googletest", "--path", "*.cc", "-n", "5",
+                              "--json").stdout)
+    assert docs and all(d["source_repo"] == "googletest" and d["source_path"].endswith(".cc") for d in docs)
+    proc = run_cli("show", str(reference_build), "--repo", "no-such-repo", check=False)
+    assert proc.returncode == 2 and "no document matches --repo no-such-repo" in proc.stderr
+
+
+def test_show_colours_structure_in_a_terminal_only(reference_build: Path):
+    plain = run_cli("show", str(reference_build), "-n", "1").stdout
+    assert "\x1b[" not in plain and "span " in plain and "license " in plain
+    main, child = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.Popen([*CLI, "show", str(reference_build), "-n", "1", "--lines", "12"], stdout=child,
+                            stderr=subprocess.PIPE, env=env)
+    os.close(child)  # the child holds the only other end: reading ends (EIO) when it exits
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    assert b"\x1b[" in out and b"span " not in out
