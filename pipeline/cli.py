@@ -54,6 +54,26 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+def recipe_arguments(p: argparse.ArgumentParser) -> None:
+    """What chooses a build's stages and their fingerprints: shared by build and plan."""
+    p.add_argument("--version", dest="recipe_version", default="v6",
+                   help="schema generation whose recipe to run: v2..v6")
+    p.add_argument("--recipe", type=Path, help="a recipe file to use instead of the bundled one")
+    p.add_argument("--sources", type=Path, required=True,
+                   help="sources TOML; a relative local url in it is relative to the file's directory")
+    p.add_argument("--lock", type=Path,
+                   help="lock file with the pins (default: SOURCES.lock beside the sources file if present, "
+                        "else every ref is resolved now)")
+    p.add_argument("--relock", action="store_true",
+                   help="resolve every ref again instead of using the lock (a directory edited since locking "
+                        "otherwise stops the build)")
+    p.add_argument("--out", type=Path, required=True, help="output directory (cache, builds, status)")
+    p.add_argument("--seed", type=int, help="shuffle seed (default: the recipe's shards.seed)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
+                   help="override a recipe parameter, checked like the recipe file and recorded in the manifest "
+                        "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. --set packed_rows.seq_length=2048")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="on an error, print the traceback, not one line")
@@ -75,18 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         return g.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
 
     b = leaf(sub, "build", cmd_build, help="run a recipe and publish a sealed build", description=BUILD_HELP)
-    b.add_argument("--version", dest="recipe_version", default="v6",
-                   help="schema generation whose recipe to run: v2..v6")
-    b.add_argument("--recipe", type=Path, help="a recipe file to use instead of the bundled one")
-    b.add_argument("--sources", type=Path, required=True,
-                   help="sources TOML; a relative local url in it is relative to the file's directory")
-    b.add_argument("--lock", type=Path,
-                   help="lock file with the pins (default: SOURCES.lock beside the sources file if present, "
-                        "else every ref is resolved now)")
-    b.add_argument("--relock", action="store_true",
-                   help="resolve every ref again instead of using the lock (a directory edited since locking "
-                        "otherwise stops the build)")
-    b.add_argument("--out", type=Path, required=True, help="output directory (cache, builds, status)")
+    recipe_arguments(b)
     b.add_argument("--executor", choices=("local", "ray", "slurm"), default="local",
                    help="where per-document work runs (datatrove executors)")
     b.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel tasks (the CPU count)")
@@ -97,12 +106,19 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--only", metavar="STAGE", help="rerun just this stage (its inputs must be built)")
     g.add_argument("--from", dest="from_stage", metavar="STAGE", help="rerun this stage and every stage after it")
     b.add_argument("--force", action="store_true", help="rerun every stage even if its output is sealed")
-    b.add_argument("--seed", type=int, help="shuffle seed (default: the recipe's shards.seed)")
-    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
-                   help="override a recipe parameter, checked like the recipe file and recorded in the manifest "
-                        "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. --set packed_rows.seq_length=2048")
     b.add_argument("--wait", action="store_true", help="if another build holds OUT, wait for it instead of exiting 75")
     b.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    b.add_argument("--dry-run", action="store_true", help="say what would run and why, run nothing (cpp-data plan)")
+
+    pl = leaf(sub, "plan", cmd_plan, help="what a build would run and why, running nothing",
+              description="For every stage instance of the recipe over the sources: cached (its sealed output is "
+                          "in OUT's cache) or run, and why: its code, a parameter (old -> new), the source's pin, "
+                          "the sources' settings, or an input that runs again, compared with the newest build of "
+                          "the same recipe in OUT. Writes nothing.",
+              epilog="example: cpp-data plan --version v6 --sources sources/debian.toml --out out "
+                     "--set packed_rows.seq_length=2048")
+    recipe_arguments(pl)
+    pl.add_argument("--json", action="store_true", help="the plan as JSON")
 
     v = leaf(sub, "validate", cmd_validate, help="check a build against its manifest and schemas",
              description="Check _COMPLETE, every checksum in the manifest and every shard against its generation's "
@@ -387,17 +403,35 @@ def _executor_problem(kind: str) -> str | None:
     return None
 
 
-def cmd_build(args) -> int:
-    from cpp_data.pipeline.build import format_summary, run_build
-    from cpp_data.pipeline.executors import ExecutorConfig, bind_children_to_this_process, quiet_datatrove
+def _recipe_of(args):
     from cpp_data.pipeline.recipe import load_recipe
 
-    quiet_datatrove()
-    bind_children_to_this_process()
     overrides = parse_overrides(args.overrides)
     if args.seed is not None:
         overrides.setdefault("shards", {})["seed"] = args.seed
-    recipe = load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None)
+    return load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None)
+
+
+def cmd_plan(args) -> int:
+    from cpp_data.pipeline.executors import ExecutorConfig
+    from cpp_data.pipeline.plan import format_plan, plan
+    from cpp_data.pipeline.runner import Runner
+
+    runner = Runner(args.out, _recipe_of(args), _pins(args), ExecutorConfig(kind="local", workers=1))
+    p = plan(runner)
+    print(json.dumps(p, indent=2) if getattr(args, "json", False) else format_plan(p))
+    return EXIT_OK
+
+
+def cmd_build(args) -> int:
+    from cpp_data.pipeline.build import format_summary, run_build
+    from cpp_data.pipeline.executors import ExecutorConfig, bind_children_to_this_process, quiet_datatrove
+
+    if args.dry_run:
+        return cmd_plan(args)
+    quiet_datatrove()
+    bind_children_to_this_process()
+    recipe = _recipe_of(args)
     sources = _pins(args)
     if args.workers < 1:
         raise BadInput("--workers must be at least 1")

@@ -44,6 +44,7 @@ class Task:
     source: LockedSource | None
     inputs: dict[str, list["Task"]]
     fingerprint: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)  # what the fingerprint hashes
 
     @property
     def name(self) -> str:
@@ -60,8 +61,10 @@ class Task:
         return Artifact(self.name, self.source.name if self.source else None, self.fingerprint, self.directory(out))
 
 
-def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]],
-                sources: list[LockedSource] = ()) -> str:
+def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]],
+                        sources: list[LockedSource] = ()) -> dict[str, Any]:
+    """What a stage instance's fingerprint hashes; stage.json keeps it (`fingerprint_of`) so that `cpp-data
+    plan` can say which part changed."""
     payload = {
         "stage": stage.name,
         "version": stage.version,
@@ -73,7 +76,13 @@ def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, lis
     settings = stage.settings(source, list(sources))
     if settings is not None:  # only then, so the fingerprints of stages without settings stay as they were
         payload["settings"] = settings
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return payload
+
+
+def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]],
+                sources: list[LockedSource] = ()) -> str:
+    return hashlib.sha256(json.dumps(fingerprint_payload(stage, source, inputs, sources),
+                                     sort_keys=True).encode()).hexdigest()
 
 
 @dataclass
@@ -119,7 +128,8 @@ class Runner:
             else:
                 instances.append(Task(stage, None, {dep: by_stage[dep] for dep in cls.inputs}))
             for task in instances:
-                task.fingerprint = fingerprint(stage, task.source, task.inputs, self.sources)
+                task.payload = fingerprint_payload(stage, task.source, task.inputs, self.sources)
+                task.fingerprint = hashlib.sha256(json.dumps(task.payload, sort_keys=True).encode()).hexdigest()
             by_stage[name] = instances
             tasks.extend(instances)
         return tasks
@@ -212,6 +222,7 @@ class Runner:
             "version": task.stage.version,
             "params": dataclasses.asdict(task.stage.params),
             "inputs": {k: [t.fingerprint for t in v] for k, v in task.inputs.items()},
+            "fingerprint_of": task.payload,
             "counts": counts,
             "outputs": checksum_outputs(partial),
             "seconds": seconds,
@@ -232,7 +243,7 @@ class Runner:
         for t in self.tasks:
             meta = t.artifact(self.out).meta
             records.append({k: meta.get(k) for k in ("stage", "source", "fingerprint", "version", "params",
-                                                    "counts", "seconds", "finished_at")})
+                                                    "counts", "seconds", "finished_at", "fingerprint_of")})
         return records
 
 

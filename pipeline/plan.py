@@ -1,0 +1,110 @@
+"""`cpp-data plan` (and `build --dry-run`): what a build would do, and why, running nothing.
+
+Each stage instance is `cached` when its sealed cache entry exists (its fingerprint matches), else `run`. The
+reason for a run comes from comparing what its fingerprint hashes (`fingerprint_of`, kept in stage.json and
+the manifest) with the same stage instance of the newest build of the same recipe in OUT: the stage's code or
+version, a parameter (old and new value), the source's pin, the sources' settings (weights, decontamination
+references), or an input stage that runs again. Without an earlier build, or when the entry only left the
+cache (`cpp-data gc`), it says so. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cpp_data.pipeline.fsutil import is_sealed
+from cpp_data.pipeline.runner import Runner
+
+
+def newest_build(out: Path, version: str) -> tuple[str, dict] | None:
+    """(name, manifest) of the newest sealed build of recipe `version` in OUT, by creation time."""
+    found = []
+    for d in (Path(out) / "builds").glob(f"{version}-*"):
+        if d.is_dir() and is_sealed(d) and (d / "manifest.json").is_file():
+            m = json.loads((d / "manifest.json").read_text())
+            found.append((m.get("created_at", ""), d.name, m))
+    if not found:
+        return None
+    _, name, manifest = max(found)
+    return name, manifest
+
+
+def _changed_params(old: dict, new: dict) -> list[str]:
+    return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted({*old, *new}) if old.get(k) != new.get(k)]
+
+
+def _reason(task, before: dict | None, runs: set[str], compared_with: str | None) -> str:
+    if before is None:
+        return "new: no earlier build of this recipe in OUT" if compared_with is None else \
+            f"new: not in build {compared_with}"
+    old = before.get("fingerprint_of")
+    if before.get("fingerprint") == task.fingerprint:
+        return "its output left the cache (cpp-data gc, or a build that was never published); runs again"
+    new = json.loads(json.dumps(task.payload))  # as the record stored it: tuples are lists there
+    if not old:  # an earlier build that kept only params and version: say what those show
+        old = {"version": before.get("version"), "params": before.get("params") or {}}
+        why = []
+        if old["version"] != new.get("version"):
+            why.append(f"stage version {old['version']} -> {new.get('version')}")
+        changed = _changed_params(old["params"], new.get("params") or {})
+        if changed:
+            why.append("params: " + "; ".join(changed))
+        ran = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
+        if ran:
+            why.append("input " + ", ".join(ran) + " runs again")
+        return "; ".join(why) or f"its code, pin or settings differ from build {compared_with}"
+    why = []
+    if old.get("version") != new.get("version"):
+        why.append(f"stage version {old.get('version')} -> {new.get('version')}")
+    if old.get("code") != new.get("code"):
+        why.append("its code or a library that shapes its bytes changed")
+    changed = _changed_params(old.get("params") or {}, new.get("params") or {})
+    if changed:
+        why.append("params: " + "; ".join(changed))
+    if old.get("source") != new.get("source"):
+        o, n = old.get("source") or {}, new.get("source") or {}
+        moved = [f"{k} {str(o.get(k))[:12]} -> {str(n.get(k))[:12]}" for k in sorted({*o, *n}) if o.get(k) != n.get(k)]
+        why.append("source pin: " + "; ".join(moved))
+    if old.get("settings") != new.get("settings"):
+        why.append("source settings (weights or decontamination references) changed")
+    if old.get("inputs") != new.get("inputs"):
+        changed_inputs = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
+        why.append("input " + ", ".join(changed_inputs) + " runs again" if changed_inputs else "an input changed")
+    return "; ".join(why) or "fingerprint differs"
+
+
+def plan(runner: Runner) -> dict[str, Any]:
+    """{"compared_with": build name or None, "stages": [{label, stage, source, action, reason}]}."""
+    previous = newest_build(runner.out, runner.recipe.version)
+    records = {}
+    if previous:
+        for r in previous[1].get("stages", []):
+            records[(r["stage"], r.get("source"))] = r
+    runs: set[str] = set()
+    rows = []
+    for task in runner.tasks:
+        sealed = is_sealed(task.directory(runner.out))
+        if sealed:
+            rows.append({"label": task.label, "stage": task.name, "source": task.source.name if task.source else None,
+                         "action": "cached", "reason": ""})
+            continue
+        source = task.source.name if task.source else None
+        reason = _reason(task, records.get((task.name, source)), runs, previous[0] if previous else None)
+        runs.add(task.label)
+        rows.append({"label": task.label, "stage": task.name, "source": source, "action": "run", "reason": reason})
+    return {"recipe": runner.recipe.version, "out": str(runner.out),
+            "compared_with": previous[0] if previous else None, "stages": rows,
+            "cached": sum(r["action"] == "cached" for r in rows), "run": sum(r["action"] == "run" for r in rows)}
+
+
+def format_plan(p: dict[str, Any]) -> str:
+    lines = [f"plan: recipe {p['recipe']} in {p['out']}"
+             + (f" (compared with build {p['compared_with']})" if p["compared_with"] else " (no earlier build)")]
+    width = max((len(r["label"]) for r in p["stages"]), default=10)
+    for r in p["stages"]:
+        lines.append(f"  {r['action']:<7} {r['label']:<{width}}  {r['reason']}".rstrip())
+    lines.append(f"{p['cached']} cached, {p['run']} to run; nothing was run"
+                 + ("" if p["run"] else " (the build is up to date)"))
+    return "\n".join(lines)

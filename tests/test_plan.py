@@ -1,0 +1,52 @@
+"""`cpp-data plan` / `build --dry-run` (issue 17, point 2): which stages are cached, which would run and why,
+compared with the newest build of the same recipe in OUT; nothing is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import build, run_cli
+
+
+def _tree(path: Path) -> set[tuple[str, int]]:
+    return {(str(p.relative_to(path)), p.stat().st_mtime_ns) for p in path.rglob("*")}
+
+
+def _plan(out: Path, sources: Path, *extra: str) -> dict:
+    proc = run_cli("plan", "--version", "v6", "--sources", str(sources), "--out", str(out), "--json", *extra)
+    return json.loads(proc.stdout)
+
+
+def test_plan_names_what_changed_and_writes_nothing(reference_build: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    shutil.copytree(reference_build.parent.parent, out, symlinks=True)
+    sources = reference_build.parent.parent.parent / "sources.toml"
+    build(sources, out, "--set", "packed_rows.seq_length=512")  # a build whose stage records hold reasons
+    before = _tree(out)
+
+    same = _plan(out, sources, "--set", "packed_rows.seq_length=512")
+    assert same["run"] == 0 and same["cached"] == len(same["stages"])
+
+    p = _plan(out, sources, "--set", "packed_rows.seq_length=1024", "--set", "tokenizer.vocab_size=4096")
+    rows = {r["label"]: r for r in p["stages"]}
+    assert p["compared_with"] == (out / "builds" / "LATEST").read_text().strip()
+    assert rows["packed_rows"]["action"] == "run" and "seq_length 512 -> 1024" in rows["packed_rows"]["reason"]
+    assert rows["tokenizer"]["action"] == "run" and "vocab_size" in rows["tokenizer"]["reason"]
+    assert "input tokenizer runs again" in rows["token_columns"]["reason"]
+    assert rows["shards"]["action"] == "cached" and rows["collect[googletest]"]["action"] == "cached"
+    assert _tree(out) == before  # nothing written
+
+    text = run_cli("build", "--dry-run", "--version", "v6", "--sources", str(sources), "--out", str(out),
+                   "--set", "packed_rows.seq_length=1024").stdout
+    assert "seq_length 512 -> 1024" in text and "nothing was run" in text
+    assert _tree(out) == before
+
+
+def test_plan_of_an_empty_output_directory_runs_everything(reference_build: Path, tmp_path: Path):
+    sources = reference_build.parent.parent.parent / "sources.toml"
+    p = _plan(tmp_path / "fresh", sources)
+    assert p["cached"] == 0 and p["compared_with"] is None
+    assert all(r["action"] == "run" and r["reason"].startswith("new") for r in p["stages"])
+    assert not (tmp_path / "fresh").exists()
