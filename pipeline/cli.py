@@ -100,8 +100,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="where per-document work runs (datatrove executors)")
     b.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel tasks (the CPU count)")
     b.add_argument("--ray-address", help="Ray cluster to join (default: start a local Ray for this build)")
+    b.add_argument("--ray-cpus-per-task", type=int, default=1, help="CPUs Ray reserves per task (--executor ray)")
+    b.add_argument("--ray-mem-per-cpu", type=float, default=0.5, metavar="GB",
+                   help="memory Ray reserves per CPU of a task, GB (--executor ray)")
+    b.add_argument("--ray-resource", action="append", default=[], metavar="NAME=AMOUNT",
+                   help="a custom Ray resource every task needs, e.g. --ray-resource cpp_data_node=1 (repeatable)")
     b.add_argument("--slurm-partition", default="cpu", help="Slurm partition (--executor slurm)")
     b.add_argument("--slurm-time", default="04:00:00", help="Slurm time limit per task (--executor slurm)")
+    b.add_argument("--slurm-account", help="Slurm account to charge (sbatch --account)")
+    b.add_argument("--slurm-qos", default="normal", help="Slurm quality of service (sbatch --qos)")
+    b.add_argument("--slurm-cpus-per-task", type=int, default=1, help="CPUs per Slurm task")
+    b.add_argument("--slurm-mem-per-cpu", type=int, default=2, metavar="GB", help="memory per CPU of a Slurm task, GB")
+    b.add_argument("--slurm-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra sbatch option, e.g. --slurm-arg constraint=skylake (repeatable)")
     g = b.add_mutually_exclusive_group()
     g.add_argument("--only", metavar="STAGE", help="rerun just this stage (its inputs must be built)")
     g.add_argument("--from", dest="from_stage", metavar="STAGE", help="rerun this stage and every stage after it")
@@ -412,6 +423,36 @@ def _recipe_of(args):
     return load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None)
 
 
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise BadInput(f"{flag} {item}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _slurm_options(args) -> dict:
+    sbatch = _pairs(args.slurm_arg, "--slurm-arg")
+    if args.slurm_account:
+        sbatch["account"] = args.slurm_account
+    return {"partition": args.slurm_partition, "time": args.slurm_time, "qos": args.slurm_qos,
+            "cpus_per_task": args.slurm_cpus_per_task, "mem_per_cpu_gb": args.slurm_mem_per_cpu,
+            "sbatch_args": sbatch or None}
+
+
+def _ray_options(args) -> dict:
+    resources = {}
+    for name, amount in _pairs(args.ray_resource, "--ray-resource").items():
+        try:
+            resources[name] = float(amount)
+        except ValueError:
+            raise BadInput(f"--ray-resource {name}={amount}: the amount must be a number") from None
+    return {"cpus_per_task": args.ray_cpus_per_task, "mem_per_cpu_gb": args.ray_mem_per_cpu,
+            "resources": resources}
+
+
 def cmd_plan(args) -> int:
     from cpp_data.pipeline.executors import ExecutorConfig
     from cpp_data.pipeline.plan import format_plan, plan
@@ -439,7 +480,7 @@ def cmd_build(args) -> int:
     if problem:
         raise BadInput(problem)
     executor = ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
-                              slurm={"partition": args.slurm_partition, "time": args.slurm_time},
+                              slurm=_slurm_options(args), ray=_ray_options(args),
                               progress=not args.no_progress and sys.stderr.isatty())
     print(f"cpp-data {__version__}: recipe {recipe.version} (schema {recipe.schema_generation}), "
           f"{len(sources)} source(s), executor {args.executor} x{args.workers}")

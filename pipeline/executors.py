@@ -29,7 +29,9 @@ class ExecutorConfig:
     kind: str = "local"  # local | ray | slurm
     workers: int = 2
     ray_address: str | None = None
-    slurm: dict[str, Any] = field(default_factory=dict)  # partition, time, cpus_per_task, mem_per_cpu_gb, ...
+    slurm: dict[str, Any] = field(default_factory=dict)  # partition, time, qos, cpus_per_task, mem_per_cpu_gb,
+    # sbatch_args ({option: value}, account among them), poll_s
+    ray: dict[str, Any] = field(default_factory=dict)  # cpus_per_task, mem_per_cpu_gb, resources ({name: amount})
     progress: bool = True
 
 
@@ -117,8 +119,11 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
         from datatrove.executor.ray import RayPipelineExecutor
 
         _ensure_ray(cfg)
+        resources = cfg.ray.get("resources") or {}
         return RayPipelineExecutor(steps, tasks=tasks, workers=cfg.workers, logging_dir=str(logging_dir),
-                                   cpus_per_task=1, mem_per_cpu_gb=0.5)
+                                   cpus_per_task=cfg.ray.get("cpus_per_task", 1),
+                                   mem_per_cpu_gb=cfg.ray.get("mem_per_cpu_gb", 0.5),
+                                   ray_remote_kwargs={"resources": resources} if resources else None)
     if cfg.kind == "slurm":
         from datatrove.executor.slurm import SlurmPipelineExecutor
 
@@ -128,7 +133,7 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
         default_venv = os.path.join(sys.prefix, "bin", "activate") if in_venv else None
         return SlurmPipelineExecutor(
             steps, tasks=tasks, workers=cfg.workers if cfg.workers > 0 else -1,
-            time=opts.pop("time", "04:00:00"), partition=opts.pop("partition", "cpu"),
+            time=opts.pop("time", "04:00:00"), partition=opts.pop("partition", "cpu"), qos=opts.pop("qos", "normal"),
             logging_dir=str(logging_dir), job_name=f"cpp-data-{label}".replace("[", "-").replace("]", ""),
             venv_path=opts.pop("venv_path", default_venv),
             cpus_per_task=opts.pop("cpus_per_task", 1), mem_per_cpu_gb=opts.pop("mem_per_cpu_gb", 2),

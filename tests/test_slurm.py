@@ -15,12 +15,16 @@ def test_slurm_executor_scripts_run_to_identical_bytes(small_sources, reference_
     monkeypatch.setenv("PATH", f"{STUB}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_STUB_DIR", str(spool))
     out = tmp_path / "slurm"
-    build(small_sources, out, "--executor", "slurm", "--slurm-partition", "cpu-small", "--slurm-time", "01:30:00")
+    build(small_sources, out, "--executor", "slurm", "--slurm-partition", "cpu-small", "--slurm-time", "01:30:00",
+          "--slurm-account", "proj42", "--slurm-qos", "low", "--slurm-mem-per-cpu", "3",
+          "--slurm-arg", "constraint=skylake")
     assert data_digests(build_dir(out)) == data_digests(reference_build)
     scripts = sorted(spool.glob("*.slurm"))
     assert scripts, "no job was submitted"
     first = scripts[0].read_text()
     assert "#SBATCH --partition=cpu-small" in first and "#SBATCH --time=01:30:00" in first
+    for option in ("--account=proj42", "--qos=low", "--mem-per-cpu=3G", "--constraint=skylake"):
+        assert f"#SBATCH {option}" in first, option
     assert "#SBATCH --array=0-" in first and "launch_pickled_pipeline" in first
     assert "bin/activate" in first  # the job activates the same environment
 
