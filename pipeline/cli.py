@@ -69,6 +69,9 @@ def recipe_arguments(p: argparse.ArgumentParser) -> None:
                         "otherwise stops the build)")
     p.add_argument("--out", type=Path, required=True, help="output directory (cache, builds, status)")
     p.add_argument("--seed", type=int, help="shuffle seed (default: the recipe's shards.seed)")
+    p.add_argument("--tokenizer", type=Path, metavar="BUILD_OR_DIR",
+                   help="reuse this tokenizer instead of training one (a tokenizer/ directory, a build, or OUT): "
+                        "token ids stay those of that build; recorded by SHA-256 in the manifest")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
                    help="override a recipe parameter, checked like the recipe file and recorded in the manifest "
                         "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. --set packed_rows.seq_length=2048")
@@ -420,6 +423,8 @@ def _recipe_of(args):
     overrides = parse_overrides(args.overrides)
     if args.seed is not None:
         overrides.setdefault("shards", {})["seed"] = args.seed
+    if args.tokenizer is not None:
+        overrides.setdefault("tokenizer", {})["frozen"] = str(args.tokenizer)
     return load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None)
 
 

@@ -68,7 +68,8 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
         moved = [f"{k} {str(o.get(k))[:12]} -> {str(n.get(k))[:12]}" for k in sorted({*o, *n}) if o.get(k) != n.get(k)]
         why.append("source pin: " + "; ".join(moved))
     if old.get("settings") != new.get("settings"):
-        why.append("source settings (weights or decontamination references) changed")
+        why.append("settings outside the recipe changed (source weights, decontamination references or a frozen "
+                   "tokenizer's content)")
     if old.get("inputs") != new.get("inputs"):
         changed_inputs = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
         why.append("input " + ", ".join(changed_inputs) + " runs again" if changed_inputs else "an input changed")

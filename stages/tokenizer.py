@@ -31,6 +31,9 @@ class TokenizerParams:
     heldout_fraction: float = 0.05
     min_frequency: int = 2
     band_file: str = ""  # empty: the band shipped with cpp-data (tokenizer/cpp_band.toml)
+    # a cpp-data tokenizer to reuse instead of training one: its directory, or a build (or OUT) holding it;
+    # `build --tokenizer PATH` sets it. Token ids then stay those of the earlier build (continued training).
+    frozen: str = ""
 
 
 def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:
@@ -59,8 +62,16 @@ class TokenizerStage(Stage):
                       "tokenizer_requested_vocab_size": "requested_vocab_size"}
     publishes = ("tokenizer",)
 
+    def settings(self, source, sources) -> dict | None:
+        """A frozen tokenizer enters the fingerprint by its content: another tokenizer at the same path reruns."""
+        if not self.params.frozen:
+            return None
+        return {"frozen_tokenizer_sha256": sha256_file(frozen_tokenizer_dir(self.params.frozen) / "tokenizer.json")}
+
     def run(self, ctx: StageContext) -> dict:
         p: TokenizerParams = self.params
+        if p.frozen:
+            return reuse_tokenizer(frozen_tokenizer_dir(p.frozen), ctx.out / "tokenizer")
         band = load_band(Path(p.band_file) if p.band_file else None)
         unusable = check_band_pieces(band)
         if unusable:
@@ -79,3 +90,43 @@ class TokenizerStage(Stage):
         return {"vocab_size": size, "requested_vocab_size": p.vocab_size, "learned_ids": size - padding,
                 "padding_ids": padding, "band_revision": band.revision, "band_entries": len(band.entries),
                 "train_documents_seen": n, "sha256": sha256_file(path)}
+
+
+def frozen_tokenizer_dir(given: str) -> Path:
+    """The tokenizer directory a `frozen` path names: the directory itself, a build's tokenizer/, or the
+    latest build's of an output directory. BadInput naming the path when there is none."""
+    from cpp_data.pipeline.errors import BadInput
+    from cpp_data.schemas.reader import resolve_build
+
+    path = Path(given)
+    if (path / "tokenizer.json").is_file() and (path / "cpp_tokenizer.json").is_file():
+        return path
+    if (path / "tokenizer" / "tokenizer.json").is_file():
+        return path / "tokenizer"
+    if path.is_dir() and ((path / "builds").is_dir() or (path / "manifest.json").is_file()):
+        found = resolve_build(path) / "tokenizer"
+        if (found / "tokenizer.json").is_file():
+            return found
+    raise BadInput(f"{given}: no cpp-data tokenizer there (give a tokenizer/ directory, a build, or an output "
+                   f"directory whose latest build has one)")
+
+
+def reuse_tokenizer(src: Path, dest: Path) -> dict:
+    """Copy a tokenizer directory as it is and describe it as a trained one would be (counts of the stage)."""
+    import shutil
+
+    from cpp_data.tokenizer.files import tokenizer_info
+
+    info = tokenizer_info(src)
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file():
+            shutil.copyfile(f, dest / f.name)
+    tok = load_tokenizer(dest)
+    size = tok.get_vocab_size()
+    if size != info["vocab_size"]:
+        raise ValueError(f"{src}: tokenizer.json has {size} ids, cpp_tokenizer.json says {info['vocab_size']}")
+    padding = padding_ids(tok)
+    return {"vocab_size": size, "requested_vocab_size": size, "learned_ids": size - padding, "padding_ids": padding,
+            "band_revision": info["band_revision"], "band_entries": info.get("band_entries"),
+            "train_documents_seen": 0, "sha256": sha256_file(dest / "tokenizer.json"), "frozen_from": str(src)}

@@ -1,0 +1,44 @@
+"""A frozen tokenizer (issue 17, point 10): `build --tokenizer BUILD_OR_DIR` reuses an earlier build's
+tokenizer instead of training one, so token ids stay stable across scheduled builds; the manifest records it
+by SHA-256; plan says the tokenizer stage changes because of it; a path without a tokenizer is bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from conftest import build, run_cli
+
+
+def test_build_reuses_a_frozen_tokenizer(reference_build: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    shutil.copytree(reference_build.parent.parent, out, symlinks=True)
+    shutil.rmtree(out / "builds")
+    sources = reference_build.parent.parent.parent / "sources.toml"
+    frozen = tmp_path / "frozen"
+    shutil.copytree(reference_build / "tokenizer", frozen)  # outside any build: a tokenizer directory
+    # a recipe that would train a smaller vocabulary: the frozen tokenizer wins
+    plan = run_cli("plan", "--version", "v6", "--sources", str(sources), "--out", str(out), "--tokenizer",
+                   str(frozen), "--set", "tokenizer.vocab_size=4096").stdout
+    assert "frozen" in next(line for line in plan.splitlines() if " tokenizer " in line)
+    proc = build(sources, out, "--tokenizer", str(frozen), "--set", "tokenizer.vocab_size=4096")
+    assert "tokenizer: running" in proc.stdout and "shards: running" not in proc.stdout
+    new = out / "builds" / (out / "builds" / "LATEST").read_text().strip()
+    ref_manifest = json.loads((reference_build / "manifest.json").read_text())
+    manifest = json.loads((new / "manifest.json").read_text())
+    assert manifest["tokenizer"]["sha256"] == ref_manifest["tokenizer"]["sha256"]
+    assert manifest["tokenizer"]["frozen_from"] == str(frozen)
+    assert manifest["recipe"]["params"]["tokenizer"]["frozen"] == str(frozen)
+    for f in sorted(reference_build.glob("shards/*.parquet")):  # the same ids for every document
+        assert pq.read_table(f, columns=["token_ids"]).equals(pq.read_table(new / "shards" / f.name,
+                                                                               columns=["token_ids"]))
+
+
+def test_a_path_without_a_tokenizer_is_bad_input(reference_build: Path, tmp_path: Path):
+    sources = reference_build.parent.parent.parent / "sources.toml"
+    proc = run_cli("plan", "--version", "v6", "--sources", str(sources), "--out", str(tmp_path / "o"),
+                   "--tokenizer", str(tmp_path), check=False)
+    assert proc.returncode == 2 and "no cpp-data tokenizer there" in proc.stderr.strip().splitlines()[-1]
