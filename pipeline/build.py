@@ -310,7 +310,11 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
 
 def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: ExecutorConfig,
               only: str | None = None, from_stage: str | None = None, force: bool = False,
-              wait: bool = False, log=print) -> BuildResult:
+              wait: bool = False, log=None) -> BuildResult:
+    """Lock OUT, run the stages, publish the build; `log` hears of every stage (pipeline/buildlog.py)."""
+    from cpp_data.pipeline.runner import _print_log
+
+    log = log or _print_log
     out = Path(out)
     t0 = time.monotonic()
     with OutputLock(out, wait=wait):

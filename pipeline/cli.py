@@ -121,7 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--from", dest="from_stage", metavar="STAGE", help="rerun this stage and every stage after it")
     b.add_argument("--force", action="store_true", help="rerun every stage even if its output is sealed")
     b.add_argument("--wait", action="store_true", help="if another build holds OUT, wait for it instead of exiting 75")
-    b.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    b.add_argument("--no-progress", action="store_true", help="no live display (plain lines only)")
+    b.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="text: a live display in a terminal, plain lines otherwise; json: one JSON object per "
+                        "event on stdout, the summary last (for schedulers). Both go to OUT/logs/ too.")
     b.add_argument("--dry-run", action="store_true", help="say what would run and why, run nothing (cpp-data plan)")
 
     pl = leaf(sub, "plan", cmd_plan, help="what a build would run and why, running nothing",
@@ -487,19 +490,30 @@ def cmd_build(args) -> int:
     executor = ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
                               slurm=_slurm_options(args), ray=_ray_options(args),
                               progress=not args.no_progress and sys.stderr.isatty())
-    print(f"cpp-data {__version__}: recipe {recipe.version} (schema {recipe.schema_generation}), "
-          f"{len(sources)} source(s), executor {args.executor} x{args.workers}")
-    for s in sources:
-        print(f"  {s.name:<24} {s.commit[:17]}  {s.url}")
+    from cpp_data.pipeline.buildlog import BuildLog
+
     try:
-        result = run_build(args.out, recipe, sources, executor, only=args.only, from_stage=args.from_stage,
-                           force=args.force, wait=args.wait)
+        log = BuildLog(args.out, args.log_format, live=not args.no_progress and sys.stderr.isatty())
     except OSError as exc:
         raise BadInput(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
-    if result.build_dir is None:
-        print("stages done; not every stage is sealed yet, so no build was published")
-        return EXIT_NOTHING_TO_DO
-    print(format_summary(result.summary, result.build_dir, result.new_build))
+    try:
+        log(f"cpp-data {__version__}: recipe {recipe.version} (schema {recipe.schema_generation}), "
+            f"{len(sources)} source(s), executor {args.executor} x{args.workers}", event="start",
+            recipe=recipe.version, sources={s.name: s.commit for s in sources}, log_file=str(log.path))
+        for s in sources:
+            log(f"  {s.name:<24} {s.commit[:17]}  {s.url}", event="source", source=s.name)
+        try:
+            result = run_build(args.out, recipe, sources, executor, only=args.only, from_stage=args.from_stage,
+                               force=args.force, wait=args.wait, log=log)
+        except OSError as exc:
+            raise BadInput(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
+        if result.build_dir is None:
+            log("stages done; not every stage is sealed yet, so no build was published", event="unpublished")
+            return EXIT_NOTHING_TO_DO
+        log.summary({**result.summary, "build": str(result.build_dir), "new_build": result.new_build},
+                    format_summary(result.summary, result.build_dir, result.new_build))
+    finally:
+        log.close()
     for warning in result.summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return EXIT_OK if result.new_build else EXIT_NOTHING_TO_DO

@@ -158,30 +158,36 @@ class Runner:
                 if (entry.name.endswith(".partial") and entry not in keep) or ".old-" in entry.name:
                     shutil.rmtree(entry, ignore_errors=True)
 
-    def run(self, log=print) -> RunReport:
+    def run(self, log=None) -> RunReport:
+        """Run every stage instance that is not sealed, in recipe order. `log(text, event=..., **fields)` hears
+        of each one: stage_cached, stage_repaired, stage_start, stage_done (pipeline/buildlog.py)."""
+        log = log or _print_log
         report = RunReport()
         t0 = time.monotonic()
         self.clean_temporaries()
         order = self.recipe.stages
-        for task in self.tasks:
+        todo = [t for t in self.tasks if not (self.only is not None and t.name != self.only
+                                              and order.index(t.name) > order.index(self.only))]
+        for k, task in enumerate(todo, 1):  # --only never runs what comes after the stage
+            where = {"label": task.label, "index": k, "total": len(todo)}
             final = task.directory(self.out)
             input_of_only = self.only is not None and task.name != self.only
-            if input_of_only and order.index(task.name) > order.index(self.only):
-                continue  # --only never runs what comes after the stage
             if is_sealed(final) and not self._forced(task):
                 problem = self.entry_damage(task)  # checked once per task: it reads every cached byte
                 if problem is None:
                     report.cached.append(task.label)
+                    log(f"{task.label}: cached", event="stage_cached", **where)
                     continue
                 if input_of_only:
                     raise StageFailed(f"--only {self.only}: its input {task.label} is damaged ({problem}); "
                                       f"run the build without --only to rebuild it")
-                log(f"[{_now()}] {task.label}: cached output damaged ({problem}); running it again")
+                log(f"{task.label}: cached output damaged ({problem}); running it again", event="stage_repaired",
+                    **where)
                 report.repaired.append(task.label)
             elif input_of_only and not is_sealed(final):
                 raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
                                   f"run the build without --only first")
-            self._run_task(task, final, log)
+            self._run_task(task, final, log, where)
             report.ran.append(task.label)
         report.seconds = time.monotonic() - t0
         return report
@@ -194,7 +200,7 @@ class Runner:
             return f"stage.json unreadable: {exc}"
         return damage(task.directory(self.out), recorded)
 
-    def _run_task(self, task: Task, final: Path, log) -> None:
+    def _run_task(self, task: Task, final: Path, log, where: dict) -> None:
         partial = final.with_name(task.fingerprint + ".partial")
         if partial.exists() and not task.stage.resumable_tasks:
             shutil.rmtree(partial)
@@ -208,7 +214,7 @@ class Runner:
             label=task.label,
             sources=self.sources,
         )
-        log(f"[{_now()}] {task.label}: running{' (resuming finished tasks)' if resumed else ''}")
+        log(f"{task.label}: running{' (resuming finished tasks)' if resumed else ''}", event="stage_start", **where)
         started = time.monotonic()
         try:
             counts = task.stage.run(ctx)
@@ -230,7 +236,7 @@ class Runner:
             "cpp_data_version": __version__,
         })
         seal(partial, final)
-        log(f"[{_now()}] {task.label}: done in {seconds:.1f}s")
+        log(f"{task.label}: done in {seconds:.1f}s", event="stage_done", seconds=seconds, **where)
 
     def artifacts(self, stage: str) -> list[Artifact]:
         return [t.artifact(self.out) for t in self.tasks if t.name == stage]
@@ -245,6 +251,10 @@ class Runner:
             records.append({k: meta.get(k) for k in ("stage", "source", "fingerprint", "version", "params",
                                                     "counts", "seconds", "finished_at", "fingerprint_of")})
         return records
+
+
+def _print_log(text: str, **_event) -> None:
+    print(f"[{_now()}] {text}", flush=True)
 
 
 def _now() -> str:
