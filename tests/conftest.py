@@ -128,3 +128,30 @@ def copy_tree(src: Path, dst: Path, limit: int | None = None) -> dict[str, bytes
 
 __all__ = ["build", "build_dir", "copy_tree", "data_digests", "make_git_repo", "need", "run_cli", "write_sources",
            "shutil"]
+
+
+def run_in_terminal(args: list[str], timeout: float = 900) -> tuple[int, str]:
+    """Run the CLI with stdout and stderr on a pseudo-terminal of 120 x 40 (a user's terminal: isatty() is
+    true and tqdm knows its width); returns the exit code and everything it wrote, carriage returns as line
+    ends."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.Popen([*CLI, *args], stdout=child, stderr=child, env=env)
+    os.close(child)  # the child holds the only other end: reading ends (EIO) when it exits
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    return proc.wait(timeout=timeout), out.decode("utf-8", "replace").replace("\r", "\n")

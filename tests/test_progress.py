@@ -4,17 +4,12 @@ under OUT/logs/ every time."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import shutil
-import struct
 import subprocess
-import termios
 from pathlib import Path
 
-from conftest import CLI, build
+from conftest import CLI, build, run_in_terminal
 
 
 def _copy(reference_build: Path, tmp_path: Path) -> tuple[Path, Path]:
@@ -23,27 +18,9 @@ def _copy(reference_build: Path, tmp_path: Path) -> tuple[Path, Path]:
     return out, reference_build.parent.parent.parent / "sources.toml"
 
 
-def _in_a_terminal(args: list[str]) -> tuple[int, str]:
-    main, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a terminal 120 columns wide
-    proc = subprocess.Popen([*CLI, *args], stdout=child, stderr=child)
-    os.close(child)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    return proc.wait(timeout=900), out.decode("utf-8", "replace").replace("\r", "\n")
-
-
 def test_a_terminal_gets_a_live_display(reference_build: Path, tmp_path: Path):
     out, sources = _copy(reference_build, tmp_path)
-    rc, text = _in_a_terminal(["build", "--version", "v6", "--sources", str(sources), "--out", str(out),
+    rc, text = run_in_terminal(["build", "--version", "v6", "--sources", str(sources), "--out", str(out),
                                "--workers", "2", "--set", "packed_rows.seq_length=512"])
     assert rc == 0, text[-3000:]
     first = next(line for line in text.splitlines() if "stage 1/" in line)

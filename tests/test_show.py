@@ -4,12 +4,9 @@ filters by repo and path glob; JSON for scripts; colour only in a terminal."""
 from __future__ import annotations
 
 import json
-import os
-import pty
-import subprocess
 from pathlib import Path
 
-from conftest import CLI, run_cli
+from conftest import run_cli, run_in_terminal
 
 
 def test_show_json_gives_provenance_tokens_and_spans(reference_build: Path):
@@ -34,20 +31,6 @@ def test_show_filters_by_repo_and_glob(reference_build: Path):
 def test_show_colours_structure_in_a_terminal_only(reference_build: Path):
     plain = run_cli("show", str(reference_build), "-n", "1").stdout
     assert "\x1b[" not in plain and "span " in plain and "license " in plain
-    main, child = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen([*CLI, "show", str(reference_build), "-n", "1", "--lines", "12"], stdout=child,
-                            stderr=subprocess.PIPE, env=env)
-    os.close(child)  # the child holds the only other end: reading ends (EIO) when it exits
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    assert b"\x1b[" in out and b"span " not in out
+    rc, out = run_in_terminal(["show", str(reference_build), "-n", "1", "--lines", "12"], timeout=300)
+    assert rc == 0, out[-2000:]
+    assert "\x1b[" in out and "span " not in out
