@@ -113,7 +113,7 @@ def test_editing_a_stage_reruns_it(corpus, tmp_path):
     proc = _build(sources, out, env=env)
     assert _ran(proc) == ["ledger"]
     # a helper module a stage imports counts too: keys.py is imported by shards and ledger, not by collect
-    keys = site / "stages" / "keys.py"
+    keys = site / "stages" / "lib" / "keys.py"
     keys.write_text(keys.read_text() + "\n# another edit\n")
     ran = _ran(_build(sources, out, env=env))
     assert "shards" in ran and "ledger" in ran and not any(r.startswith(("collect", "filter", "license")) for r in ran)
