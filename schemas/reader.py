@@ -50,10 +50,16 @@ def _fill_array(col: Column, table: pa.Table) -> pa.Array:
     return pa.array([col.fill] * n, type=col.type)
 
 
-def conform(table: pa.Table, generation: str, where: str) -> pa.Table:
-    """Return `table` with exactly the columns of `generation`, filling the missing optional ones."""
-    out = []
-    for col in columns(generation):
+def conform(table: pa.Table, generation: str, where: str, names: list[str] | None = None) -> pa.Table:
+    """Return `table` with exactly the columns of `generation` (or those of them in `names`, in that order),
+    filling the missing optional ones."""
+    out, fields = [], []
+    by_name = {c.name: c for c in columns(generation)}
+    unknown = [n for n in names or () if n not in by_name]
+    if unknown:
+        raise ShardError(f"{where}: no column(s) {unknown} in schema generation {generation}")
+    for col in [by_name[n] for n in names] if names else columns(generation):
+        fields.append(full_schema(generation).field(col.name))
         if col.name in table.column_names:
             arr = table.column(col.name)
             if arr.type == col.type:
@@ -66,7 +72,7 @@ def conform(table: pa.Table, generation: str, where: str) -> pa.Table:
         elif col.required:
             raise ShardError(f"{where}, column {col.name!r}: required column is missing")
         out.append(_fill_array(col, table))
-    return pa.Table.from_arrays(out, schema=full_schema(generation))
+    return pa.Table.from_arrays(out, schema=pa.schema(fields))
 
 
 def iter_shard(path: Path, generation: str, columns_wanted: list[str] | None = None) -> Iterator[pa.Table]:
@@ -76,14 +82,23 @@ def iter_shard(path: Path, generation: str, columns_wanted: list[str] | None = N
         pf = pq.ParquetFile(path, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for unreadable footers
         raise ShardError(f"{path}: not a readable Parquet file ({exc})") from None
+    read = None  # every column, unless a projection: then only those (and what their fills are sized by)
+    if columns_wanted:
+        present = set(pf.schema_arrow.names)
+        by_name = {c.name: c for c in columns(generation)}
+        need = set(columns_wanted)
+        for name in columns_wanted:
+            col = by_name.get(name)
+            if col is not None and name not in present and (col.per_char or col.per_token):
+                need.add("text" if col.per_char else "token_ids")
+        read = [n for n in pf.schema_arrow.names if n in need]
     for rg in range(pf.num_row_groups):
         where = f"{path}, row group {rg}"
         try:
-            table = pf.read_row_group(rg)
+            table = pf.read_row_group(rg, columns=read)
         except Exception as exc:
             raise ShardError(f"{where}: cannot be decoded ({exc})") from None
-        table = conform(table, generation, where)
-        yield table.select(columns_wanted) if columns_wanted else table
+        yield conform(table, generation, where, columns_wanted)
 
 
 def iter_build_shards(build_dir: Path, generation: str | None = None, split: str | None = None,

@@ -56,3 +56,26 @@ def test_incomplete_directory_is_never_read(tmp_path):
 def test_every_generation_requires_text():
     for gen, cols in GENERATIONS.items():
         assert [c.name for c in cols if c.required] == ["text"], gen
+
+
+def test_a_projection_reads_only_its_columns_and_fills_alike(tmp_path, monkeypatch):
+    """columns_wanted reads only those columns from the file (and `text` where a missing per-character column
+    must be sized by it), and gives exactly what a full read would, selected."""
+    f = tmp_path / "old.parquet"
+    pq.write_table(pa.table({"text": ["int a;\n", "héllo"], "source_repo": ["r", "s"], "size_bytes": [7, 6],
+                             "n_lines": pa.array([1, 1], pa.int32())}), f, row_group_size=1)
+    wanted = ["source_repo", "structure_ids", "size_bytes"]
+    full = pa.concat_tables(list(iter_shard(f, "v6"))).select(wanted)
+    asked = []
+    original = pq.ParquetFile.read_row_group
+
+    def spy(self, i, columns=None, **kw):
+        asked.append(columns)
+        return original(self, i, columns=columns, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    part = pa.concat_tables(list(iter_shard(f, "v6", wanted)))
+    assert part.equals(full) and part.column_names == wanted
+    assert asked and all(sorted(c) == ["size_bytes", "source_repo", "text"] for c in asked)  # never n_lines
+    with pytest.raises(ShardError, match="no column"):
+        list(iter_shard(f, "v6", ["no_such_column"]))
