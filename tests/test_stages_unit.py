@@ -1,0 +1,267 @@
+"""One test per stage (issue 13, point 8): each v6 stage run on a tiny, made-up corpus through a StageContext,
+with no runner, CLI or subprocess, and its own output checked.
+
+The corpus: repository "alpha" (MIT LICENSE, its own compile_commands.json for two files) with a function file,
+a header, a main file calling into the header, an exact copy of the function file under another path, a near
+copy (one identifier changed), a file with a 5,000-character line, a GPL-tagged file and a non-C++ file;
+repository "beta" (no license file, no compile database) with one file that names Apache-2.0 by SPDX tag.
+`chain` runs the recipe's stages in order once, each into its own directory, wiring inputs as the runner does
+(a per-source stage reads its own source's artifacts); the tests read what each stage wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from cpp_data.pipeline.executors import ExecutorConfig
+from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.recipe import load_recipe
+from cpp_data.pipeline.sources import SourceSpec, lock_sources
+from cpp_data.pipeline.stage import Artifact, StageContext
+
+MIT = ("MIT License\n\nCopyright (c) 2024 Alpha\n\nPermission is hereby granted, free of charge, to any person "
+       "obtaining a copy of this software and associated documentation files (the \"Software\"), to deal in the "
+       "Software without restriction, including without limitation the rights to use, copy, modify, merge, "
+       "publish, distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the "
+       "Software is furnished to do so, subject to the following conditions:\n\nThe above copyright notice and "
+       "this permission notice shall be included in all copies or substantial portions of the Software.\n\nTHE "
+       "SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT "
+       "LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN "
+       "NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, "
+       "WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE "
+       "SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.\n")
+
+
+def _functions(prefix: str, n: int = 30) -> str:
+    body = [f"#include <vector>\n#include <string>\n\nnamespace {prefix} {{\n"]
+    for i in range(n):
+        body.append(f"// Adds the elements of v scaled by {i}.\nint {prefix}_sum_{i}(const std::vector<int>& v) {{\n"
+                    f"  int total = 0;\n  for (int x : v) total += x * {i + 1};\n  return total + {i};\n}}\n\n")
+    body.append(f"class {prefix.capitalize()}Widget {{\n public:\n  int size() const {{ return size_; }}\n"
+                f" private:\n  int size_ = 0;\n}};\n}}  // namespace {prefix}\n")
+    return "".join(body)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("unit-corpus")
+    alpha, beta = root / "alpha", root / "beta"
+    (alpha / "src").mkdir(parents=True)
+    (alpha / "include").mkdir()
+    (alpha / "LICENSE").write_text(MIT)
+    main = _functions("alpha")
+    (alpha / "src" / "sum.cpp").write_text(main)
+    (alpha / "src" / "sum_copy.cpp").write_text(main)  # exact duplicate
+    (alpha / "src" / "sum_near.cpp").write_text(main.replace("alpha_sum_7(", "alpha_total_7("))  # near duplicate
+    (alpha / "include" / "widget.h").write_text("#pragma once\n" + _functions("widget", 12))
+    (alpha / "src" / "table.cpp").write_text("int table[] = {" + ",".join(["1"] * 2500) + "};\n")  # long line
+    (alpha / "src" / "gpl.cpp").write_text("// SPDX-License-Identifier: GPL-3.0-only\n" + _functions("gpl", 8))
+    (alpha / "README.md").write_text("# alpha\n")  # not C/C++
+    (alpha / "src" / "main.cpp").write_text('#include "widget.h"\n\nint main() {\n  widget::WidgetWidget w;\n'
+                                             '  return widget::widget_sum_3({}) + w.size();\n}\n')
+    (alpha / "compile_commands.json").write_text(json.dumps([  # the repository's own compile database
+        {"directory": str(alpha), "file": f"src/{f}", "arguments": ["c++", "-std=c++17", "-Iinclude", "-c",
+                                                                   f"src/{f}"]}
+        for f in ("main.cpp", "sum.cpp")]))
+    beta.mkdir()
+    (beta / "lib.cc").write_text("// SPDX-License-Identifier: Apache-2.0\n" + _functions("beta", 20))
+    return alpha, beta
+
+
+def _run(name: str, params, inputs: dict[str, list[Artifact]], out: Path, source=None, sources=()) -> Artifact:
+    """One stage instance through a StageContext, sealed as the runner would leave it."""
+    from cpp_data.stages import registry
+
+    out.mkdir(parents=True)
+    label = f"{name}[{source.name}]" if source else name
+    ctx = StageContext(out=out, inputs=inputs, source=source, executor=ExecutorConfig(kind="local", workers=1,
+                                                                                      progress=False),
+                       label=label, sources=list(sources))
+    counts = registry()[name](params).run(ctx)
+    atomic_write_json(out / "stage.json", {"stage": name, "counts": counts})
+    (out / "_COMPLETE").write_text("")
+    return Artifact(name, source.name if source else None, "unit", out)
+
+
+@pytest.fixture(scope="module")
+def sources(corpus):
+    alpha, beta = corpus
+    return lock_sources([SourceSpec(name="alpha", url=str(alpha), configure=False),
+                         SourceSpec(name="beta", url=str(beta), configure=False)])
+
+
+@pytest.fixture(scope="module")
+def chain(sources, tmp_path_factory) -> dict[str, list[Artifact]]:
+    """Every v6 stage run once over the corpus through a StageContext, in recipe order."""
+    recipe = load_recipe("v6", overrides={"packed_rows": {"seq_length": 256}})
+    from cpp_data.stages import registry
+
+    out = tmp_path_factory.mktemp("unit-chain")
+    done: dict[str, list[Artifact]] = {}
+    for name in recipe.stages:
+        cls = registry()[name]
+        for src in (sources if cls.scope == "source" else [None]):
+            inputs = {dep: [a for a in done[dep] if src is None or a.source in (None, src.name)]
+                      for dep in cls.inputs}
+            where = out / name / (src.name if src else "corpus")
+            done.setdefault(name, []).append(_run(name, recipe.params[name], inputs, where, src, sources))
+    return done
+
+
+def _rows(artifacts: list[Artifact], pattern: str, columns: list[str] | None = None) -> list[dict]:
+    rows = []
+    for a in artifacts:
+        for f in sorted(a.path.glob(pattern)):
+            rows += pq.read_table(f, columns=columns).to_pylist()
+    return rows
+
+
+def test_collect_takes_the_cpp_files_and_skips_the_rest(chain, corpus):
+    files = _rows(chain["collect"], "files-*.parquet", ["source", "path", "sha256", "size"])
+    by_path = {(r["source"], r["path"]) for r in files}
+    assert ("alpha", "src/sum.cpp") in by_path and ("beta", "lib.cc") in by_path
+    assert ("alpha", "README.md") not in by_path and len(files) == 8
+    import hashlib
+
+    raw = (corpus[0] / "src" / "sum.cpp").read_bytes()
+    assert next(r["sha256"] for r in files if r["path"] == "src/sum.cpp") == hashlib.sha256(raw).hexdigest()
+    skipped = _rows(chain["collect"], "skipped.parquet")
+    assert sorted((r["path"], r["reason"]) for r in skipped) == [("LICENSE", "not_cpp"), ("README.md", "not_cpp"),
+                                                                ("compile_commands.json", "not_cpp")]
+
+
+def test_filter_refuses_the_long_line(chain):
+    rejected = _rows(chain["filter"], "rejected-*.parquet")
+    assert [(r["path"], r["decision"], r["reason"]) for r in rejected] == [("src/table.cpp", "filtered",
+                                                                           "max_line_length")]
+    kept = _rows(chain["filter"], "part-*.parquet", ["path"])
+    assert "src/table.cpp" not in {r["path"] for r in kept} and len(kept) == 7
+
+
+def test_decontaminate_without_a_reference_passes_every_document_on(chain):
+    before = sorted(r["path"] for r in _rows(chain["filter"], "part-*.parquet", ["path"]))
+    after = sorted(r["path"] for r in _rows(chain["decontaminate"], "part-*.parquet", ["path"]))
+    assert after == before
+
+
+def test_license_keeps_mit_and_apache_and_refuses_gpl(chain):
+    docs = _rows(chain["license"], "part-*.parquet", ["source", "path", "license_spdx"])
+    spdx = {(r["source"], r["path"]): r["license_spdx"] for r in docs}
+    assert spdx[("alpha", "src/sum.cpp")] == "MIT" and spdx[("beta", "lib.cc")] == "Apache-2.0"
+    assert ("alpha", "src/gpl.cpp") not in spdx
+
+
+def test_exact_dedup_removes_the_copy(chain):
+    dups = _rows(chain["exact_dedup"], "duplicates.parquet")
+    assert [(r["path"], r["keeper_path"]) for r in dups] == [("src/sum_copy.cpp", "src/sum.cpp")]
+
+
+def test_near_dedup_removes_the_near_copy_and_records_every_removal(chain):
+    near = _rows(chain["near_dedup"], "near_duplicates.parquet")
+    assert [r["path"] for r in near] == ["src/sum_near.cpp"] and near[0]["similarity"] >= 0.7
+    from cpp_data.stages.lib import keys
+
+    removed = keys.read_removed(chain["near_dedup"][0].path / "removed_keys.parquet")
+    assert len(removed) == 2 and list(removed) == sorted(removed)
+
+
+def test_shards_hold_the_kept_documents_split_by_path(chain):
+    rows = _rows(chain["shards"], "shards/*.parquet", ["source_repo", "source_path"])
+    paths = sorted(r["source_path"] for r in rows)
+    assert paths == sorted(["src/sum.cpp", "src/main.cpp", "include/widget.h", "lib.cc"])
+    listing = json.loads((chain["shards"][0].path / "shards.json").read_text())["files"]
+    rows_by_split = {s: sum(e["rows"] for e in listing if e["split"] == s) for s in ("train", "valid")}
+    assert sum(rows_by_split.values()) == 4 and min(rows_by_split.values()) >= 1  # neither split empty
+
+
+def test_semantics_indexes_with_libclang_where_there_is_a_compile_database(chain):
+    alpha, beta = sorted(chain["semantics"], key=lambda a: a.source)
+    assert alpha.counts["database"] == "source" and alpha.counts["tus_clean"] == alpha.counts["tus"] == 2
+    assert alpha.counts["edges"] >= 1  # main.cpp calls into widget.h
+    assert beta.counts["database"] == "none" and beta.counts["files_fallen_back_to_tree_sitter"] == 1
+
+
+def test_structure_labels_every_character(chain):
+    rows = _rows(chain["structure"], "shards/*.parquet", ["text", "structure_ids", "source_path"])
+    from cpp_data.stages.lib.syntax import CATEGORY_NAMES
+
+    for r in rows:
+        assert len(r["structure_ids"]) == len(r["text"])
+        names = {CATEGORY_NAMES[c] for c in r["structure_ids"]}
+        assert {"FUNC_SIGNATURE", "FUNC_BODY"} <= names, r["source_path"]
+        assert ("COMMENT" in names) == ("//" in r["text"]), r["source_path"]
+
+
+def test_tokenizer_trains_the_asked_vocabulary_or_what_the_corpus_fills(chain):
+    c = chain["tokenizer"][0].counts  # cap_vocab_to_corpus: what a tiny corpus fills, not 65,536
+    assert c["vocab_size"] < c["requested_vocab_size"] and c["learned_ids"] > 300 and c["vocab_size"] % 128 == 0
+    assert (chain["tokenizer"][0].path / "tokenizer" / "tokenizer.json").is_file()
+
+
+def test_token_columns_decode_back_to_the_text(chain):
+    from cpp_data.tokenizer.files import load_tokenizer
+
+    tok = load_tokenizer(chain["tokenizer"][0].path / "tokenizer")
+    rows = _rows(chain["token_columns"], "shards/*.parquet", ["text", "token_ids"])
+    assert rows and all(tok.decode(r["token_ids"], skip_special_tokens=False) == r["text"] for r in rows)
+
+
+def test_megatron_export_reads_back_in_megatron_core(chain):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    prefix = chain["megatron_export"][0].path / "megatron" / "cpp_train"
+    ds = IndexedDataset(str(prefix))
+    tokens = _rows(chain["token_columns"], "shards/train-*.parquet", ["token_ids"])
+    assert len(ds) == len(tokens)
+    assert sorted(len(ds[i]) for i in range(len(ds))) == sorted(len(t["token_ids"]) + 1 for t in tokens)
+
+
+def test_packed_rows_are_exactly_seq_length(chain):
+    rows = _rows(chain["packed_rows"], "packed/train-*.parquet", ["input_ids", "loss_mask"])
+    assert rows and all(len(r["input_ids"]) == 256 == len(r["loss_mask"]) for r in rows)
+    assert np.mean([sum(r["loss_mask"]) / 256 for r in rows]) > 0.5
+
+
+def test_launch_spec_names_both_datasets_relative_to_itself(chain):
+    spec = json.loads((chain["launch_spec"][0].path / "launch.json").read_text())
+    assert set(spec["datasets"]) == {"packed", "documents"} and spec["seq_length"] == 256
+    assert all(not p.startswith("/") for _, p in spec["datasets"]["packed"]["blend_per_split"]["train"])
+
+
+def test_ledger_has_one_row_per_file_seen(chain):
+    ledger = _rows(chain["ledger"], "ledger.parquet")
+    decisions = {(r["repo"], r["path"]): r["decision"] for r in ledger}
+    assert len(ledger) == len(decisions) == 11  # 8 C/C++ files, README.md, LICENSE, compile_commands.json
+    assert decisions[("alpha", "src/sum_copy.cpp")] == "exact_duplicate"
+    assert decisions[("alpha", "src/sum_near.cpp")] == "near_duplicate"
+    assert decisions[("alpha", "src/table.cpp")] == "filtered"
+    assert decisions[("alpha", "src/gpl.cpp")] == "license_refused"
+    assert decisions[("alpha", "README.md")] == "skipped"
+    assert sum(d == "kept" for d in decisions.values()) == 4
+
+
+def test_context_graph_makes_a_document_per_function_within_budget(chain, tmp_path):
+    params = load_recipe("v4").params["context_graph"]
+    art = _run("context_graph", params, {"structure": chain["structure"]}, tmp_path / "cg")
+    rows = _rows([art], "shards/*.parquet", ["text", "constituents", "source_path"])
+    functions = art.counts["functions"]
+    assert functions > 50 and len(rows) == art.counts["documents"] > 0
+    for r in rows:
+        assert len(r["text"].encode()) <= params.budget_bytes + 200  # the budget, and the block headers
+        assert r["constituents"] and all(c["path"] for c in r["constituents"])
+
+
+def test_dependency_documents_root_each_file_with_its_dependencies(chain, sources, tmp_path):
+    params = load_recipe("v5").params["dependency_documents"]
+    art = _run("dependency_documents", params, {k: chain[k] for k in ("semantics", "license", "near_dedup")},
+               tmp_path / "dd", sources=sources)
+    rows = _rows([art], "shards/*.parquet", ["text", "constituents"])
+    assert art.counts["roots"] >= 1 and len(rows) == art.counts["documents"] >= 1
+    kept = {r["source_path"] for r in _rows(chain["shards"], "shards/*.parquet", ["source_path"])}
+    for r in rows:  # every piece is a kept file: nothing dedup removed comes back through a dependency
+        assert {c["path"] for c in r["constituents"]} <= kept
