@@ -15,8 +15,7 @@ from conftest import build, run_cli
 
 def test_build_reuses_a_frozen_tokenizer(reference_build: Path, tmp_path: Path):
     out = tmp_path / "out"
-    shutil.copytree(reference_build.parent.parent, out, symlinks=True)
-    shutil.rmtree(out / "builds")
+    shutil.copytree(reference_build.parent.parent, out, symlinks=True)  # plan compares with its build
     sources = reference_build.parent.parent.parent / "sources.toml"
     frozen = tmp_path / "frozen"
     shutil.copytree(reference_build / "tokenizer", frozen)  # outside any build: a tokenizer directory
