@@ -71,9 +71,10 @@ def write_removed(path, tables: list[pa.Table]) -> int:
     stage row's key is not in it. Returns the number of keys."""
     import pyarrow.parquet as pq
 
-    keys = np.unique(removed_keys(tables))
-    pq.write_table(pa.table({"doc_key": pa.array(keys.tolist(), type=pa.binary(16))}, schema=REMOVED_KEYS),
-                   path, compression="zstd")
+    keys = np.unique(removed_keys(tables)).astype("S16")
+    # from the raw 16 bytes: numpy's tolist() would drop a key's trailing zero bytes
+    column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(keys), [None, pa.py_buffer(keys.tobytes())])
+    pq.write_table(pa.table({"doc_key": column}, schema=REMOVED_KEYS), path, compression="zstd")
     return len(keys)
 
 
@@ -81,8 +82,11 @@ def read_removed(path) -> np.ndarray:
     """The sorted S16 keys of removed_keys.parquet (write_removed), for `contains`."""
     import pyarrow.parquet as pq
 
-    column = pq.read_table(path, columns=["doc_key"]).column("doc_key")
-    return np.array(column.to_pylist(), dtype="S16")
+    column = pq.read_table(path, columns=["doc_key"]).column("doc_key").combine_chunks()
+    if not len(column):
+        return np.array([], dtype="S16")
+    data = column.buffers()[1]  # the keys' bytes back to back, 16 each (no nulls: the column is required)
+    return np.frombuffer(data, dtype="S16", count=len(column), offset=column.offset * 16).copy()
 
 
 def contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
