@@ -79,10 +79,9 @@ def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[
     return payload
 
 
-def fingerprint(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]],
-                sources: list[LockedSource] = ()) -> str:
-    return hashlib.sha256(json.dumps(fingerprint_payload(stage, source, inputs, sources),
-                                     sort_keys=True).encode()).hexdigest()
+def fingerprint(payload: dict[str, Any]) -> str:
+    """The fingerprint of a stage instance: SHA-256 of its payload (fingerprint_payload) as sorted JSON."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass
@@ -129,7 +128,7 @@ class Runner:
                 instances.append(Task(stage, None, {dep: by_stage[dep] for dep in cls.inputs}))
             for task in instances:
                 task.payload = fingerprint_payload(stage, task.source, task.inputs, self.sources)
-                task.fingerprint = hashlib.sha256(json.dumps(task.payload, sort_keys=True).encode()).hexdigest()
+                task.fingerprint = fingerprint(task.payload)
             by_stage[name] = instances
             tasks.extend(instances)
         return tasks

@@ -54,12 +54,13 @@ def conform(table: pa.Table, generation: str, where: str, names: list[str] | Non
     """Return `table` with exactly the columns of `generation` (or those of them in `names`, in that order),
     filling the missing optional ones."""
     out, fields = [], []
+    schema = full_schema(generation)
     by_name = {c.name: c for c in columns(generation)}
     unknown = [n for n in names or () if n not in by_name]
     if unknown:
         raise ShardError(f"{where}: no column(s) {unknown} in schema generation {generation}")
     for col in [by_name[n] for n in names] if names else columns(generation):
-        fields.append(full_schema(generation).field(col.name))
+        fields.append(schema.field(col.name))
         if col.name in table.column_names:
             arr = table.column(col.name)
             if arr.type == col.type:
@@ -72,7 +73,7 @@ def conform(table: pa.Table, generation: str, where: str, names: list[str] | Non
         elif col.required:
             raise ShardError(f"{where}, column {col.name!r}: required column is missing")
         out.append(_fill_array(col, table))
-    return pa.Table.from_arrays(out, schema=pa.schema(fields))
+    return pa.Table.from_arrays(out, schema=pa.schema(fields) if names else schema)
 
 
 def iter_shard(path: Path, generation: str, columns_wanted: list[str] | None = None) -> Iterator[pa.Table]:
