@@ -28,7 +28,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
-from presets import SIZES  # noqa: E402  (the harness's presets, torch-free, without installing cpp_data)
+from presets import PEAK_BF16_FLOPS, SIZES, flops_per_token  # noqa: E402  (the harness's presets, torch-free,
+# without installing cpp_data: the same FLOP count and peak as the harness's MFU)
 
 # Megatron .idx header: 9-byte magic, <Q version, <B dtype code (docs/FORMATS.md)
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
@@ -120,11 +121,11 @@ def run(prefix: str, model: str, seq: int, batch: int, micro: int, steps: int, c
         times.append(time.perf_counter() - t0)
     warm = times[len(times) // 4:] if len(times) >= 8 else times[1:]  # after compilation and warm-up
     rate = batch * seq * len(warm) / sum(warm)
-    s = SIZES[model]
-    flops = 6 * params + 12 * s.num_layers * s.hidden_size * seq  # harness/model.flops_per_token
+    flops = flops_per_token(params, model, seq)
+    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in torch.cuda.get_device_name(0)), None)
     return {"impl": "reference", "compiled": compile_, "model": model, "parameters": params, "seq_length": seq,
             "batch_size": batch, "micro_batch_size": micro, "steps": steps, "tokens_per_s": round(rate, 1),
-            "flops_per_token": flops, "mfu": round(rate * flops / 989e12, 4),
+            "flops_per_token": flops, "mfu": round(rate * flops / peak, 4) if peak else None,
             "max_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
             "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
             "device_name": torch.cuda.get_device_name(0), "torch": torch.__version__}

@@ -75,14 +75,3 @@ def build_model(size: str, vocab_size: int, seq_length: int, device: torch.devic
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def flops_per_token(parameters: int, size: str, seq_length: int) -> int:
-    """Training FLOPs per token, the PaLM paper's convention (appendix B): 6 N + 12 L d s.
-
-    N counts every parameter once (the tied embedding once: its lookup is no matmul, its use as the output
-    layer is); 6 N is the forward and backward matmuls of the weights; 12 L d s is the attention's two
-    matmuls (scores and context) forward and backward, counted over the full s x s square as is the
-    convention, although causal attention computes about half of it. MFU = tokens/s x this / peak FLOP/s."""
-    s = SIZES[size]
-    return 6 * parameters + 12 * s.num_layers * s.hidden_size * seq_length

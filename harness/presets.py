@@ -52,3 +52,18 @@ class TrainConfig:
     attention: str = "sdpa"  # "sdpa" (harness/attention.py) or "local" (megatron-core's unfused attention)
     compile: bool = False  # torch.compile the model (CUDA; the first steps pay the compilation)
     eval_data: str | None = None  # evaluate on this dataset's validation split instead (e.g. "documents")
+
+
+# dense bf16 peak FLOP/s, from NVIDIA's data sheets: the denominator of MFU
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
+
+
+def flops_per_token(parameters: int, size: str, seq_length: int) -> int:
+    """Training FLOPs per token, the PaLM paper's convention (appendix B): 6 N + 12 L d s.
+
+    N counts every parameter once (the tied embedding once: its lookup is no matmul, its use as the output
+    layer is); 6 N is the forward and backward matmuls of the weights; 12 L d s is the attention's two
+    matmuls (scores and context) forward and backward, counted over the full s x s square as is the
+    convention, although causal attention computes about half of it. MFU = tokens/s x this / peak FLOP/s."""
+    s = SIZES[size]
+    return 6 * parameters + 12 * s.num_layers * s.hidden_size * seq_length

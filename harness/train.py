@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from cpp_data.harness.presets import TrainConfig
+from cpp_data.harness.presets import PEAK_BF16_FLOPS, TrainConfig, flops_per_token
 from cpp_data.pipeline.errors import BadInput
 
 
@@ -134,9 +134,6 @@ def _data_fingerprints(dataset: dict) -> dict:
     return out
 
 
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense, from NVIDIA's data sheets
-
-
 def _peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
@@ -151,7 +148,7 @@ def train(c: TrainConfig, log=print) -> dict:
 
     from cpp_data.harness.data import build_datasets, dataset_of
     from cpp_data.harness.megatron_cpu import apply_cpu_patches
-    from cpp_data.harness.model import build_model, count_parameters, flops_per_token
+    from cpp_data.harness.model import build_model, count_parameters
     from cpp_data.schemas.launch_spec import load_launch_spec
 
     spec = load_launch_spec(c.launch_spec)
