@@ -10,15 +10,14 @@ output lock is held throughout, so no build runs meanwhile. Nothing is removed w
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpp_data.pipeline.fsutil import is_sealed
 from cpp_data.pipeline.outlock import OutputLock
+from cpp_data.schemas.manifest import sealed_builds
 
 
 @dataclass
@@ -63,11 +62,7 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
     out = Path(out)
     result = GcResult()
     with OutputLock(out, wait=wait):
-        builds = []
-        for d in sorted((out / "builds").iterdir()) if (out / "builds").is_dir() else []:
-            if d.is_dir() and is_sealed(d) and (d / "manifest.json").is_file():
-                m = json.loads((d / "manifest.json").read_text())
-                builds.append((d, m))
+        builds = sealed_builds(out)
         protected = {_named(out, "LATEST"), _named(out, "PROMOTED")} - {None}
         keep_names = set(protected)
         by_generation: dict[str, list] = {}

@@ -9,9 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cpp_data.pipeline.errors import BadInput
-
-CONFIGS = {"documents": "shard", "packed": "packed"}
-SPLITS = {"train": "train", "valid": "validation"}
+from cpp_data.schemas.dataset_card import CONFIGS, SPLIT_NAMES as SPLITS
 
 
 def load_build(path: str | Path, config: str = "documents", split: str | None = None):
@@ -28,7 +26,7 @@ def load_build(path: str | Path, config: str = "documents", split: str | None = 
     if config not in CONFIGS:
         raise BadInput(f"unknown config {config!r}; a build has {', '.join(CONFIGS)}")
     build = resolve_build(Path(path))
-    files = [f for f in load_manifest(build)["files"] if f.get("kind") == CONFIGS[config]]
+    files = [f for f in load_manifest(build)["files"] if f.get("kind") == CONFIGS[config][0]]
     if not files:
         raise BadInput(f"{build}: the build has no {config} data (its recipe wrote none)")
     data_files = {SPLITS[s]: [str(build / f["path"]) for f in files if f["split"] == s]

@@ -20,11 +20,9 @@ from cpp_data.pipeline.runner import Runner
 
 def newest_build(out: Path, version: str) -> tuple[str, dict] | None:
     """(name, manifest) of the newest sealed build of recipe `version` in OUT, by creation time."""
-    found = []
-    for d in (Path(out) / "builds").glob(f"{version}-*"):
-        if d.is_dir() and is_sealed(d) and (d / "manifest.json").is_file():
-            m = json.loads((d / "manifest.json").read_text())
-            found.append((m.get("created_at", ""), d.name, m))
+    from cpp_data.schemas.manifest import sealed_builds
+
+    found = [(m.get("created_at", ""), d.name, m) for d, m in sealed_builds(out) if d.name.startswith(f"{version}-")]
     if not found:
         return None
     _, name, manifest = max(found)

@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 SPLIT_NAMES = {"train": "train", "valid": "validation"}  # datasets' split names
+# the build's datasets: config name -> (manifest kind of its files, their directory); the first is the default
+CONFIGS = {"documents": ("shard", "shards"), "packed": ("packed", "packed")}
 _SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
           (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
 
@@ -29,15 +31,14 @@ def _configs(files: list[dict]) -> list[dict]:
     glob of its Parquet files per split."""
     kinds = {f.get("kind") for f in files}
     configs = []
-    for name, kind, directory, default in (("documents", "shard", "shards", True),
-                                           ("packed", "packed", "packed", False)):
+    for name, (kind, directory) in CONFIGS.items():
         if kind not in kinds:
             continue
         splits = sorted({f["split"] for f in files if f.get("kind") == kind and f.get("split")},
                         key=list(SPLIT_NAMES).index)
         entry = {"config_name": name, "data_files": [{"split": SPLIT_NAMES[s], "path": f"{directory}/{s}*.parquet"}
                                                      for s in splits]}
-        if default:
+        if name == next(iter(CONFIGS)):
             entry["default"] = True
         configs.append(entry)
     return configs

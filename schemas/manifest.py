@@ -38,3 +38,14 @@ def load_manifest(build_dir: Path) -> dict[str, Any]:
         if key not in manifest:
             raise BadInput(f"{path}: missing key {key!r}")
     return manifest
+
+
+def sealed_builds(out: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(directory, manifest) of every sealed build under OUT/builds/, in name order (plan and gc look at these)."""
+    import json
+
+    from cpp_data.pipeline.fsutil import is_sealed
+
+    builds = Path(out) / "builds"
+    return [(d, json.loads((d / "manifest.json").read_text())) for d in sorted(builds.iterdir())
+            if d.is_dir() and is_sealed(d) and (d / "manifest.json").is_file()] if builds.is_dir() else []
