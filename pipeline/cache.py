@@ -17,6 +17,8 @@ in exchange a build stays whole whatever happens to the cache, and the cache che
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -51,6 +53,12 @@ def output_files(directory: Path) -> list[str]:
 def checksum_outputs(directory: Path) -> dict[str, list]:
     """{relative path: [bytes, xxh3-128 hex]} for every output file of a stage directory."""
     return {rel: [(directory / rel).stat().st_size, file_digest(directory / rel)] for rel in output_files(directory)}
+
+
+def outputs_digest(recorded: dict[str, list]) -> str:
+    """One SHA-256 over a sealed entry's recorded outputs (paths, sizes, XXH3 digests): what a downstream stage's
+    fingerprint hashes of this input, so that an input rebuilt to the same bytes changes nothing downstream."""
+    return hashlib.sha256(json.dumps(recorded, sort_keys=True).encode()).hexdigest()
 
 
 def damage(directory: Path, recorded: dict[str, list] | None) -> str | None:

@@ -1,7 +1,9 @@
 """`cpp-data plan` (and `build --dry-run`): what a build would do, and why, running nothing.
 
-Each stage instance is `cached` when its sealed cache entry exists (its fingerprint matches), else `run`. The
-reason for a run comes from comparing what its fingerprint hashes (`fingerprint_of`, kept in stage.json and
+Each stage instance is `cached` when its sealed cache entry exists (its fingerprint matches), else `run`. A
+stage after one that runs cannot be fingerprinted before its input exists (fingerprints hash the inputs'
+bytes, pipeline/runner.py): it is listed as `run`, and the build will still reuse it if that input comes out
+byte for byte the same. The reason for a run comes from comparing what its fingerprint hashes (`fingerprint_of`, kept in stage.json and
 the manifest) with the same stage instance of the newest build of the same recipe in OUT: the stage's code or
 version, a parameter (old and new value), the source's pin, the sources' settings (weights, decontamination
 references), or an input stage that runs again. Without an earlier build, or when the entry only left the
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cpp_data.pipeline.fsutil import is_sealed
-from cpp_data.pipeline.runner import Runner
+from cpp_data.pipeline.runner import Runner, fingerprint_payload
 
 
 def newest_build(out: Path, version: str) -> tuple[str, dict] | None:
@@ -33,14 +35,15 @@ def _changed_params(old: dict, new: dict) -> list[str]:
     return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted({*old, *new}) if old.get(k) != new.get(k)]
 
 
-def _reason(task, before: dict | None, runs: set[str], compared_with: str | None) -> str:
+def _reason(task, before: dict | None, runs: set[str], compared_with: str | None, sources: list) -> str:
     if before is None:
         return "new: no earlier build of this recipe in OUT" if compared_with is None else \
             f"new: not in build {compared_with}"
     old = before.get("fingerprint_of")
     if before.get("fingerprint") == task.fingerprint:
         return "its output left the cache (cpp-data gc, or a build that was never published); runs again"
-    new = json.loads(json.dumps(task.payload))  # as the record stored it: tuples are lists there
+    payload = task.payload or fingerprint_payload(task.stage, task.source, {}, sources)
+    new = json.loads(json.dumps(payload))  # as the record stored it: tuples are lists there
     if not old:  # an earlier build that kept only params and version: say what those show
         old = {"version": before.get("version"), "params": before.get("params") or {}}
         why = []
@@ -51,7 +54,7 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
             why.append("params: " + "; ".join(changed))
         ran = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
         if ran:
-            why.append("input " + ", ".join(ran) + " runs again")
+            why.append("input " + ", ".join(ran) + " runs again (reused if its output is byte-identical)")
         return "; ".join(why) or f"its code, pin or settings differ from build {compared_with}"
     why = []
     if old.get("version") != new.get("version"):
@@ -68,9 +71,11 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
     if old.get("settings") != new.get("settings"):
         why.append("settings outside the recipe changed (source weights, decontamination references or a frozen "
                    "tokenizer's content)")
-    if old.get("inputs") != new.get("inputs"):
-        changed_inputs = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
-        why.append("input " + ", ".join(changed_inputs) + " runs again" if changed_inputs else "an input changed")
+    changed_inputs = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
+    if changed_inputs:
+        why.append("input " + ", ".join(changed_inputs) + " runs again (reused if its output is byte-identical)")
+    elif old.get("inputs") != new.get("inputs"):
+        why.append("an input's output changed")
     return "; ".join(why) or "fingerprint differs"
 
 
@@ -84,13 +89,14 @@ def plan(runner: Runner) -> dict[str, Any]:
     runs: set[str] = set()
     rows = []
     for task in runner.tasks:
-        sealed = is_sealed(task.directory(runner.out))
+        sealed = task.fingerprint is not None and is_sealed(task.directory(runner.out))
         if sealed:
             rows.append({"label": task.label, "stage": task.name, "source": task.source.name if task.source else None,
                          "action": "cached", "reason": ""})
             continue
         source = task.source.name if task.source else None
-        reason = _reason(task, records.get((task.name, source)), runs, previous[0] if previous else None)
+        reason = _reason(task, records.get((task.name, source)), runs, previous[0] if previous else None,
+                         runner.sources)
         runs.add(task.label)
         rows.append({"label": task.label, "stage": task.name, "source": source, "action": "run", "reason": reason})
     return {"recipe": runner.recipe.version, "out": str(runner.out),

@@ -6,9 +6,15 @@ Cache layout (shared by every build in OUT):
                                             finished datatrove tasks (resumable_tasks)
 A fingerprint is the SHA-256 of (stage name, stage version, the digest of the stage's code and of the libraries
 that shape its bytes (pipeline/code_digest.py), parameters, the source pin for per-source stages, and the
-fingerprints of the inputs). A sealed entry's stage.json records a checksum of every output file
+checksums of its inputs' outputs). A sealed entry's stage.json records a checksum of every output file
 (pipeline/cache.py); an entry is verified before it is reused, and a damaged one runs again. A rerun with the
-same sources and recipe therefore does no work; a moved pin reruns that source's per-source stages and every corpus stage after them, nothing else.
+same sources and recipe therefore does no work; a moved pin reruns that source's per-source stages.
+
+Early cutoff: because a stage hashes what its inputs hold rather than how they were made, a stage that runs
+again (its code was edited, its entry was damaged) and writes the same bytes leaves everything downstream
+cached. The price is that a stage's fingerprint is known only once its inputs are sealed: the runner
+fingerprints each stage instance just before its turn, and `cpp-data plan` can only say of a stage after one
+that runs "runs unless its input comes out the same".
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cpp_data import __version__
-from cpp_data.pipeline.cache import checksum_outputs, damage
+from cpp_data.pipeline.cache import checksum_outputs, damage, outputs_digest
 from cpp_data.pipeline.code_digest import code_digest
 from cpp_data.pipeline.errors import BadInput, CheckFailed
 from cpp_data.pipeline.executors import ExecutorConfig
@@ -43,7 +49,7 @@ class Task:
     stage: Stage
     source: LockedSource | None
     inputs: dict[str, list["Task"]]
-    fingerprint: str = ""
+    fingerprint: str | None = None  # None until every input is sealed (Runner.resolve)
     payload: dict[str, Any] = field(default_factory=dict)  # what the fingerprint hashes
 
     @property
@@ -55,23 +61,26 @@ class Task:
         return f"{self.name}[{self.source.name}]" if self.source else self.name
 
     def directory(self, out: Path) -> Path:
+        if self.fingerprint is None:
+            raise RuntimeError(f"{self.label}: not fingerprinted yet (an input is not sealed)")
         return Path(out) / "cache" / self.name / self.fingerprint
 
     def artifact(self, out: Path) -> Artifact:
         return Artifact(self.name, self.source.name if self.source else None, self.fingerprint, self.directory(out))
 
 
-def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[str, list[Task]],
+def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[str, list[str]],
                         sources: list[LockedSource] = ()) -> dict[str, Any]:
     """What a stage instance's fingerprint hashes; stage.json keeps it (`fingerprint_of`) so that `cpp-data
-    plan` can say which part changed."""
+    plan` can say which part changed. `inputs` maps each input stage to the digests of its instances' sealed
+    outputs (cache.outputs_digest)."""
     payload = {
         "stage": stage.name,
         "version": stage.version,
         "code": code_digest(type(stage).__module__, tuple(type(stage).libraries)),
         "params": dataclasses.asdict(stage.params),
         "source": source.pin() if source else None,
-        "inputs": {k: [t.fingerprint for t in v] for k, v in sorted(inputs.items())},
+        "inputs": {k: list(v) for k, v in sorted(inputs.items())},
     }
     settings = stage.settings(source, list(sources))
     if settings is not None:  # only then, so the fingerprints of stages without settings stay as they were
@@ -126,14 +135,36 @@ class Runner:
                     instances.append(Task(stage, src, inputs))
             else:
                 instances.append(Task(stage, None, {dep: by_stage[dep] for dep in cls.inputs}))
-            for task in instances:
-                task.payload = fingerprint_payload(stage, task.source, task.inputs, self.sources)
-                task.fingerprint = fingerprint(task.payload)
             by_stage[name] = instances
             tasks.extend(instances)
+        for task in tasks:  # as far as sealed inputs go; the rest get theirs during run()
+            self.resolve(task)
         return tasks
 
+    def resolve(self, task: Task) -> bool:
+        """Fingerprint `task` from its inputs' sealed outputs; False (fingerprint None) while an input is
+        unfingerprinted or unsealed. Reads each input's stage.json, not its bytes: run() verified those bytes
+        against the same record before it reached this task."""
+        digests: dict[str, list[str]] = {}
+        for dep, dep_tasks in task.inputs.items():
+            digests[dep] = []
+            for t in dep_tasks:
+                if t.fingerprint is None or not is_sealed(t.directory(self.out)):
+                    task.fingerprint = None
+                    return False
+                try:
+                    recorded = t.artifact(self.out).meta["outputs"]
+                except (OSError, ValueError, KeyError):  # unreadable, or sealed by an older cpp-data
+                    task.fingerprint = None
+                    return False
+                digests[dep].append(outputs_digest(recorded))
+        task.payload = fingerprint_payload(task.stage, task.source, digests, self.sources)
+        task.fingerprint = fingerprint(task.payload)
+        return True
+
     def build_fingerprint(self) -> str:
+        if any(t.fingerprint is None for t in self.tasks):
+            raise RuntimeError("build_fingerprint before every stage instance was fingerprinted")
         return hashlib.sha256("".join(t.fingerprint for t in self.tasks).encode()).hexdigest()
 
     def _forced(self, task: Task) -> bool:
@@ -145,16 +176,20 @@ class Runner:
             return self.recipe.stages.index(task.name) >= self.recipe.stages.index(self.from_stage)
         return False
 
-    def clean_temporaries(self) -> None:
-        """Delete what killed runs left: stale .partial dirs (unless resumable and still planned), .old dirs."""
-        keep = {t.directory(self.out).with_name(t.fingerprint + ".partial")
-                for t in self.tasks if t.stage.resumable_tasks}
+    def clean_temporaries(self, finished: bool = False) -> None:
+        """Delete what killed runs left: .old dirs, and .partial dirs, except those of stages that resume
+        finished tasks (resumable_tasks), which go only once a run has finished (`finished`) and no stage
+        instance of this build names them: before that, a stage's fingerprint may not be known yet."""
+        resumable = {t.name for t in self.tasks if t.stage.resumable_tasks}
+        keep = {f"{t.fingerprint}.partial" for t in self.tasks if t.fingerprint is not None}
         cache = self.out / "cache"
         if not cache.is_dir():
             return
         for stage_dir in cache.iterdir():
             for entry in stage_dir.iterdir():
-                if (entry.name.endswith(".partial") and entry not in keep) or ".old-" in entry.name:
+                stale_partial = entry.name.endswith(".partial") and (
+                    stage_dir.name not in resumable or (finished and entry.name not in keep))
+                if stale_partial or ".old-" in entry.name:
                     shutil.rmtree(entry, ignore_errors=True)
 
     def run(self, log=None) -> RunReport:
@@ -169,6 +204,8 @@ class Runner:
                                               and order.index(t.name) > order.index(self.only))]
         for k, task in enumerate(todo, 1):  # --only never runs what comes after the stage
             where = {"label": task.label, "index": k, "total": len(todo)}
+            if not self.resolve(task):  # recipe order: every input ran or was verified above
+                raise StageFailed(f"{task.label}: an input has no sealed output")
             final = task.directory(self.out)
             input_of_only = self.only is not None and task.name != self.only
             if is_sealed(final) and not self._forced(task):
@@ -188,6 +225,7 @@ class Runner:
                                   f"run the build without --only first")
             self._run_task(task, final, log, where)
             report.ran.append(task.label)
+        self.clean_temporaries(finished=True)
         report.seconds = time.monotonic() - t0
         return report
 
@@ -241,7 +279,7 @@ class Runner:
         return [t.artifact(self.out) for t in self.tasks if t.name == stage]
 
     def all_sealed(self) -> bool:
-        return all(is_sealed(t.directory(self.out)) for t in self.tasks)
+        return all(t.fingerprint is not None and is_sealed(t.directory(self.out)) for t in self.tasks)
 
     def stage_records(self) -> list[dict[str, Any]]:
         records = []

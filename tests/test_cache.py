@@ -97,23 +97,34 @@ def test_force_replaces_a_damaged_published_build(corpus):
     run_cli("validate", str(_latest(out)))
 
 
-def test_editing_a_stage_reruns_it(corpus, tmp_path):
-    """A copy of the package with one stage edited (no version bump) reruns that stage and only it."""
+def test_editing_a_stage_reruns_it_and_early_cutoff_keeps_the_rest(corpus, tmp_path):
+    """A copy of the package with one stage edited (no version bump) reruns that stage; the stages after it are
+    reused when it wrote the same bytes (their fingerprints hash their inputs' checksums, not their inputs'
+    fingerprints)."""
     sources, out = corpus
     site = tmp_path / "site" / "cpp_data"
     shutil.copytree(REPO / "pipeline" / "_namespace", site)
     for pkg in ("pipeline", "stages", "schemas", "tokenizer", "clang_index", "harness"):
         shutil.copytree(REPO / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__", "_namespace"))
-    ledger = site / "stages" / "ledger.py"
-    ledger.write_text(ledger.read_text() + "\n# an edit that changes no output byte\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    probe = subprocess.run([sys.executable, "-c", "import cpp_data.stages.ledger as m; print(m.__file__)"],
+    probe = subprocess.run([sys.executable, "-c", "import cpp_data.stages.filter as m; print(m.__file__)"],
                            capture_output=True, text=True, env=env, check=True)
-    assert probe.stdout.strip() == str(ledger)
+    assert probe.stdout.strip() == str(site / "stages" / "filter.py")
+    # filter is the second stage: everything after it would run again if fingerprints chained
+    stage = site / "stages" / "filter.py"
+    stage.write_text(stage.read_text() + "\n# an edit that changes no output byte\n")
+    first = _latest(out)
     proc = _build(sources, out, env=env)
-    assert _ran(proc) == ["ledger"]
+    assert _ran(proc) == ["filter[gt]"], proc.stdout
+    second = _latest(out)  # a new build (its code differs), with the same bytes
+    assert second != first
+    for shard in sorted(first.glob("shards/*.parquet")):
+        assert shard.read_bytes() == (second / "shards" / shard.name).read_bytes()
     # a helper module a stage imports counts too: keys.py is imported by shards and ledger, not by collect
     keys = site / "stages" / "lib" / "keys.py"
     keys.write_text(keys.read_text() + "\n# another edit\n")
     ran = _ran(_build(sources, out, env=env))
-    assert "shards" in ran and "ledger" in ran and not any(r.startswith(("collect", "filter", "license")) for r in ran)
+    assert "shards" in ran and "ledger" in ran
+    # shards wrote the same bytes, so structure and token_columns after it are reused
+    assert not any(r.startswith(("collect", "filter", "license", "structure", "token_columns", "megatron_export"))
+                   for r in ran), ran
