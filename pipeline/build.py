@@ -26,6 +26,7 @@ from cpp_data.pipeline.recipe import Recipe
 from cpp_data.pipeline.runner import Runner
 from cpp_data.pipeline.sources import LockedSource, write_lock
 from cpp_data.schemas.dataset_card import dataset_card
+from cpp_data.schemas.generations import SCHEMA_REVISION
 from cpp_data.schemas.manifest import FORMAT, sha256_file
 
 
@@ -284,6 +285,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
         "build": name,
         "build_fingerprint": fp,
         "schema_generation": recipe.schema_generation,
+        "schema_revision": SCHEMA_REVISION,  # the column names' revision (schemas/generations.py)
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpp_data_version": __version__,
         "recipe": recipe.to_json(),

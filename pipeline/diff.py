@@ -8,7 +8,8 @@ for the history generations (v2, v3), whose documents are versions, by (repo, pa
 - distributions: documents and text bytes per license and per repo, in A and in B;
 - schema: generation of each build and shard columns added, removed or retyped.
 The per-document table and the others can be written as Parquet (`--tables DIR`) for DuckDB or pandas.
-Memory holds one (repo, path) -> (commit, sha256) map per build: bounded by document count, not text.
+Memory holds one (repo, path) -> (commit, text_sha256) map per build: bounded by document count, not text.
+Builds of an earlier schema revision are read under today's column names (schemas/reader.py).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cpp_data.schemas.manifest import load_manifest
-from cpp_data.schemas.reader import iter_build_shards, require_complete
+from cpp_data.schemas.reader import iter_build_shards, read_ledger, require_complete
 
-_COLS = ["source_repo", "source_path", "source_commit", "sha256", "license_spdx", "size_bytes"]
+_COLS = ["source_repo", "source_path", "source_commit", "text_sha256", "license_spdx", "size_bytes"]
 
 
 HISTORY_GENERATIONS = ("v2", "v3")
@@ -42,7 +43,7 @@ def _ledger(build: Path, versions: bool) -> dict[tuple[str, str, str], tuple[str
     path = build / "provenance" / "ledger.parquet"
     if not path.is_file():
         return {}
-    t = pq.read_table(path, columns=["repo", "path", "commit", "decision", "reason"])
+    t = read_ledger(path, ["source_repo", "source_path", "source_commit", "decision", "reason"])
     return {(r, p, c if versions else ""): (d, why)
             for r, p, c, d, why in zip(*(t.column(x).to_pylist() for x in t.column_names))}
 
@@ -75,9 +76,9 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
         else:
             kind = "unchanged"
         kinds[kind] += 1
-        rows.append({"repo": key[0], "path": key[1], "version": key[2], "change": kind,
-                     "commit_a": old[0] if old else None, "commit_b": new[0] if new else None,
-                     "sha256_a": old[1] if old else None, "sha256_b": new[1] if new else None,
+        rows.append({"source_repo": key[0], "source_path": key[1], "version": key[2], "change": kind,
+                     "source_commit_a": old[0] if old else None, "source_commit_b": new[0] if new else None,
+                     "text_sha256_a": old[1] if old else None, "text_sha256_b": new[1] if new else None,
                      "license_a": old[2] if old else None, "license_b": new[2] if new else None,
                      "bytes_a": old[3] if old else None, "bytes_b": new[3] if new else None})
     la, lb = _ledger(a, versions), _ledger(b, versions)
@@ -108,6 +109,7 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
         "text_bytes": {"a": sum(v[3] or 0 for v in da.values()), "b": sum(v[3] or 0 for v in db.values())},
         "schema": {
             "generation": [ma["schema_generation"], mb["schema_generation"]],
+            "revision": [ma.get("schema_revision", 1), mb.get("schema_revision", 1)],
             "columns_added": sorted(sb.keys() - sa.keys()),
             "columns_removed": sorted(sa.keys() - sb.keys()),
             "columns_retyped": sorted(k for k in sa.keys() & sb.keys() if sa[k] != sb[k]),
@@ -121,9 +123,9 @@ def write_tables(result: dict[str, Any], directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     docs = directory / "documents.parquet"
     pq.write_table(pa.Table.from_pylist(result["_rows"], schema=pa.schema([
-        ("repo", pa.string()), ("path", pa.string()), ("version", pa.string()), ("change", pa.string()),
-        ("commit_a", pa.string()),
-        ("commit_b", pa.string()), ("sha256_a", pa.string()), ("sha256_b", pa.string()),
+        ("source_repo", pa.string()), ("source_path", pa.string()), ("version", pa.string()),
+        ("change", pa.string()), ("source_commit_a", pa.string()), ("source_commit_b", pa.string()),
+        ("text_sha256_a", pa.string()), ("text_sha256_b", pa.string()),
         ("license_a", pa.string()), ("license_b", pa.string()), ("bytes_a", pa.int64()), ("bytes_b", pa.int64()),
     ])), docs)
     refusals = directory / "refusals.parquet"
@@ -155,7 +157,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"  {lic:<40} {x:>8,} -> {y:,}" + ("" if x == y else f"  ({y - x:+,})"))
     s = result["schema"]
     if s["generation"][0] != s["generation"][1] or s["columns_added"] or s["columns_removed"] or s["columns_retyped"]:
-        lines.append(f"schema: {s['generation'][0]} -> {s['generation'][1]}; added {s['columns_added']}, "
+        lines.append(f"schema: {s['generation'][0]} (revision {s['revision'][0]}) -> {s['generation'][1]} (revision "
+                     f"{s['revision'][1]}); added {s['columns_added']}, "
                      f"removed {s['columns_removed']}, retyped {s['columns_retyped']}")
     else:
         lines.append(f"schema: unchanged ({s['generation'][0]})")

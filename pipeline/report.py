@@ -18,11 +18,10 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import pyarrow.parquet as pq
 
 from cpp_data.pipeline.fsutil import atomic_write_text
 from cpp_data.schemas.manifest import load_manifest
-from cpp_data.schemas.reader import iter_build_shards, require_complete
+from cpp_data.schemas.reader import iter_build_shards, read_ledger, require_complete
 
 DUPLICATES = ("exact_duplicate", "near_duplicate")
 EXAMPLES = 12  # rows per example table
@@ -135,7 +134,7 @@ def _numbers(summary: dict, manifest: dict, ledger: list[dict]) -> str:
 
 
 def _refusals_by_repo(ledger: list[dict]) -> str:
-    counts = Counter((r["repo"], f"{r['decision']}: {r['reason']}") for r in ledger if r["decision"] != "kept")
+    counts = Counter((r["source_repo"], f"{r['decision']}: {r['reason']}") for r in ledger if r["decision"] != "kept")
     if not counts:
         return "<p>Every file seen was kept.</p>"
     repos = sorted({r for r, _ in counts})
@@ -165,7 +164,7 @@ def _clusters(ledger: list[dict]) -> str:
     largest = sorted(members.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:EXAMPLES]
     rows = []
     for (decision, krepo, kpath), rs in largest:
-        shown = ", ".join(f"{m['repo']}:{m['path']}" for m in rs[:3]) + (f", … {len(rs) - 3} more" if len(rs) > 3
+        shown = ", ".join(f"{m['source_repo']}:{m['source_path']}" for m in rs[:3]) + (f", … {len(rs) - 3} more" if len(rs) > 3
                                                                           else "")
         sim = [m["similarity"] for m in rs if m.get("similarity") is not None]
         rows.append([decision.replace("_", " "), len(rs) + 1, f"{krepo}:{kpath}", shown,
@@ -217,13 +216,13 @@ def _examples(ledger: list[dict]) -> str:
             by_reason[(r["decision"], r["reason"])].append(r)
         picked = [r for rs in by_reason.values() for r in rs[:3]][:EXAMPLES]
         parts.append("<h3>Refused</h3>" + _table(["file", "decision", "reason", "license", "evidence"], [
-            [f"{r['repo']}:{r['path']}", r["decision"], r["reason"], r["license_spdx"] or "",
+            [f"{r['source_repo']}:{r['source_path']}", r["decision"], r["reason"], r["license_spdx"] or "",
              (r.get("license_evidence") or "")[:120]] for r in picked]))
     else:
         parts.append("<p>No file was refused.</p>")
     if dups:
         parts.append("<h3>Deduplicated</h3>" + _table(["file", "decision", "kept copy", "similarity"], [
-            [f"{r['repo']}:{r['path']}", r["decision"], f"{r['keeper_repo']}:{r['keeper_path']}",
+            [f"{r['source_repo']}:{r['source_path']}", r["decision"], f"{r['keeper_repo']}:{r['keeper_path']}",
              f"{r['similarity']:.2f}" if r.get("similarity") is not None else "1.00"] for r in dups[:EXAMPLES]]))
     return "".join(parts)
 
@@ -241,9 +240,9 @@ def build_report(build: Path, out: Path | None = None) -> Path:
     manifest = load_manifest(build)
     summary_file = build / "reports" / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-    ledger = pq.read_table(build / "provenance" / "ledger.parquet").to_pylist()
+    ledger = read_ledger(build / "provenance" / "ledger.parquet").to_pylist()
     kept = [r for r in ledger if r["decision"] == "kept"]
-    lic_counts = Counter((r["repo"], r["license_spdx"] or "none") for r in kept)
+    lic_counts = Counter((r["source_repo"], r["license_spdx"] or "none") for r in kept)
     repos = sorted({r for r, _ in lic_counts})
     licenses = [lic for lic, _ in Counter(r["license_spdx"] or "none" for r in kept).most_common()]
     lengths, token_counts = [], []

@@ -28,11 +28,11 @@ HISTORY = pa.struct(
 
 COLLECTED_FILE = pa.schema(
     [
-        ("source", pa.string()),
-        ("commit", pa.string()),
-        ("path", pa.string()),
-        ("size", pa.int64()),
-        ("sha256", pa.string()),  # of the raw bytes
+        ("source_repo", pa.string()),
+        ("source_commit", pa.string()),
+        ("source_path", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("raw_sha256", pa.string()),  # of the file's bytes at the commit
         ("content", pa.binary()),
         ("history", HISTORY),
     ]
@@ -41,8 +41,8 @@ COLLECTED_FILE = pa.schema(
 # collect: repository-level license texts (LICENSE*, COPYING*, LICENCE*) found anywhere in the tree.
 LICENSE_FILE = pa.schema(
     [
-        ("source", pa.string()),
-        ("path", pa.string()),
+        ("source_repo", pa.string()),
+        ("source_path", pa.string()),
         ("content", pa.binary()),
         ("state", pa.string()),  # history walks: the tree state these files belong to; null at a pin
     ]
@@ -51,11 +51,11 @@ LICENSE_FILE = pa.schema(
 # One row per file that a stage set aside, with the rule that did it. Assembled into the provenance ledger.
 REJECTION = pa.schema(
     [
-        ("source", pa.string()),
-        ("commit", pa.string()),
-        ("path", pa.string()),
-        ("size", pa.int64()),
-        ("sha256", pa.string()),
+        ("source_repo", pa.string()),
+        ("source_commit", pa.string()),
+        ("source_path", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("raw_sha256", pa.string()),
         ("decision", pa.string()),  # skipped | filtered | license_refused
         ("reason", pa.string()),  # rule name, e.g. "max_line_length" or "license_not_allowed"
         ("license_spdx", pa.string()),
@@ -68,10 +68,10 @@ REJECTION = pa.schema(
 # A document after normalize/filter/scrub (and, after the license stage, with its license filled in).
 DOCUMENT = pa.schema(
     [
-        ("source", pa.string()),
-        ("commit", pa.string()),
-        ("path", pa.string()),
-        ("sha256", pa.string()),  # of the normalized, scrubbed text: the exact-dedup key
+        ("source_repo", pa.string()),
+        ("source_commit", pa.string()),
+        ("source_path", pa.string()),
+        ("text_sha256", pa.string()),  # of the normalized, scrubbed text: the exact-dedup key
         ("raw_sha256", pa.string()),  # of the file's bytes at its pinned commit (what the ledger identifies)
         ("text", pa.string()),
         ("size_bytes", pa.int64()),
@@ -94,30 +94,32 @@ DOCUMENT = pa.schema(
 # exact dedup: one row per removed copy, with its keeper.
 DUPLICATE = pa.schema(
     [
-        ("source", pa.string()),
-        ("commit", pa.string()),
-        ("path", pa.string()),
-        ("sha256", pa.string()),  # normalized text (the cluster key)
+        ("source_repo", pa.string()),
+        ("source_commit", pa.string()),
+        ("source_path", pa.string()),
+        ("text_sha256", pa.string()),  # normalized text (the cluster key)
         ("raw_sha256", pa.string()),  # the file at its pin
-        ("size", pa.int64()),
+        ("size_bytes", pa.int64()),
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
         ("confidence", pa.float32()),
-        ("keeper_source", pa.string()),
+        ("keeper_repo", pa.string()),
         ("keeper_path", pa.string()),
         ("cluster_size", pa.int32()),
     ]
 )
 
-# The provenance ledger: one row per file seen, whatever happened to it.
+# The provenance ledger: one row per file seen, whatever happened to it. Field names are the shards' (one name
+# per field in every table); builds before schema revision 2 named the first six repo, commit, path, sha256
+# (the raw bytes'), text_sha256 and size, and schemas.reader.read_ledger renames them on reading.
 LEDGER = pa.schema(
     [
-        ("repo", pa.string()),
-        ("commit", pa.string()),
-        ("path", pa.string()),
-        ("sha256", pa.string()),  # of the file's bytes at the pinned commit, for every row
+        ("source_repo", pa.string()),
+        ("source_commit", pa.string()),
+        ("source_path", pa.string()),
+        ("raw_sha256", pa.string()),  # of the file's bytes at the pinned commit, for every row
         ("text_sha256", pa.string()),  # of the normalized, scrubbed text, where the file got that far
-        ("size", pa.int64()),
+        ("size_bytes", pa.int64()),
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
         ("confidence", pa.float32()),
@@ -131,15 +133,19 @@ LEDGER = pa.schema(
     ]
 )
 
+# What LEDGER's columns were called before schema revision 2.
+LEDGER_RENAMED = {"repo": "source_repo", "commit": "source_commit", "path": "source_path", "sha256": "raw_sha256",
+                  "size": "size_bytes"}
+
 
 def rejection_row(doc_meta: dict, decision: str, reason: str) -> dict:
     """A REJECTION row from a document's metadata (missing fields become nulls)."""
     return {
-        "source": doc_meta.get("source"),
-        "commit": doc_meta.get("commit"),
-        "path": doc_meta.get("path"),
-        "size": doc_meta.get("size", doc_meta.get("size_bytes")),
-        "sha256": doc_meta.get("raw_sha256") or doc_meta.get("sha256"),
+        "source_repo": doc_meta.get("source_repo"),
+        "source_commit": doc_meta.get("source_commit"),
+        "source_path": doc_meta.get("source_path"),
+        "size_bytes": doc_meta.get("size_bytes"),
+        "raw_sha256": doc_meta.get("raw_sha256"),
         "decision": decision,
         "reason": reason,
         "license_spdx": doc_meta.get("license_spdx"),

@@ -4,6 +4,14 @@ A generation is a schema axis, distinct from a build revision. Each generation l
 required or optional with the typed fill the tolerant reader uses when an optional column is absent.
 Changes are additive only: a column name is never reused for a new meaning.
 
+SCHEMA_REVISION counts changes to the column set shared by every generation; the manifest records it. A
+column retired by a revision names its successor here (`formerly`), and the tolerant reader renames it when
+it reads an older shard:
+  1: the first revision (no `schema_revision` in the manifest);
+  2: `sha256` (the normalized text's) became `text_sha256`, and `raw_sha256` (the file's bytes at the commit)
+     joined it; the `constituents` structs of v4-v6 name their fields source_repo, source_commit, source_path
+     (were repo, commit, path), as the ledger does (schemas/artifacts.LEDGER).
+
 Per-character columns (``per_char=True``) are filled with one value per character of ``text``; per-token
 columns (``per_token=True``) with one value per entry of ``token_ids`` (none when it is absent).
 """
@@ -24,6 +32,10 @@ class Column:
     fill: Any = None  # typed default for a missing optional column
     per_char: bool = False  # one value per character of `text`
     per_token: bool = False  # one value per entry of `token_ids`
+    formerly: str | None = None  # the name an earlier schema revision gave this column
+
+
+SCHEMA_REVISION = 2
 
 
 _EDGE = pa.struct([("from", pa.int32()), ("to", pa.int32())])
@@ -38,9 +50,9 @@ _CHUNK = pa.struct(
 )
 _CONSTITUENT = pa.struct(
     [
-        ("repo", pa.string()),
-        ("commit", pa.string()),
-        ("path", pa.string()),
+        ("source_repo", pa.string()),
+        ("source_commit", pa.string()),
+        ("source_path", pa.string()),
         ("start", pa.int32()),
         ("end", pa.int32()),
         ("license_spdx", pa.string()),
@@ -53,7 +65,8 @@ _FILE_DOC = [
     Column("source_repo", pa.string(), fill=""),
     Column("source_commit", pa.string(), fill=""),
     Column("source_path", pa.string(), fill=""),
-    Column("sha256", pa.string(), fill=""),
+    Column("text_sha256", pa.string(), fill="", formerly="sha256"),  # of the text as published
+    Column("raw_sha256", pa.string(), fill=""),  # of the file's bytes at source_commit (the ledger's key)
     Column("license_spdx", pa.string(), fill="NOASSERTION"),
     Column("license_source", pa.string(), fill="unknown"),
     Column("license_confidence", pa.float32(), fill=0.0),

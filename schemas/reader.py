@@ -5,6 +5,9 @@
   their generation (0 for categories, -1 for ast_depth / sibling_index / ast_node_type, ...), per character of
   `text` for per-character columns and per token of `token_ids` for per-token columns.
 - A missing or malformed required column fails closed with the shard, row group and column named.
+- Shards of an earlier schema revision (schemas/generations.SCHEMA_REVISION) read under today's names: a retired
+  column is renamed to its successor, and list-of-struct columns whose fields were renamed are relabelled by
+  position. The ledger has the same: `read_ledger`.
 Reading streams one row group at a time, so memory stays bounded by the row-group size.
 """
 
@@ -50,9 +53,38 @@ def _fill_array(col: Column, table: pa.Table) -> pa.Array:
     return pa.array([col.fill] * n, type=col.type)
 
 
+def struct_fields_renamed(have: pa.DataType, want: pa.DataType) -> bool:
+    """True when `have` is `want` (a list of structs) but for the names of the struct's fields: what a schema
+    revision that renamed them leaves in older shards."""
+    return (pa.types.is_list(have) and pa.types.is_list(want) and pa.types.is_struct(have.value_type)
+            and pa.types.is_struct(want.value_type) and have.value_type.num_fields == want.value_type.num_fields
+            and all(have.value_type.field(i).type == want.value_type.field(i).type
+                    for i in range(want.value_type.num_fields)))
+
+
+def _relabel(arr, want: pa.DataType):
+    """A list<struct> column of an earlier revision, whose struct fields were renamed (same count, same types,
+    same order), under today's field names; None when it is not that case."""
+    if not struct_fields_renamed(arr.type, want):
+        return None
+    names = [want.value_type.field(i).name for i in range(want.value_type.num_fields)]
+    chunks = []
+    for chunk in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]):
+        values = chunk.values
+        struct = pa.StructArray.from_arrays([values.field(i) for i in range(len(names))], names=names,
+                                            mask=values.is_null() if values.null_count else None)
+        chunks.append(pa.ListArray.from_arrays(chunk.offsets, struct, mask=chunk.is_null() if chunk.null_count else None))
+    return pa.chunked_array(chunks, type=want)
+
+
 def conform(table: pa.Table, generation: str, where: str, names: list[str] | None = None) -> pa.Table:
     """Return `table` with exactly the columns of `generation` (or those of them in `names`, in that order),
-    filling the missing optional ones."""
+    filling the missing optional ones; columns of an earlier schema revision are read under today's names."""
+    present = set(table.column_names)
+    renames = {c.formerly: c.name for c in columns(generation)
+               if c.formerly and c.formerly in present and c.name not in present}
+    if renames:
+        table = table.rename_columns([renames.get(n, n) for n in table.column_names])
     out, fields = [], []
     schema = full_schema(generation)
     by_name = {c.name: c for c in columns(generation)}
@@ -67,6 +99,10 @@ def conform(table: pa.Table, generation: str, where: str, names: list[str] | Non
                 if col.required and arr.null_count:
                     raise ShardError(f"{where}, column {col.name!r}: {arr.null_count} nulls in a required column")
                 out.append(arr)
+                continue
+            relabelled = _relabel(arr, col.type)
+            if relabelled is not None:
+                out.append(relabelled)
                 continue
             if col.required:
                 raise ShardError(f"{where}, column {col.name!r}: type {arr.type}, expected {col.type}")
@@ -92,6 +128,8 @@ def iter_shard(path: Path, generation: str, columns_wanted: list[str] | None = N
             col = by_name.get(name)
             if col is not None and name not in present and (col.per_char or col.per_token):
                 need.add("text" if col.per_char else "token_ids")
+            if col is not None and name not in present and col.formerly in present:
+                need.add(col.formerly)
         read = [n for n in pf.schema_arrow.names if n in need]
     for rg in range(pf.num_row_groups):
         where = f"{path}, row group {rg}"
@@ -114,6 +152,26 @@ def iter_build_shards(build_dir: Path, generation: str | None = None, split: str
         if entry.get("kind") != "shard" or (split and entry.get("split") != split):
             continue
         yield from iter_shard(build_dir / entry["path"], gen, columns_wanted)
+
+
+def read_ledger(path: Path, columns_wanted: list[str] | None = None) -> pa.Table:
+    """A build's provenance/ledger.parquet under today's column names (schemas/artifacts.LEDGER), also when an
+    earlier schema revision wrote it (repo, commit, path, sha256, size: artifacts.LEDGER_RENAMED)."""
+    from cpp_data.schemas.artifacts import LEDGER_RENAMED
+
+    path = Path(path)
+    try:
+        present = pq.read_schema(path).names
+    except Exception as exc:
+        raise ShardError(f"{path}: not a readable Parquet file ({exc})") from None
+    old = {new: old for old, new in LEDGER_RENAMED.items() if old in present and new not in present}
+    read = None if columns_wanted is None else [old.get(n, n) for n in columns_wanted]
+    try:
+        table = pq.read_table(path, columns=read)
+    except Exception as exc:
+        raise ShardError(f"{path}: {exc}") from None
+    back = {o: n for n, o in old.items()}
+    return table.rename_columns([back.get(n, n) for n in table.column_names])
 
 
 def shard_files(directory: Path, split: str | None = None) -> list[Path]:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from cpp_data.schemas.generations import columns
 from cpp_data.schemas.manifest import load_manifest, sha256_file
-from cpp_data.schemas.reader import ShardError, require_complete
+from cpp_data.schemas.reader import ShardError, require_complete, struct_fields_renamed
 
 
 def _locate_corruption(path: Path) -> str | None:
@@ -39,14 +39,15 @@ def check_shard(path: Path, generation: str, expected_rows: int | None) -> None:
         raise ShardError(f"{path}: not a readable Parquet file ({exc})") from None
     schema = pf.schema_arrow
     for col in columns(generation):
-        if col.name not in schema.names:
+        name = col.name if col.name in schema.names or col.formerly not in schema.names else col.formerly
+        if name not in schema.names:
             if col.required:
                 raise ShardError(f"{path}, column {col.name!r}: required column is missing")
             continue
-        actual = schema.field(col.name).type
-        if actual != col.type:
-            raise ShardError(f"{path}, column {col.name!r}: type {actual}, generation {generation} says {col.type}")
-    known = {c.name for c in columns(generation)}
+        actual = schema.field(name).type
+        if actual != col.type and not struct_fields_renamed(actual, col.type):  # an earlier revision's names
+            raise ShardError(f"{path}, column {name!r}: type {actual}, generation {generation} says {col.type}")
+    known = {c.name for c in columns(generation)} | {c.formerly for c in columns(generation) if c.formerly}
     for name in schema.names:
         if name not in known:
             raise ShardError(f"{path}, column {name!r}: not a column of generation {generation}")

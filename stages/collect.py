@@ -89,8 +89,8 @@ class Collect(Stage):
 
         def skip(path: str, size: int, sha: str | None, reason: str) -> None:
             reasons[reason] += 1
-            skipped.append({"source": src.name, "commit": src.commit, "path": printable_path(path), "size": size,
-                            "sha256": sha,
+            skipped.append({"source_repo": src.name, "source_commit": src.commit, "source_path": printable_path(path),
+                            "size_bytes": size, "raw_sha256": sha,
                             "decision": "skipped", "reason": reason, "license_spdx": None,
                             "license_source": None, "confidence": None})
 
@@ -107,15 +107,15 @@ class Collect(Stage):
                 skip(path, len(data), sha, "opt_out")
                 return
             if LICENSE_NAME.match(name) and len(data) <= p.max_license_file_bytes:
-                licenses.append({"source": src.name, "path": path, "content": data})
+                licenses.append({"source_repo": src.name, "source_path": path, "content": data})
             if not is_cpp(path, data[:256], p.extensions):
                 skip(path, len(data), sha, "not_cpp")
             elif not data:
                 skip(path, 0, sha, "empty_file")
             else:
                 kept_bytes += len(data)
-                parts.add({"source": src.name, "commit": src.commit, "path": path, "size": len(data),
-                           "sha256": sha, "content": data})
+                parts.add({"source_repo": src.name, "source_commit": src.commit, "source_path": path, "size_bytes": len(data),
+                           "raw_sha256": sha, "content": data})
 
         with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
             if src.kind == "git":
@@ -214,17 +214,17 @@ class Collect(Stage):
                 return
             kept["bytes"] += len(data)
             kept["files"] += 1
-            parts.add({"source": src.name, "commit": commit, "path": path, "size": len(data),
-                       "sha256": sha, "content": data, "history": history})
+            parts.add({"source_repo": src.name, "source_commit": commit, "source_path": path, "size_bytes": len(data),
+                       "raw_sha256": sha, "content": data, "history": history})
 
         def skip(path: str, commit: str, size: int, sha: str | None, reason: str) -> None:
             reasons[reason] += 1
-            skipped.append({"source": src.name, "commit": commit, "path": printable_path(path), "size": size,
-                            "sha256": sha, "decision": "skipped", "reason": reason, "license_spdx": None,
+            skipped.append({"source_repo": src.name, "source_commit": commit, "source_path": printable_path(path),
+                            "size_bytes": size, "raw_sha256": sha, "decision": "skipped", "reason": reason, "license_spdx": None,
                             "license_source": None, "confidence": None})
 
         def add_license(path: str, data: bytes, state: str) -> None:
-            licenses.append({"source": src.name, "path": printable_path(path), "content": data, "state": state})
+            licenses.append({"source_repo": src.name, "source_path": printable_path(path), "content": data, "state": state})
 
         counts = collect_history(ctx, p, add, skip, add_license)
         parts.flush()

@@ -5,7 +5,7 @@ direct callers, then the function itself, each block headed by a `// <role>: <pa
 are added smallest first while the document stays within `budget_bytes` (the recipe's token budget at ~4 bytes
 per token of C++); the target always goes in, cut at the budget if it alone exceeds it. Only neighbours on the
 target's side of the train/valid split are used, so no validation text leaks into training documents.
-Every piece keeps its provenance in `constituents` (repo, commit, path, character range in the file's
+Every piece keeps its provenance in `constituents` (source_repo, source_commit, source_path, character range in the file's
 normalized text, i.e. its file-level document, and license),
 and the document's license is the SPDX conjunction of its pieces'. Function texts are held in memory for the
 whole corpus (about its size in C++ function bodies); the documents are written in shard order.
@@ -28,7 +28,7 @@ from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 
 _META = ["source_repo", "source_commit", "source_path", "license_spdx", "license_source", "license_confidence",
          "license_family", "is_vendored"]
-DOC_COLUMNS = ["text", "doc_id", *_META, "sha256", "size_bytes", "target_name", "n_callers", "n_callees",
+DOC_COLUMNS = ["text", "doc_id", *_META, "text_sha256", "size_bytes", "target_name", "n_callers", "n_callees",
                "constituents"]
 
 
@@ -85,14 +85,14 @@ def build_document(target: Function, callees: list[Function], callers: list[Func
     for role, f in pieces:
         body = f.text if role != "target" else f.text.encode("utf-8")[:budget].decode("utf-8", "ignore")
         blocks.append(f"// {role}: {f.key[1]}: {f.key[2]}\n{body}\n")
-        constituents.append({"repo": f.key[0], "commit": f.meta["source_commit"], "path": f.key[1],
+        constituents.append({"source_repo": f.key[0], "source_commit": f.meta["source_commit"], "source_path": f.key[1],
                              "start": f.start, "end": f.start + len(body), "license_spdx": f.meta["license_spdx"]})
     text = "\n".join(blocks)
     licenses = sorted({c["license_spdx"] for c in constituents if c["license_spdx"]})
     spdx = licenses[0] if len(licenses) == 1 else " AND ".join(f"({x})" for x in licenses)
     doc_id = hashlib.blake2b("\0".join(target.key).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     return {"text": text, "doc_id": doc_id, **target.meta, "license_spdx": spdx,
-            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "size_bytes": len(text.encode("utf-8")),
+            "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "size_bytes": len(text.encode("utf-8")),
             "target_name": target.key[2], "n_callers": len(chosen["caller"]), "n_callees": len(chosen["callee"]),
             "constituents": constituents}
 
@@ -116,7 +116,8 @@ class ContextGraph(Stage):
         functions, order = _load(src)
         callees, callers = defaultdict(list), defaultdict(list)
         for e in pq.read_table(src / "call_graph.parquet").to_pylist():
-            a, b = (e["repo"], e["caller_file"], e["caller"]), (e["repo"], e["callee_file"], e["callee"])
+            a, b = ((e["source_repo"], e["caller_file"], e["caller"]),
+                    (e["source_repo"], e["callee_file"], e["callee"]))
             if a in functions and b in functions and a != b:
                 callees[a].append(b)
                 callers[b].append(a)

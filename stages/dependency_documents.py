@@ -5,7 +5,7 @@ preamble of its file (includes, using-declarations, typedefs, forward declaratio
 functions it reaches through call and reference edges up to `max_depth` (5), ordered by dependency level
 (leaves first, so definitions precede their use), then the function itself. Over `budget_bytes` the
 dependencies of the highest level are dropped first. `build_info` is the compile command of the TU the function
-was indexed from; `constituents` give every piece's repo, commit, path, byte range in the file and license.
+was indexed from; `constituents` give every piece's source_repo, source_commit, source_path, byte range in the file and license.
 Only dependencies on the root's side of the train/valid split are used.
 """
 
@@ -27,7 +27,7 @@ from cpp_data.stages.lib.inputs import license_parts
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 
 DOC_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "license_spdx", "license_source",
-               "license_confidence", "license_family", "sha256", "size_bytes", "target_name", "max_dep_level",
+               "license_confidence", "license_family", "text_sha256", "size_bytes", "target_name", "max_dep_level",
                "build_info", "constituents"]
 
 
@@ -64,7 +64,8 @@ def build_document(root: dict, deps: list[dict], preamble: list[dict], meta: dic
         victim = max((d for d in deps if d["level"] == top), key=lambda d: (len(d["text"]), d["usr"]))
         deps.remove(victim)
     text = head + ("\n" if head else "") + "".join(d["text"] + "\n\n" for d in deps) + root["text"] + "\n"
-    constituents = [{"repo": meta["repo_of"][f["usr"]], "commit": meta["commit_of"][f["usr"]], "path": f["file"],
+    constituents = [{"source_repo": meta["repo_of"][f["usr"]], "source_commit": meta["commit_of"][f["usr"]],
+                     "source_path": f["file"],
                      "start": f["start_offset"], "end": f["end_offset"],
                      "license_spdx": meta["license_of"][(meta["repo_of"][f["usr"]], f["file"])]["license_spdx"]}
                     for f in [*deps, root]]
@@ -95,12 +96,12 @@ class DependencyDocuments(Stage):
         removed = keys.read_removed(ctx.input("near_dedup").path / "removed_keys.parquet")
         license_of = {}
         for part in license_parts(ctx):
-            t = pq.read_table(part, columns=["source", "commit", "path", "license_spdx", "license_source",
+            t = pq.read_table(part, columns=["source_repo", "source_commit", "source_path", "license_spdx", "license_source",
                                              "license_confidence", "license_family"])
             keep = ~keys.contains(removed, keys.table_keys(t))
             for row, k in zip(t.to_pylist(), keep):
                 if k:
-                    license_of[(row["source"], row["path"])] = row
+                    license_of[(row["source_repo"], row["source_path"])] = row
         schema = write_schema(p.generation, DOC_COLUMNS)
         out = ctx.out / "shards"
         out.mkdir()
@@ -133,7 +134,7 @@ class DependencyDocuments(Stage):
                 tu_row = tus.get(f.get("tu", ""), {})
                 doc.update(doc_id=hashlib.blake2b(f"{repo}\0{f['usr']}".encode(), digest_size=8).hexdigest(),
                            source_repo=repo, source_commit=commit, source_path=f["file"],
-                           sha256=hashlib.sha256(doc["text"].encode()).hexdigest(),
+                           text_sha256=hashlib.sha256(doc["text"].encode()).hexdigest(),
                            size_bytes=len(doc["text"].encode()),
                            build_info=json.dumps({"tu": f.get("tu"), "directory": tu_row.get("directory", ""),
                                                   "command": tu_row.get("arguments", ""),

@@ -21,7 +21,7 @@ from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import DUPLICATE
 from cpp_data.stages.lib.inputs import license_parts
 
-_COLS = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
+_COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
          "license_confidence", "license_family"]
 
 
@@ -50,7 +50,7 @@ class ExactDedup(Stage):
         writers: dict[int, pq.ParquetWriter] = {}
         for part in parts:
             table = pq.read_table(part, columns=_COLS)
-            buckets = np.array([int(s[:8], 16) % nb for s in table.column("sha256").to_pylist()])
+            buckets = np.array([int(s[:8], 16) % nb for s in table.column("text_sha256").to_pylist()])
             for b in np.unique(buckets):
                 sub = table.filter(pa.array(buckets == b))
                 if b not in writers:
@@ -65,34 +65,34 @@ class ExactDedup(Stage):
         for b in sorted(writers):
             t = pq.read_table(tmp / f"{b:05d}.parquet")
             rank = pa.table({
-                "sha256": t.column("sha256"),
+                "text_sha256": t.column("text_sha256"),
                 "vendored": t.column("is_vendored"),
                 "not_permissive": pc.not_equal(t.column("license_family"), "permissive"),
-                "neg_repo_bytes": pa.array([-repo_bytes.get(s, 0) for s in t.column("source").to_pylist()]),
-                "source": t.column("source"),
-                "path": t.column("path"),
-                "commit": t.column("commit"),
+                "neg_repo_bytes": pa.array([-repo_bytes.get(s, 0) for s in t.column("source_repo").to_pylist()]),
+                "source_repo": t.column("source_repo"),
+                "source_path": t.column("source_path"),
+                "source_commit": t.column("source_commit"),
             })
             order = pc.sort_indices(rank, sort_keys=[(c, "ascending") for c in rank.column_names])
             t = t.take(order)
-            shas = t.column("sha256").to_numpy(zero_copy_only=False)
+            shas = t.column("text_sha256").to_numpy(zero_copy_only=False)
             starts = np.flatnonzero(np.r_[True, shas[1:] != shas[:-1]])
             sizes = np.diff(np.r_[starts, len(shas)])
             rows = []
-            src, path = t.column("source").to_pylist(), t.column("path").to_pylist()
+            src, path = t.column("source_repo").to_pylist(), t.column("source_path").to_pylist()
             for start, size in zip(starts, sizes):
                 if size < 2:
                     continue
                 clusters += 1
                 largest.append((int(size), shas[start], src[start], path[start]))
                 for i in range(start + 1, start + size):
-                    row = {c: t.column(c)[i].as_py() for c in ("source", "commit", "path", "sha256", "raw_sha256",
-                                                               "license_spdx", "license_source")}
-                    row.update(size=t.column("size_bytes")[i].as_py(),
+                    row = {c: t.column(c)[i].as_py() for c in ("source_repo", "source_commit", "source_path", "text_sha256",
+                                                               "raw_sha256", "license_spdx", "license_source")}
+                    row.update(size_bytes=t.column("size_bytes")[i].as_py(),
                                confidence=t.column("license_confidence")[i].as_py(),
-                               keeper_source=src[start], keeper_path=path[start], cluster_size=int(size))
+                               keeper_repo=src[start], keeper_path=path[start], cluster_size=int(size))
                     rows.append(row)
-                    removed_bytes += row["size"]
+                    removed_bytes += row["size_bytes"]
             removed += len(rows)
             if rows:
                 out.write_table(pa.Table.from_pylist(rows, schema=DUPLICATE))
@@ -107,5 +107,5 @@ class ExactDedup(Stage):
             "clusters": clusters,
             "duplicates_removed": removed,
             "duplicate_bytes": removed_bytes,
-            "largest_clusters": [{"size": n, "sha256": s[:16], "keeper": f"{r}:{p}"} for n, s, r, p in largest[:5]],
+            "largest_clusters": [{"size": n, "text_sha256": s[:16], "keeper": f"{r}:{p}"} for n, s, r, p in largest[:5]],
         }

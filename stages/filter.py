@@ -43,7 +43,6 @@ class DecodeNormalize(BaseFilter):
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         raw: bytes = doc.text
-        doc.metadata["raw_sha256"] = doc.metadata["sha256"]  # collect's hash of the bytes at the pin
         if b"\0" in raw:  # anywhere: a NUL after the first 8 KB is still not source text
             return False, "binary"
         try:
@@ -73,7 +72,7 @@ class QualityFilter(BaseFilter):
         meta.update(size_bytes=s.size_bytes, n_lines=s.n_lines, max_line_length=s.max_line_length,
                     unique_line_ratio=round(s.unique_line_ratio, 4), comment_share=round(s.comment_share, 4),
                     byte_entropy=round(s.byte_entropy, 4),
-                    is_vendored=self.source_vendored or is_vendored(meta["path"]))
+                    is_vendored=self.source_vendored or is_vendored(meta["source_path"]))
         if s.size_bytes < p.min_bytes:
             return False, "too_small"
         if s.size_bytes > p.max_bytes:
@@ -88,7 +87,7 @@ class QualityFilter(BaseFilter):
             return False, "high_entropy"
         if s.data_share > p.max_data_share:
             return False, "data_blob"
-        if p.drop_generated and (marker := generated_marker(meta["path"], doc.text)):
+        if p.drop_generated and (marker := generated_marker(meta["source_path"], doc.text)):
             return False, marker
         return True
 
@@ -113,7 +112,7 @@ class Scrub(BaseFilter):
                 self.stat_update("redactions", value=redactions)
         doc.metadata["redactions"] = redactions
         doc.metadata["size_bytes"] = len(doc.text.encode("utf-8"))
-        doc.metadata["sha256"] = hashlib.sha256(doc.text.encode("utf-8")).hexdigest()
+        doc.metadata["text_sha256"] = hashlib.sha256(doc.text.encode("utf-8")).hexdigest()
         return True
 
 

@@ -27,8 +27,9 @@ class LedgerParams:
 def _from_rejections(t: pa.Table) -> pa.Table:
     n = t.num_rows
     return pa.table({
-        "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
-        "sha256": t.column("sha256"), "text_sha256": pa.nulls(n, pa.string()), "size": t.column("size"),
+        "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
+        "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
+        "text_sha256": pa.nulls(n, pa.string()), "size_bytes": t.column("size_bytes"),
         "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
         "confidence": t.column("confidence"), "decision": t.column("decision"), "reason": t.column("reason"),
         "keeper_repo": pa.nulls(n, pa.string()), "keeper_path": pa.nulls(n, pa.string()),
@@ -41,21 +42,22 @@ def _from_duplicates(t: pa.Table, decision: str, cluster_id, similarity, evidenc
     """Ledger rows of removed duplicates (exact: cluster = text SHA-256, similarity 1; near: as computed)."""
     n = t.num_rows
     return pa.table({
-        "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
-        "sha256": t.column("raw_sha256"), "text_sha256": t.column("sha256"), "size": t.column("size"),
+        "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
+        "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
+        "text_sha256": t.column("text_sha256"), "size_bytes": t.column("size_bytes"),
         "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
         "confidence": t.column("confidence"), "decision": pa.array([decision] * n, pa.string()),
-        "reason": pa.array([decision] * n, pa.string()), "keeper_repo": t.column("keeper_source"),
+        "reason": pa.array([decision] * n, pa.string()), "keeper_repo": t.column("keeper_repo"),
         "keeper_path": t.column("keeper_path"), "cluster_id": cluster_id, "similarity": similarity,
         "license_evidence": pa.array([evidence.get(k) for k in zip(*(t.column(c).to_pylist()
-                                                                      for c in ("source", "commit", "path")))],
+                                                                      for c in ("source_repo", "source_commit", "source_path")))],
                                      pa.string()),
     }, schema=LEDGER)
 
 
 class Ledger(Stage):
     name = "ledger"
-    version = 4
+    version = 5
     scope = "corpus"
     inputs = ("collect", "filter", "decontaminate", "license", "exact_dedup", "near_dedup")
     Params = LedgerParams
@@ -72,7 +74,7 @@ class Ledger(Stage):
         writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")
         decisions: Counter = Counter()
         reasons: Counter = Counter()
-        evidence: dict[tuple, str | None] = {}  # (source, commit, path) -> license evidence, for duplicates' rows
+        evidence: dict[tuple, str | None] = {}  # (source_repo, source_commit, source_path) -> license evidence, for duplicates' rows
 
         def emit(table: pa.Table) -> None:
             if table.num_rows:
@@ -87,26 +89,27 @@ class Ledger(Stage):
             for stage in ("filter", "decontaminate", "license"):
                 for f in sorted(by_source[stage][source].glob("rejected-*.parquet")):
                     emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
-            cols = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "license_spdx", "license_source",
-                    "license_confidence", "license_evidence"]
+            cols = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes",
+                    "license_spdx", "license_source", "license_confidence", "license_evidence"]
             for f in sorted(by_source["license"][source].glob("part-*.parquet")):
                 t = pq.read_table(f, columns=cols)
                 gone = keys.contains(removed, keys.table_keys(t))
                 for i in gone.nonzero()[0]:
-                    evidence[(t.column("source")[i].as_py(), t.column("commit")[i].as_py(),
-                              t.column("path")[i].as_py())] = t.column("license_evidence")[i].as_py()
+                    evidence[(t.column("source_repo")[i].as_py(), t.column("source_commit")[i].as_py(),
+                              t.column("source_path")[i].as_py())] = t.column("license_evidence")[i].as_py()
                 t = t.filter(pa.array(~gone))
                 n = t.num_rows
                 emit(pa.table({
-                    "repo": t.column("source"), "commit": t.column("commit"), "path": t.column("path"),
-                    "sha256": t.column("raw_sha256"), "text_sha256": t.column("sha256"), "size": t.column("size_bytes"),
+                    "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
+                    "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
+                    "text_sha256": t.column("text_sha256"), "size_bytes": t.column("size_bytes"),
                     "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
                     "confidence": t.column("license_confidence"), "decision": pa.array(["kept"] * n),
                     "reason": pa.array([""] * n), "keeper_repo": pa.nulls(n, pa.string()),
                     "keeper_path": pa.nulls(n, pa.string()), "cluster_id": pa.nulls(n, pa.string()),
                     "similarity": pa.nulls(n, pa.float32()), "license_evidence": t.column("license_evidence"),
                 }, schema=LEDGER))
-        emit(_from_duplicates(dup, "exact_duplicate", pa.array(dup.column("sha256").to_pylist(), pa.string()),
+        emit(_from_duplicates(dup, "exact_duplicate", pa.array(dup.column("text_sha256").to_pylist(), pa.string()),
                               pa.array([1.0] * dup.num_rows, pa.float32()), evidence))
         emit(_from_duplicates(near, "near_duplicate", near.column("cluster_id"), near.column("similarity"), evidence))
         writer.close()

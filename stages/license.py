@@ -43,8 +43,8 @@ def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:
     text offers the choice ("at your option", "dual licensed", an SPDX OR), and then with OR."""
     found: dict[str, list[tuple[str, float, str, bool]]] = {}
     secondary: dict[str, list[str]] = {}
-    for row in sorted(rows, key=lambda r: r["path"]):
-        path = PurePosixPath(row["path"])
+    for row in sorted(rows, key=lambda r: r["source_path"]):
+        path = PurePosixPath(row["source_path"])
         directory = str(path.parent)
         if not is_primary_license_file(path.name):
             secondary.setdefault(directory, []).append(path.name)
@@ -95,7 +95,7 @@ class LicenseStep(BaseFilter):
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         meta = doc.metadata
         state = (meta.get("history") or {}).get("license_state")
-        answer = classify(doc.text, nearest(self.directory_licenses.get(state, {}), meta["path"]), self.declared,
+        answer = classify(doc.text, nearest(self.directory_licenses.get(state, {}), meta["source_path"]), self.declared,
                           self.p.header_min_chars)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
         meta.update(license_spdx=answer.spdx, license_source=answer.source, license_confidence=answer.confidence,

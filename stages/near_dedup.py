@@ -45,14 +45,14 @@ from cpp_data.stages.lib import dt_io, keys
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
 NEAR_DUPLICATE = pa.schema([
-    ("source", pa.string()), ("commit", pa.string()), ("path", pa.string()), ("sha256", pa.string()),
-    ("raw_sha256", pa.string()),
-    ("size", pa.int64()), ("license_spdx", pa.string()), ("license_source", pa.string()),
-    ("confidence", pa.float32()), ("keeper_source", pa.string()), ("keeper_path", pa.string()),
+    ("source_repo", pa.string()), ("source_commit", pa.string()), ("source_path", pa.string()),
+    ("text_sha256", pa.string()), ("raw_sha256", pa.string()),
+    ("size_bytes", pa.int64()), ("license_spdx", pa.string()), ("license_source", pa.string()),
+    ("confidence", pa.float32()), ("keeper_repo", pa.string()), ("keeper_path", pa.string()),
     ("cluster_id", pa.string()), ("similarity", pa.float32()), ("cluster_size", pa.int32()),
 ])
-_DOC_COLS = ["source", "commit", "path", "sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
-             "license_confidence", "license_family"]
+_DOC_COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "is_vendored",
+             "license_spdx", "license_source", "license_confidence", "license_family"]
 _BAND_DTYPE = np.dtype([("key", "<u8"), ("doc", "<u4")])
 
 
@@ -85,13 +85,13 @@ class SignatureStep(PipelineStep):
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         p = self.p
-        dup = pq.read_table(self.removed_file, columns=["source", "path", "commit"])
+        dup = pq.read_table(self.removed_file, columns=["source_repo", "source_path", "source_commit"])
         removed = keys.removed_keys([dup])
         template = MinHash(num_perm=p.num_perm, seed=p.seed, hashfunc=_int, scheme="affine32")
         sigs, rows, sets, lineages = [], [], [], []
         for doc in data:
             meta = doc.metadata
-            if keys.contains(removed, keys.key_array([meta["source"]], [meta["path"]], [meta["commit"]]))[0]:
+            if keys.contains(removed, keys.key_array([meta["source_repo"]], [meta["source_path"]], [meta["source_commit"]]))[0]:
                 self.stat_update("exact_duplicate_skipped")
                 continue
             h = shingle_hashes(doc.text, p.ngram)
@@ -102,7 +102,8 @@ class SignatureStep(PipelineStep):
             m.update_batch(h.tolist())
             sigs.append(m.hashvalues.astype(np.uint32))
             sets.append(h)
-            lineages.append(keys.lineage(meta["source"], (meta.get("history") or {}).get("lineage") or meta["path"]))
+            lineages.append(keys.lineage(meta["source_repo"],
+                                         (meta.get("history") or {}).get("lineage") or meta["source_path"]))
             rows.append({c: meta.get(c) for c in _DOC_COLS})
             self.stat_update("signed")
         sig = np.vstack(sigs) if sigs else np.empty((0, p.num_perm), dtype=np.uint32)
@@ -219,7 +220,11 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
     out = Path(out)
     sig_dir = out / "_signatures"
     sig_dir.mkdir(parents=True, exist_ok=True)
-    listing = sig_dir / "inputs.txt"  # one document part per task, across every source, in a fixed order
+    # one document part per task, across every source, in a fixed order; absolute paths, so it lives with
+    # datatrove's bookkeeping, which is no part of the sealed output (pipeline/cache.py: SCRATCH): the output's
+    # checksums, which later stages' fingerprints hash, must not depend on where OUT is
+    (out / "_datatrove").mkdir(parents=True, exist_ok=True)
+    listing = out / "_datatrove" / "inputs.txt"
     listing.write_text("".join(f"{x}\n" for x in parts))
     pipeline = [dt_io.paths_reader(listing), SignatureStep(sig_dir, p, removed_file)]
     t0 = time.monotonic()
@@ -289,8 +294,8 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
     pq.write_table(near_table, out / "near_duplicates.parquet", compression="zstd")
     # the dedup decision, once: exact's removals and ours (downstream stages read only this)
     keys.write_removed(out / "removed_keys.parquet",
-                       [pq.read_table(removed_file, columns=["source", "path", "commit"]),
-                        near_table.select(["source", "path", "commit"])])
+                       [pq.read_table(removed_file, columns=["source_repo", "source_path", "source_commit"]),
+                        near_table.select(["source_repo", "source_path", "source_commit"])])
     return {
         "documents_signed": total,
         "too_short": int(sum(v for k, v in stats.items() if k.endswith(".too_short"))),
@@ -299,7 +304,7 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
         "verified_pairs": int(len(verified)),
         "clusters": len(largest),
         "near_duplicates_removed": len(rows),
-        "near_duplicate_bytes": int(sum(r["size"] or 0 for r in rows)),
+        "near_duplicate_bytes": int(sum(r["size_bytes"] or 0 for r in rows)),
         "largest_clusters": largest[:5],
         "seconds": {"signatures": round(t1 - t0, 2), "buckets_and_verification": round(t2 - t1, 2),
                     "clusters": round(time.monotonic() - t2, 2)},
@@ -314,7 +319,7 @@ def _metadata(sig_dir: Path, ranks: list[int], offsets: np.ndarray, members: np.
         base = int(offsets[r])
         for i, row in enumerate(t.to_pylist()):
             if base + i in wanted:
-                row["repo_bytes"] = repo_bytes.get(row["source"], 0)
+                row["repo_bytes"] = repo_bytes.get(row["source_repo"], 0)
                 meta[base + i] = row
     return meta
 
@@ -326,7 +331,7 @@ def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[lis
 
     def rank(g: int):
         m = meta[g]
-        return (bool(m["is_vendored"]), m["license_family"] != "permissive", -m["repo_bytes"], m["source"], m["path"])
+        return (bool(m["is_vendored"]), m["license_family"] != "permissive", -m["repo_bytes"], m["source_repo"], m["source_path"])
 
     rows, largest = [], []
     for gids in clusters.values():
@@ -336,18 +341,19 @@ def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[lis
             sims = np.array([exact_jaccard(keeper, g) for g in others])
             close = sims >= threshold
             k = meta[keeper]
-            cluster_id = keys.doc_key(k["source"], k["path"], k["commit"]).hex()[:16]
+            cluster_id = keys.doc_key(k["source_repo"], k["source_path"], k["source_commit"]).hex()[:16]
             size = 1 + int(close.sum())
             for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
                 m = meta[g]
-                rows.append({"source": m["source"], "commit": m["commit"], "path": m["path"],
-                             "sha256": m["sha256"], "raw_sha256": m["raw_sha256"], "size": m["size_bytes"], "license_spdx": m["license_spdx"],
+                rows.append({"source_repo": m["source_repo"], "source_commit": m["source_commit"],
+                             "source_path": m["source_path"], "text_sha256": m["text_sha256"],
+                             "raw_sha256": m["raw_sha256"], "size_bytes": m["size_bytes"], "license_spdx": m["license_spdx"],
                              "license_source": m["license_source"], "confidence": m["license_confidence"],
-                             "keeper_source": k["source"], "keeper_path": k["path"], "cluster_id": cluster_id,
+                             "keeper_repo": k["source_repo"], "keeper_path": k["source_path"], "cluster_id": cluster_id,
                              "similarity": round(float(s), 4), "cluster_size": size})
             if size > 1:
-                largest.append({"size": size, "keeper": f"{k['source']}:{k['path']}", "cluster_id": cluster_id})
+                largest.append({"size": size, "keeper": f"{k['source_repo']}:{k['source_path']}", "cluster_id": cluster_id})
             pending = [g for g, c in zip(others, close.tolist()) if not c]
-    rows.sort(key=lambda r: (r["source"], r["path"]))
+    rows.sort(key=lambda r: (r["source_repo"], r["source_path"]))
     largest.sort(key=lambda c: (-c["size"], c["keeper"]))
     return rows, largest

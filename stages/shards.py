@@ -29,11 +29,11 @@ from cpp_data.stages.lib import keys
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib.inputs import license_parts
 
-SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "sha256", "license_spdx",
+SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256",
+                 "license_spdx",
                  "license_source", "license_confidence", "license_family", "size_bytes", "n_lines",
                  "max_line_length", "unique_line_ratio", "comment_share", "byte_entropy", "is_vendored",
                  "redactions"]
-_RENAME = {"source": "source_repo", "commit": "source_commit", "path": "source_path"}
 # history generations: the columns taken from each document's `history` struct
 HISTORY_COLUMNS = {
     "v2": ["parent_commit", "author_time", "commit_time", "text_commit", "change_type", "rename_from", "is_merge",
@@ -42,12 +42,13 @@ HISTORY_COLUMNS = {
            "header_style"],
 }
 def _flatten_history(table: pa.Table) -> pa.Table:
-    """History struct -> the v2/v3 columns; `commit` becomes the commit the document belongs to."""
+    """History struct -> the v2/v3 columns; `source_commit` becomes the commit the document belongs to."""
     hist = table.column("history").to_pylist()
     if any(h is None for h in hist):
         raise ValueError("a v2/v3 build got documents without history (set collect.history in the recipe)")
-    text_commit = table.column("commit")
-    table = table.set_column(table.column_names.index("commit"), "commit", pa.array([h["commit"] for h in hist]))
+    text_commit = table.column("source_commit")
+    table = table.set_column(table.column_names.index("source_commit"), "source_commit",
+                             pa.array([h["commit"] for h in hist]))
     cols = {"parent_commit": [h["parent_commit"] for h in hist], "author_time": [h["author_time"] for h in hist],
             "commit_time": [h["commit_time"] for h in hist], "text_commit": text_commit.to_pylist(),
             "change_type": [h["change"] for h in hist], "rename_from": [h["rename_from"] or "" for h in hist],
@@ -62,12 +63,11 @@ def _prepare(table: pa.Table, removed: np.ndarray, p: ShardParams, schema: pa.Sc
     """Drop removed duplicates; add doc ids; compute split and shuffle keys. Returns (table, split, key)."""
     keep = ~keys.contains(removed, keys.table_keys(table))
     table = table.filter(pa.array(keep))
-    sources, paths = table.column("source").to_pylist(), table.column("path").to_pylist()
-    commits = table.column("commit").to_pylist()
+    sources, paths = table.column("source_repo").to_pylist(), table.column("source_path").to_pylist()
+    commits = table.column("source_commit").to_pylist()
     doc_ids = [keys.doc_id(s, c, q) for s, c, q in zip(sources, commits, paths)]
     if p.generation in HISTORY_COLUMNS:
         table = _flatten_history(table)
-    table = table.rename_columns([_RENAME.get(n, n) for n in table.column_names])
     table = table.append_column("doc_id", pa.array(doc_ids))
     hashes = [keys.split_hash(s, q) for s, q in zip(sources, paths)]
     split = np.array([h < p.valid_fraction * 2**64 for h in hashes], dtype=bool)  # keys.is_valid_split, exactly

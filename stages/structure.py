@@ -11,7 +11,7 @@ and with the same files, row groups and row order (so `text` stays byte-identica
                      matched to chunks by first line), the tree-sitter name graph otherwise
   type_edges         {from, to}: function chunk -> class/struct/enum chunk it references (libclang only)
   build_info, platform_info   JSON: the compile command of the file's TU; target, -std and -D flags ("" without)
-  constituents       the document itself: repo, commit, path, character range, license
+  constituents       the document itself: source_repo, source_commit, source_path, character range, license
   language_info      JSON: language (c or c++ by extension), parser, edges (libclang | tree-sitter),
                      error_byte_share (bytes in ERROR nodes)
 It also writes call_graph.parquet: the repository-level edges (repo, caller_file, caller, callee_file, callee)
@@ -172,10 +172,10 @@ class Structure(Stage):
         semantic = {a.source: SemanticIndex(a.path) for a in ctx.inputs.get("semantics", [])}
         graphs = {repo: repository_levels(files, p.max_candidates) for repo, files in sorted(repos.items())}
         pq.write_table(pa.Table.from_pylist(
-            [{"repo": repo, "caller_file": e.caller_file, "caller": e.caller, "callee_file": e.callee_file,
+            [{"source_repo": repo, "caller_file": e.caller_file, "caller": e.caller, "callee_file": e.callee_file,
               "callee": e.callee} for repo, (by_file, _) in graphs.items() for f in sorted(by_file)
              for e in by_file[f]],
-            schema=pa.schema([(n, pa.string()) for n in ("repo", "caller_file", "caller", "callee_file", "callee")])),
+            schema=pa.schema([(n, pa.string()) for n in ("source_repo", "caller_file", "caller", "callee_file", "callee")])),
             ctx.out / "call_graph.parquet", compression="zstd")
         n_edges = sum(len(e) for by_file, _ in graphs.values() for e in by_file.values())
         del repos
@@ -195,7 +195,8 @@ class Structure(Stage):
                     arrays[name].append(getattr(fs, name))
                 by_file, levels = graphs[repo]
                 cols = document_columns(text, path, fs, by_file.get(path, []), levels, semantic.get(repo),
-                                        {"repo": repo, "commit": commit, "path": path, "license_spdx": lic})
+                                        {"source_repo": repo, "source_commit": commit, "source_path": path,
+                                         "license_spdx": lic})
                 stats["chunks"] += len(cols["chunk_boundaries"])
                 for k in extra:
                     extra[k].append(cols[k])

@@ -12,7 +12,7 @@ from conftest import GOOGLETEST, build, build_dir, make_git_repo, need, run_cli,
 
 def _ledger(out: Path) -> dict[str, dict]:
     rows = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()
-    return {r["path"]: r for r in rows}
+    return {r["source_path"]: r for r in rows}
 
 
 def test_bad_files_are_recorded_with_reasons(tmp_path):
@@ -58,7 +58,7 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
     # CRLF normalizes to the same text as good.cc: an exact duplicate with its keeper recorded
     crlf = ledger["src/z_crlf.cc"]
     assert crlf["decision"] == "exact_duplicate" and crlf["keeper_path"] == "src/good.cc"
-    assert ledger["src/huge.cpp"]["size"] > 50 * 10**6
+    assert ledger["src/huge.cpp"]["size_bytes"] > 50 * 10**6
     assert not any("secret_value" in p for p in ledger)  # nothing was read through the escaping link
     summary = proc.stdout
     assert "skipped:symlink_outside_tree" in summary and "filtered:binary" in summary
@@ -168,9 +168,9 @@ def test_every_file_reached_gets_one_ledger_row(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     rows = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()
-    paths = [r["path"] for r in rows]
+    paths = [r["source_path"] for r in rows]
     assert len(paths) == len(set(paths))  # one row per file reached
-    ledger = {r["path"]: (r["decision"], r["reason"]) for r in rows}
+    ledger = {r["source_path"]: (r["decision"], r["reason"]) for r in rows}
     assert ledger == {
         "good.cc": ("kept", ""),
         "locked/": ("skipped", "unreadable"),

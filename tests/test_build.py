@@ -34,7 +34,7 @@ def test_build_contents_and_summary(reference_build):
     ledger = pq.read_table(reference_build / "provenance" / "ledger.parquet").to_pylist()
     seen = sum(st["counts"]["files_seen"] for st in manifest["stages"] if st["stage"] == "collect")
     assert len(ledger) == seen, "the ledger must hold one row per file seen"
-    kept = {(r["repo"], r["path"]) for r in ledger if r["decision"] == "kept"}
+    kept = {(r["source_repo"], r["source_path"]) for r in ledger if r["decision"] == "kept"}
     shard_rows = []
     for entry in manifest["files"]:
         if entry["kind"] == "shard":
@@ -51,7 +51,8 @@ def test_build_contents_and_summary(reference_build):
     # every ledger row names the file's bytes at its pin
     roots = {s["name"]: Path(s["url"]) for s in manifest["sources"]}
     for r in ledger:
-        assert r["sha256"] == hashlib.sha256((roots[r["repo"]] / r["path"]).read_bytes()).hexdigest(), r["path"]
+        raw = (roots[r["source_repo"]] / r["source_path"]).read_bytes()
+        assert r["raw_sha256"] == hashlib.sha256(raw).hexdigest(), r["source_path"]
     # a known file: json.hpp is MIT by its SPDX tag, kept, its text byte-identical to the installed header
     rows = {(r["source_repo"], r["source_path"]): r for e in manifest["files"] if e["kind"] == "shard"
             for r in pq.read_table(reference_build / e["path"]).to_pylist()}

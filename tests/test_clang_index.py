@@ -175,8 +175,8 @@ def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
     assert json.loads(main["platform_info"])["std"] == "c++17"
     names = [c["name"] for c in main["chunk_boundaries"]]
     assert (names.index("main"), names.index("twice")) in {(e["from"], e["to"]) for e in main["call_edges"]}
-    assert main["constituents"] == [{"repo": "fx", "commit": main["source_commit"], "path": "src/main.cc",
-                                     "start": 0, "end": len(main["text"]), "license_spdx": "MIT"}]
+    assert main["constituents"] == [{"source_repo": "fx", "source_commit": main["source_commit"],
+                                     "source_path": "src/main.cc", "start": 0, "end": len(main["text"]), "license_spdx": "MIT"}]
     assert json.loads(rows["src/util.cc"]["language_info"])["edges"] == "libclang"
 
 
@@ -198,7 +198,7 @@ def test_v5_dependency_documents_from_the_fixture(tmp_path):
     assert text.startswith('#include "util.h"\n') and "using namespace fx;" in text.split("int main()")[0]
     assert text.rstrip("\n").endswith("return sc;\n}")
     # dependencies: everything main reaches, leaves (level 0) before level 1, main last
-    names = [c["path"] for c in main["constituents"]]
+    names = [c["source_path"] for c in main["constituents"]]
     assert names[-1] == "src/main.cc" and main["max_dep_level"] == 1
     pos = {name: text.find(snippet) for name, snippet in (("leaf", "int leaf(int x)"), ("pong", "int pong("),
                                                           ("add", "add(int"), ("main", "int main()"))}
@@ -208,7 +208,7 @@ def test_v5_dependency_documents_from_the_fixture(tmp_path):
     info = json.loads(main["build_info"])
     assert "main.cc" in info["command"] and "-std=c++17" in info["command"] and info["status"] == "ok"
     for c in main["constituents"]:
-        piece = (proj / c["path"]).read_bytes()[c["start"]:c["end"]].decode()
+        piece = (proj / c["source_path"]).read_bytes()[c["start"]:c["end"]].decode()
         assert piece in text and c["license_spdx"] == "MIT"
 
 

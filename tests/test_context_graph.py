@@ -31,15 +31,15 @@ def test_v4_context_documents(tmp_path):
         roles = ["callee"] * r["n_callees"] + ["caller"] * r["n_callers"] + ["target"]
         pos, body_bytes = 0, 0
         for role, c in zip(roles, pieces):  # each piece: its header, then its exact text, in this order
-            body = files[c["path"]][c["start"]:c["end"]]
-            head = f"// {role}: {c['path']}: "
+            body = files[c["source_path"]][c["start"]:c["end"]]
+            head = f"// {role}: {c['source_path']}: "
             at = r["text"].find(head, pos)
-            assert at >= 0, (role, c["path"])
+            assert at >= 0, (role, c["source_path"])
             start = r["text"].index("\n", at) + 1
             assert r["text"][start:start + len(body)] == body
             pos, body_bytes = start + len(body), body_bytes + len(body.encode())
-            assert c["repo"] == "googletest" and c["license_spdx"]
-        assert r["text"].endswith(body + "\n") and f"// target: {pieces[-1]['path']}: {r['target_name']}\n" in r["text"]
+            assert c["source_repo"] == "googletest" and c["license_spdx"]
+        assert r["text"].endswith(body + "\n") and f"// target: {pieces[-1]['source_path']}: {r['target_name']}\n" in r["text"]
         assert body_bytes <= 16_384
         with_both += bool(r["n_callers"] and r["n_callees"])
     assert with_both > 100

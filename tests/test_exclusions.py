@@ -63,7 +63,7 @@ def test_opt_out_and_decontamination_are_honoured(tmp_path: Path):
         '[opt_out]\npaths = ["gen/*"]\nfiles = ["optout.toml"]\n\n[decontaminate]\npaths = ["bench/tasks.jsonl"]\n')
     proc = build(sources, tmp_path / "out")
     rows = pq.read_table(build_dir(tmp_path / "out") / "provenance" / "ledger.parquet").to_pylist()
-    ledger = {(r["repo"], r["path"]): (r["decision"], r["reason"]) for r in rows}
+    ledger = {(r["source_repo"], r["source_path"]): (r["decision"], r["reason"]) for r in rows}
     assert ledger == {
         ("a", "src/good.cc"): ("kept", ""),
         ("a", "src/similar.cc"): ("kept", ""),
@@ -80,7 +80,7 @@ def test_opt_out_and_decontamination_are_honoured(tmp_path: Path):
     assert "decontaminate[a]: running" in proc.stdout and "collect[a]: running" not in proc.stdout
     newest = sorted((tmp_path / "out" / "builds").glob("v6-*"), key=lambda d: d.stat().st_mtime)[-1]
     rows = pq.read_table(newest / "provenance" / "ledger.parquet").to_pylist()
-    assert {r["path"]: r["decision"] for r in rows}["src/contaminated.cc"] == "kept"
+    assert {r["source_path"]: r["decision"] for r in rows}["src/contaminated.cc"] == "kept"
 
 
 def test_bad_exclusion_tables_are_one_line_errors(tmp_path: Path):

@@ -99,7 +99,7 @@ COMMON = Path("/usr/share/common-licenses")
 
 
 def _rows(files: dict[str, str]) -> list[dict]:
-    return [{"path": p, "content": t.encode()} for p, t in files.items()]
+    return [{"source_path": p, "content": t.encode()} for p, t in files.items()]
 
 
 def test_license_files_combine_conservatively_and_explain():
@@ -162,7 +162,7 @@ def test_repo_license_files_of_juce_are_identified():
     need(JUCE)
     from cpp_data.stages.license import repo_licenses
 
-    rows = [{"path": str(p.relative_to(JUCE)), "content": p.read_bytes()}
+    rows = [{"source_path": str(p.relative_to(JUCE)), "content": p.read_bytes()}
             for p in sorted(JUCE.rglob("*")) if p.name in ("LICENSE", "LICENSE.txt", "COPYING")]
     found = repo_licenses(rows)
     assert len(found) >= 5

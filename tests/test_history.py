@@ -125,13 +125,13 @@ def test_v2_pairs(history):
     merged = by[("src/sample2.cc", c["merge"])]
     assert merged["is_merge"] and merged["parent_commit"] == c["main_side"]
     # binary blob and submodule bump: recorded with their reason, never documents
-    reasons = {(x["path"], x["reason"]) for x in _ledger(build) if x["decision"] == "skipped"}
+    reasons = {(x["source_path"], x["reason"]) for x in _ledger(build) if x["decision"] == "skipped"}
     assert ("src/blob.cc", "binary") in reasons and ("third_party/dep", "submodule") in reasons
     assert not any(x["source_path"] in ("src/blob.cc", "third_party/dep") for x in rows)
     # the license as of each commit: Apache-2.0 before the relicensing, GPL-3.0 (refused) after it
     assert all(x["license_spdx"] == "Apache-2.0" for x in rows), {x["license_spdx"] for x in rows}
     refused = [x for x in _ledger(build) if x["decision"] == "license_refused"]
-    assert any(x["path"] == "src/sample2.cc" and x["commit"] == c["gpl"] for x in refused), refused
+    assert any(x["source_path"] == "src/sample2.cc" and x["source_commit"] == c["gpl"] for x in refused), refused
     assert ("src/sample2.cc", c["gpl"]) not in by
     # the previous version of a refused after-version is still kept (it was Apache-2.0 at its commit)
     assert ("src/sample2.cc", c["merge"]) in by
@@ -201,7 +201,7 @@ def test_diff_of_two_history_builds_goes_by_version(history, tmp_path):
     proc = run_cli("diff", str(a), str(b), "--json", "--tables", str(tmp_path / "t"))
     result = json.loads(proc.stdout)
     docs = pq.read_table(tmp_path / "t" / "documents.parquet").to_pylist()
-    added = {(d["path"], d["version"]) for d in docs if d["change"] == "added"}
+    added = {(d["source_path"], d["version"]) for d in docs if d["change"] == "added"}
     assert ("src/sample2.cc", c["merge"]) in added
     assert not any(d["change"] == "removed" for d in docs)
     assert result["documents"]["added"] == len(added) > 0

@@ -16,7 +16,7 @@ def test_removed_keys_round_trip_with_trailing_zero_bytes(tmp_path):
     ending_in_zero = [t for t in triples if keys.doc_key(*t)[-1] == 0][:3]
     assert ending_in_zero, "no key among 5000 ends in a zero byte"
     table = pa.table({name: [t[i] for t in ending_in_zero + triples[:5]]
-                      for i, name in enumerate(("source", "path", "commit"))})
+                      for i, name in enumerate(("source_repo", "source_path", "source_commit"))})
     n = keys.write_removed(tmp_path / "removed_keys.parquet", [table])
     back = keys.read_removed(tmp_path / "removed_keys.parquet")
     assert n == len(back) == len(set(ending_in_zero + triples[:5]))

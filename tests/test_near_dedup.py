@@ -104,9 +104,9 @@ def test_near_dedup_quality_on_labelled_real_files(tmp_path):
     out = tmp_path / "out"
     proc = build(sources, out)
     ledger = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()
-    keeper = {(r["repo"], r["path"]): (r["keeper_repo"], r["keeper_path"]) for r in ledger
+    keeper = {(r["source_repo"], r["source_path"]): (r["keeper_repo"], r["keeper_path"]) for r in ledger
               if r["decision"] in ("near_duplicate", "exact_duplicate")}
-    present = {(r["repo"], r["path"]) for r in ledger if r["decision"] in ("kept", "near_duplicate", "exact_duplicate")}
+    present = {(r["source_repo"], r["source_path"]) for r in ledger if r["decision"] in ("kept", "near_duplicate", "exact_duplicate")}
 
     def root(key):
         return keeper.get(key, key)
@@ -122,7 +122,7 @@ def test_near_dedup_quality_on_labelled_real_files(tmp_path):
     recall = len(found) / len(high)
     missed = sorted({kind for a, b, kind in high if (a, b, kind) not in set(found)})
 
-    removed = [(k, v) for k, v in keeper.items() if k not in [(r["repo"], r["path"]) for r in ledger
+    removed = [(k, v) for k, v in keeper.items() if k not in [(r["source_repo"], r["source_path"]) for r in ledger
                                                               if r["decision"] == "exact_duplicate"]]
     correct = [k for k, v in removed if jaccard(shingles(k), shingles(v)) >= 0.7]
     precision = len(correct) / len(removed) if removed else 1.0
@@ -139,7 +139,7 @@ def test_near_dedup_quality_on_labelled_real_files(tmp_path):
     near = [r for r in ledger if r["decision"] == "near_duplicate"]
     for r in near:  # the recorded similarity is the exact Jaccard to the keeper (of the scrubbed text the stage
         # saw, hence the small tolerance against the raw files); the cluster is the keeper's
-        exact = jaccard(shingles((r["repo"], r["path"])), shingles((r["keeper_repo"], r["keeper_path"])))
+        exact = jaccard(shingles((r["source_repo"], r["source_path"])), shingles((r["keeper_repo"], r["keeper_path"])))
         assert abs(r["similarity"] - exact) < 0.01 and r["similarity"] >= 0.7
     by_keeper = {}
     for r in near:
@@ -168,8 +168,8 @@ def test_vendored_source_loses_to_upstream_even_in_a_larger_repo(tmp_path):
     def keepers(sources, out):
         build(write_sources(tmp_path / f"{out}.toml", sources), tmp_path / out)
         rows = pq.read_table(build_dir(tmp_path / out) / "provenance" / "ledger.parquet").to_pylist()
-        return {r["path"]: (r["decision"], r["keeper_repo"]) for r in rows if r["repo"] in ("app", "nlohmann")
-                and r["path"] in ("include/json.hpp", "json.hpp", "include/json_fwd.hpp", "json_fwd.hpp")}
+        return {r["source_path"]: (r["decision"], r["keeper_repo"]) for r in rows if r["source_repo"] in ("app", "nlohmann")
+                and r["source_path"] in ("include/json.hpp", "json.hpp", "include/json_fwd.hpp", "json_fwd.hpp")}
 
     unflagged = keepers(base, "unflagged")  # the larger repo (app, 3+ MB against 0.9 MB) wins the tie-break
     assert unflagged["json.hpp"] == ("exact_duplicate", "app")

@@ -40,7 +40,7 @@ def test_report_renders_in_headless_chromium(reference_build, tmp_path):
     seen = f"<td>files seen</td><td>{len(ledger):,}</td>"
     assert seen in text
     refused = next(r for r in ledger if r["decision"] not in ("kept", "exact_duplicate", "near_duplicate"))
-    assert f"{refused['repo']}:{refused['path']}" in text  # an example with its path
+    assert f"{refused['source_repo']}:{refused['source_path']}" in text  # an example with its path
     plots = text.count("<svg")
     assert plots >= 7 and "http://" not in text.split("<svg", 1)[0].split("<style>")[0]
     profile = tmp_path / "profile"

@@ -79,3 +79,40 @@ def test_a_projection_reads_only_its_columns_and_fills_alike(tmp_path, monkeypat
     assert asked and all(sorted(c) == ["size_bytes", "source_repo", "text"] for c in asked)  # never n_lines
     with pytest.raises(ShardError, match="no column"):
         list(iter_shard(f, "v6", ["no_such_column"]))
+
+
+def test_revision_1_shards_and_ledger_read_under_todays_names(tmp_path):
+    """Schema revision 2 renamed sha256 (the text's) to text_sha256, the constituents' fields and the ledger's
+    identity columns; a revision-1 build still reads, validates and diffs under the new names."""
+    from cpp_data.schemas.artifacts import LEDGER, LEDGER_RENAMED
+    from cpp_data.schemas.reader import read_ledger
+
+    old_piece = pa.struct([("repo", pa.string()), ("commit", pa.string()), ("path", pa.string()),
+                           ("start", pa.int32()), ("end", pa.int32()), ("license_spdx", pa.string())])
+    piece = {"repo": "r", "commit": "c0", "path": "a.cc", "start": 0, "end": 5, "license_spdx": "MIT"}
+    shard = tmp_path / "train-00000.parquet"
+    pq.write_table(pa.table({"text": ["int a;", "int b;"], "sha256": ["t1", "t2"],
+                             "constituents": pa.array([[piece], None], pa.list_(old_piece))}), shard)
+    check_shard(shard, "v6", 2)  # the retired name and the old struct are an earlier revision, not damage
+    (t,) = iter_shard(shard, "v6", ["text_sha256", "constituents"])
+    assert t.column("text_sha256").to_pylist() == ["t1", "t2"]
+    assert t.column("constituents").to_pylist()[0] == [{"source_repo": "r", "source_commit": "c0",
+                                                        "source_path": "a.cc", "start": 0, "end": 5,
+                                                        "license_spdx": "MIT"}]
+    assert t.column("constituents").to_pylist()[1] is None
+    (full,) = iter_shard(shard, "v6")
+    assert full.column("raw_sha256").to_pylist() == ["", ""]  # not in revision 1: its fill
+    back = {new: old for old, new in LEDGER_RENAMED.items()}
+    old_ledger = pa.schema([pa.field(back.get(f.name, f.name), f.type) for f in LEDGER])
+    row = {back.get(f.name, f.name): None for f in LEDGER}
+    row.update(repo="r", path="a.cc", commit="c0", sha256="raw", size=7, decision="kept")
+    pq.write_table(pa.Table.from_pylist([row], schema=old_ledger), tmp_path / "ledger.parquet")
+    ledger = read_ledger(tmp_path / "ledger.parquet")
+    assert ledger.schema.names == LEDGER.names
+    assert ledger.to_pylist()[0]["raw_sha256"] == "raw" and ledger.to_pylist()[0]["size_bytes"] == 7
+    picked = read_ledger(tmp_path / "ledger.parquet", ["source_path", "decision"]).to_pylist()
+    assert picked == [{"source_path": "a.cc", "decision": "kept"}]
+    # and an unrelated mistyped column is still refused
+    pq.write_table(pa.table({"text": ["x"], "constituents": pa.array([[{"a": 1}]])}), shard)
+    with pytest.raises(ShardError, match="constituents"):
+        check_shard(shard, "v6", 1)

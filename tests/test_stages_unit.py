@@ -122,48 +122,48 @@ def _rows(artifacts: list[Artifact], pattern: str, columns: list[str] | None = N
 
 
 def test_collect_takes_the_cpp_files_and_skips_the_rest(chain, corpus):
-    files = _rows(chain["collect"], "files-*.parquet", ["source", "path", "sha256", "size"])
-    by_path = {(r["source"], r["path"]) for r in files}
+    files = _rows(chain["collect"], "files-*.parquet", ["source_repo", "source_path", "raw_sha256", "size_bytes"])
+    by_path = {(r["source_repo"], r["source_path"]) for r in files}
     assert ("alpha", "src/sum.cpp") in by_path and ("beta", "lib.cc") in by_path
     assert ("alpha", "README.md") not in by_path and len(files) == 8
     import hashlib
 
     raw = (corpus[0] / "src" / "sum.cpp").read_bytes()
-    assert next(r["sha256"] for r in files if r["path"] == "src/sum.cpp") == hashlib.sha256(raw).hexdigest()
+    assert next(r["raw_sha256"] for r in files if r["source_path"] == "src/sum.cpp") == hashlib.sha256(raw).hexdigest()
     skipped = _rows(chain["collect"], "skipped.parquet")
-    assert sorted((r["path"], r["reason"]) for r in skipped) == [("LICENSE", "not_cpp"), ("README.md", "not_cpp"),
+    assert sorted((r["source_path"], r["reason"]) for r in skipped) == [("LICENSE", "not_cpp"), ("README.md", "not_cpp"),
                                                                 ("compile_commands.json", "not_cpp")]
 
 
 def test_filter_refuses_the_long_line(chain):
     rejected = _rows(chain["filter"], "rejected-*.parquet")
-    assert [(r["path"], r["decision"], r["reason"]) for r in rejected] == [("src/table.cpp", "filtered",
+    assert [(r["source_path"], r["decision"], r["reason"]) for r in rejected] == [("src/table.cpp", "filtered",
                                                                            "max_line_length")]
-    kept = _rows(chain["filter"], "part-*.parquet", ["path"])
-    assert "src/table.cpp" not in {r["path"] for r in kept} and len(kept) == 7
+    kept = _rows(chain["filter"], "part-*.parquet", ["source_path"])
+    assert "src/table.cpp" not in {r["source_path"] for r in kept} and len(kept) == 7
 
 
 def test_decontaminate_without_a_reference_passes_every_document_on(chain):
-    before = sorted(r["path"] for r in _rows(chain["filter"], "part-*.parquet", ["path"]))
-    after = sorted(r["path"] for r in _rows(chain["decontaminate"], "part-*.parquet", ["path"]))
+    before = sorted(r["source_path"] for r in _rows(chain["filter"], "part-*.parquet", ["source_path"]))
+    after = sorted(r["source_path"] for r in _rows(chain["decontaminate"], "part-*.parquet", ["source_path"]))
     assert after == before
 
 
 def test_license_keeps_mit_and_apache_and_refuses_gpl(chain):
-    docs = _rows(chain["license"], "part-*.parquet", ["source", "path", "license_spdx"])
-    spdx = {(r["source"], r["path"]): r["license_spdx"] for r in docs}
+    docs = _rows(chain["license"], "part-*.parquet", ["source_repo", "source_path", "license_spdx"])
+    spdx = {(r["source_repo"], r["source_path"]): r["license_spdx"] for r in docs}
     assert spdx[("alpha", "src/sum.cpp")] == "MIT" and spdx[("beta", "lib.cc")] == "Apache-2.0"
     assert ("alpha", "src/gpl.cpp") not in spdx
 
 
 def test_exact_dedup_removes_the_copy(chain):
     dups = _rows(chain["exact_dedup"], "duplicates.parquet")
-    assert [(r["path"], r["keeper_path"]) for r in dups] == [("src/sum_copy.cpp", "src/sum.cpp")]
+    assert [(r["source_path"], r["keeper_path"]) for r in dups] == [("src/sum_copy.cpp", "src/sum.cpp")]
 
 
 def test_near_dedup_removes_the_near_copy_and_records_every_removal(chain):
     near = _rows(chain["near_dedup"], "near_duplicates.parquet")
-    assert [r["path"] for r in near] == ["src/sum_near.cpp"] and near[0]["similarity"] >= 0.7
+    assert [r["source_path"] for r in near] == ["src/sum_near.cpp"] and near[0]["similarity"] >= 0.7
     from cpp_data.stages.lib import keys
 
     removed = keys.read_removed(chain["near_dedup"][0].path / "removed_keys.parquet")
@@ -235,7 +235,7 @@ def test_launch_spec_names_both_datasets_relative_to_itself(chain):
 
 def test_ledger_has_one_row_per_file_seen(chain):
     ledger = _rows(chain["ledger"], "ledger.parquet")
-    decisions = {(r["repo"], r["path"]): r["decision"] for r in ledger}
+    decisions = {(r["source_repo"], r["source_path"]): r["decision"] for r in ledger}
     assert len(ledger) == len(decisions) == 11  # 8 C/C++ files, README.md, LICENSE, compile_commands.json
     assert decisions[("alpha", "src/sum_copy.cpp")] == "exact_duplicate"
     assert decisions[("alpha", "src/sum_near.cpp")] == "near_duplicate"
@@ -253,7 +253,7 @@ def test_context_graph_makes_a_document_per_function_within_budget(chain, tmp_pa
     assert functions > 50 and len(rows) == art.counts["documents"] > 0
     for r in rows:
         assert len(r["text"].encode()) <= params.budget_bytes + 200  # the budget, and the block headers
-        assert r["constituents"] and all(c["path"] for c in r["constituents"])
+        assert r["constituents"] and all(c["source_path"] for c in r["constituents"])
 
 
 def test_dependency_documents_root_each_file_with_its_dependencies(chain, sources, tmp_path):
@@ -264,4 +264,4 @@ def test_dependency_documents_root_each_file_with_its_dependencies(chain, source
     assert art.counts["roots"] >= 1 and len(rows) == art.counts["documents"] >= 1
     kept = {r["source_path"] for r in _rows(chain["shards"], "shards/*.parquet", ["source_path"])}
     for r in rows:  # every piece is a kept file: nothing dedup removed comes back through a dependency
-        assert {c["path"] for c in r["constituents"]} <= kept
+        assert {c["source_path"] for c in r["constituents"]} <= kept

@@ -15,15 +15,13 @@ from datatrove.pipeline.writers import ParquetWriter
 
 from cpp_data.schemas.artifacts import DOCUMENT, REJECTION, rejection_row
 
-_KEY = ("source", "commit", "path")
-
 
 def _row_adapter(self, data: dict, path: str, id_in_file: int | str) -> dict:
     """Input row -> Document. Collected files carry raw bytes in `content`; documents carry `text`."""
     text = data.pop("text", None)
     if text is None:
         text = data.pop("content")  # raw bytes: the decode step turns them into text
-    return {"text": text, "id": f"{data['source']}/{data['path']}@{data['commit']}", "metadata": data}
+    return {"text": text, "id": f"{data['source_repo']}/{data['source_path']}@{data['source_commit']}", "metadata": data}
 
 
 def reader(folder: Path, pattern: str) -> ParquetReader:

@@ -24,9 +24,9 @@ def key_array(sources, paths, commits) -> np.ndarray:
 
 
 def table_keys(table: pa.Table) -> np.ndarray:
-    """Keys of a table with source, path and commit columns."""
-    return key_array(table.column("source").to_pylist(), table.column("path").to_pylist(),
-                     table.column("commit").to_pylist())
+    """Keys of a table with source_repo, source_path and source_commit columns."""
+    return key_array(table.column("source_repo").to_pylist(), table.column("source_path").to_pylist(),
+                     table.column("source_commit").to_pylist())
 
 
 def split_hash(source: str, path: str) -> int:
