@@ -684,6 +684,8 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
             setattr(args, key, Path(os.path.abspath(os.path.expanduser(value))))
     if args.func in (cmd_validate, cmd_report, cmd_tokenizer_eval, cmd_verify, cmd_export, cmd_show):
         args.build = resolve_build(args.build)
+    if args.func is cmd_diff:
+        args.a, args.b = resolve_build(args.a), resolve_build(args.b)
     if args.func is cmd_train and args.launch_spec.is_dir() and not (args.launch_spec / "launch.json").is_file():
         args.launch_spec = resolve_build(args.launch_spec)  # OUT: its latest build's launch.json
     return args

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from conftest import GOOGLETEST, build, make_git_repo, need, run_cli, write_sources
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 GPL_HEADER = ("// This program is free software: you can redistribute it and/or modify it under the terms of\n"
               "// the GNU General Public License as published by the Free Software Foundation, version 3.\n")
@@ -62,5 +65,6 @@ def test_diff_reports_documents_refusals_licenses_and_tables(tmp_path):
 
 def test_diff_refuses_an_incomplete_build(tmp_path):
     (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "manifest.json").write_text("{}")  # a build whose _COMPLETE was never written
     proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "a"), check=False)
     assert proc.returncode == 2 and "_COMPLETE" in proc.stderr
