@@ -112,14 +112,28 @@ def conform(table: pa.Table, generation: str, where: str, names: list[str] | Non
     return pa.Table.from_arrays(out, schema=pa.schema(fields) if names else schema)
 
 
-def iter_shard(path: Path, generation: str, columns_wanted: list[str] | None = None) -> Iterator[pa.Table]:
-    """Yield the shard's row groups as tables conformed to `generation` (optionally a subset of columns)."""
+def iter_shard(path: Path, generation: str | None, columns_wanted: list[str] | None = None
+               ) -> Iterator[pa.Table]:
+    """Yield the shard's row groups as tables conformed to `generation` (optionally a subset of columns).
+
+    `generation=None` is for the stages, which read shards they or an earlier stage of the same build wrote:
+    the projected columns as written, no fills, and a missing column is a ShardError naming the file."""
     path = Path(path)
     try:
         pf = pq.ParquetFile(path, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for unreadable footers
         raise ShardError(f"{path}: not a readable Parquet file ({exc})") from None
     read = None  # every column, unless a projection: then only those (and what their fills are sized by)
+    if generation is None:
+        missing = [n for n in columns_wanted or () if n not in pf.schema_arrow.names]
+        if missing:
+            raise ShardError(f"{path}: no column(s) {missing}")
+        for rg in range(pf.num_row_groups):
+            try:
+                yield pf.read_row_group(rg, columns=columns_wanted)
+            except Exception as exc:
+                raise ShardError(f"{path}, row group {rg}: cannot be decoded ({exc})") from None
+        return
     if columns_wanted:
         present = set(pf.schema_arrow.names)
         by_name = {c.name: c for c in columns(generation)}

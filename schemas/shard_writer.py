@@ -1,5 +1,6 @@
-"""Writing shards: the one shard writer (rolling files of exact row groups) and the rewrite that adds columns
-while keeping files, row groups and row order (docs/FORMATS.md gives the layout; schemas/reader.py reads it)."""
+"""Writing shards: the one writer of rolled Parquet files (exact row groups; the document shards and the packed
+rows both) and the rewrite that adds columns while keeping files, row groups and row order (docs/FORMATS.md
+gives the layout; schemas/reader.py reads it)."""
 
 from __future__ import annotations
 
@@ -25,16 +26,23 @@ class ShardParams:
     valid_fraction: float = 0.01
     seed: int = 42
     compression: str = "zstd"
-    compression_level: int = 3
+    compression_level: int | None = 3  # None: the codec's default level
     bucket_bytes: int = 256 * 2**20  # in-memory size of one shuffle bucket
     max_buckets: int = 512  # bound on open bucket files; past it buckets grow beyond bucket_bytes
 
 
 class ShardWriter:
-    """Rolls shards of `docs_per_shard` rows with exact `row_group_size`-row row groups."""
+    """Rolls files of `docs_per_shard` rows with exact `row_group_size`-row row groups, each written to a
+    hidden temporary and renamed into place when full, listed with its rows, bytes and SHA-256.
 
-    def __init__(self, directory: Path, split: str, schema: pa.Schema, p: ShardParams):
+    Document shards are `shards/<split>-NNNNN.parquet`; the packed rows use the same writer with their own
+    stem, kind and directory (`packed/<key>-NNNNN.parquet`, kind "packed"), and `add` a row at a time."""
+
+    def __init__(self, directory: Path, split: str, schema: pa.Schema, p: ShardParams, stem: str | None = None,
+                 kind: str = "shard", prefix: str = "shards"):
         self.directory, self.split, self.schema, self.p = directory, split, schema, p
+        self.stem, self.kind, self.prefix = stem or split, kind, prefix
+        self.rows: list[dict] = []  # rows given one at a time (add), not yet a table
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
         self.writer: pq.ParquetWriter | None = None
@@ -43,16 +51,16 @@ class ShardWriter:
         self.files: list[dict] = []
 
     def _open(self) -> None:
-        self.tmp = self.directory / f".{self.split}-{self.index:05d}.parquet.tmp"
+        self.tmp = self.directory / f".{self.stem}-{self.index:05d}.parquet.tmp"
         self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.p.compression,
                                        compression_level=self.p.compression_level, write_page_checksum=True)
 
     def _close_shard(self) -> None:
         self.writer.close()
-        final = self.directory / f"{self.split}-{self.index:05d}.parquet"
+        final = self.directory / f"{self.stem}-{self.index:05d}.parquet"
         os.replace(self.tmp, final)
-        self.files.append({"path": f"shards/{final.name}", "split": self.split, "rows": self.rows_in_shard,
-                           "kind": "shard", "bytes": final.stat().st_size, "sha256": sha256_file(final)})
+        self.files.append({"path": f"{self.prefix}/{final.name}", "split": self.split, "rows": self.rows_in_shard,
+                           "kind": self.kind, "bytes": final.stat().st_size, "sha256": sha256_file(final)})
         self.writer, self.rows_in_shard = None, 0
         self.index += 1
 
@@ -78,7 +86,17 @@ class ShardWriter:
         if self.pending_rows >= self.p.row_group_size:
             self._flush(final=False)
 
+    def add(self, row: dict) -> None:
+        """One row as a dict of the schema's fields (the packed rows come one at a time)."""
+        self.rows.append(row)
+        if len(self.rows) == self.p.row_group_size:
+            self.write(pa.Table.from_pylist(self.rows, schema=self.schema))
+            self.rows = []
+
     def close(self) -> list[dict]:
+        if self.rows:
+            self.write(pa.Table.from_pylist(self.rows, schema=self.schema))
+            self.rows = []
         self._flush(final=True)
         if self.writer is not None:
             self._close_shard()

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
+from cpp_data.schemas.reader import iter_shard
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 
 _META = ["source_repo", "source_commit", "source_path", "license_spdx", "license_source", "license_confidence",
@@ -56,8 +57,9 @@ def _load(structure_dir) -> tuple[dict, list]:
     functions: dict[tuple, Function] = {}
     order = []
     for entry in listing:
-        t = pq.read_table(structure_dir / entry["path"], columns=["text", "chunk_boundaries", *_META])
-        for row in t.to_pylist():
+        rows = (row for t in iter_shard(structure_dir / entry["path"], None, ["text", "chunk_boundaries", *_META])
+                for row in t.to_pylist())
+        for row in rows:
             meta = {k: row[k] for k in _META}
             for c in row["chunk_boundaries"]:
                 if c["kind"] != "function":

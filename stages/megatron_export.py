@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.schemas.reader import shard_files
+from cpp_data.schemas.reader import iter_shard, shard_files
 from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
 
 
@@ -40,26 +40,23 @@ def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str
     """Each document's token ids (int32), in shard order: from `token_ids`, or encoded from `text`; only the
     documents of `sources` (by source_repo) when given."""
     for f in files:
-        pf = pq.ParquetFile(f)
-        has_ids = "token_ids" in pf.schema_arrow.names
-        for rg in range(pf.num_row_groups):
-            keep = None
-            if sources is not None:
-                repos = pf.read_row_group(rg, columns=["source_repo"]).column("source_repo").to_pylist()
-                keep = [r in sources for r in repos]
+        has_ids = "token_ids" in pq.read_schema(f).names
+        if not has_ids and tok is None:
+            raise ValueError(f"{f}: no token_ids column and no tokenizer given")
+        wanted = ["token_ids" if has_ids else "text"] + (["source_repo"] if sources is not None else [])
+        for t in iter_shard(f, None, wanted):
+            keep = None if sources is None else [r in sources for r in t.column("source_repo").to_pylist()]
             if has_ids:
-                col = pf.read_row_group(rg, columns=["token_ids"]).column("token_ids").combine_chunks()
+                col = t.column("token_ids").combine_chunks()
                 values = col.values.to_numpy(zero_copy_only=False)
                 offsets = col.offsets.to_numpy()
                 for i in range(len(col)):
                     if keep is None or keep[i]:
                         yield values[offsets[i]:offsets[i + 1]]
             else:
-                if tok is None:
-                    raise ValueError(f"{f}: no token_ids column and no tokenizer given")
-                texts = pf.read_row_group(rg, columns=["text"]).column("text").to_pylist()
+                texts = t.column("text").to_pylist()
                 if keep is not None:
-                    texts = [t for t, k in zip(texts, keep) if k]
+                    texts = [x for x, k in zip(texts, keep) if k]
                 for start in range(0, len(texts), batch):
                     for enc in encode_ids(tok, texts[start:start + batch]):
                         yield np.asarray(enc.ids, dtype=np.int32)

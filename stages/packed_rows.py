@@ -34,7 +34,6 @@ masks it (its loss mask is the Parquet rows' loss_mask). FIM sentinels are ordin
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +46,8 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
-from cpp_data.schemas.manifest import sha256_file
-from cpp_data.schemas.reader import shard_files
+from cpp_data.schemas.reader import iter_shard, shard_files
+from cpp_data.schemas.shard_writer import ShardParams, ShardWriter
 from cpp_data.tokenizer.files import tokenizer_info
 
 
@@ -96,9 +95,7 @@ def _fim(doc: Doc, rng: np.random.Generator, roles: dict[str, int], spm_rate: fl
 
 def _documents(files: list[Path], meta_cols: list[str]) -> Iterator[tuple[str, str, np.ndarray, dict]]:
     for f in files:
-        pf = pq.ParquetFile(f)
-        for rg in range(pf.num_row_groups):
-            t = pf.read_row_group(rg, columns=["doc_id", "source_repo", "token_ids", *meta_cols])
+        for t in iter_shard(f, None, ["doc_id", "source_repo", "token_ids", *meta_cols]):
             ids = t.column("token_ids").combine_chunks()
             values, offsets = ids.values.to_numpy(zero_copy_only=False), ids.offsets.to_numpy()
             metas = {}
@@ -135,48 +132,6 @@ def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     return bins
 
 
-class PackedWriter:
-    def __init__(self, directory: Path, key: str, split: str, schema: pa.Schema, p: PackedParams):
-        self.directory, self.key, self.split, self.schema, self.p = directory, key, split, schema, p
-        self.rows: list[dict] = []
-        self.writer = None
-        self.in_shard = 0
-        self.index = 0
-        self.files: list[dict] = []
-
-    def add(self, row: dict) -> None:
-        self.rows.append(row)
-        if len(self.rows) == self.p.row_group_size:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self.rows:
-            return
-        if self.writer is None:
-            self.tmp = self.directory / f".{self.key}-{self.index:05d}.parquet.tmp"
-            self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd", write_page_checksum=True)
-        self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema), row_group_size=len(self.rows))
-        self.in_shard += len(self.rows)
-        self.rows = []
-        if self.in_shard >= self.p.rows_per_shard:
-            self._close()
-
-    def _close(self) -> None:
-        self.writer.close()
-        final = self.directory / f"{self.key}-{self.index:05d}.parquet"
-        os.replace(self.tmp, final)
-        self.files.append({"path": f"packed/{final.name}", "split": self.split, "rows": self.in_shard,
-                           "bytes": final.stat().st_size, "sha256": sha256_file(final), "kind": "packed"})
-        self.writer, self.in_shard = None, 0
-        self.index += 1
-
-    def close(self) -> list[dict]:
-        self._flush()
-        if self.writer is not None:
-            self._close()
-        return self.files
-
-
 def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedParams, meta_cols: list[str],
                fills: dict, key: str | None = None, sources: set[str] | None = None) -> tuple[list[dict], dict]:
     """Pack one split's documents (only those of `sources` when given) into `<key>-NNNNN.parquet` and the
@@ -195,7 +150,10 @@ def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedPa
               pa.field("segment_starts", pa.list_(pa.int32()))]
     types = {c.name: c.type for c in generation_columns(p.generation)}
     fields += [pa.field(c, types[c]) for c in meta_cols]
-    writer = PackedWriter(out, key, split, pa.schema(fields), p)
+    # the one shard writer, rolling packed/<key>-NNNNN.parquet (zstd at the codec's default level)
+    writer = ShardWriter(out, split, pa.schema(fields), ShardParams(
+        generation=p.generation, docs_per_shard=p.rows_per_shard, row_group_size=p.row_group_size,
+        compression="zstd", compression_level=None), stem=key, kind="packed", prefix="packed")
     stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
     pack_id = 0
 

@@ -36,6 +36,7 @@ from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import syntax
+from cpp_data.schemas.reader import iter_shard
 from cpp_data.schemas.shard_writer import rewrite_shards
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
@@ -162,9 +163,7 @@ class Structure(Stage):
         repos: dict[str, dict] = defaultdict(dict)  # repo -> {path: spans and calls only}
         for entry in tqdm(listing, desc=f"{ctx.label}: call graph", unit="shard", leave=False,
                           disable=not ctx.executor.progress):
-            pf = pq.ParquetFile(src / entry["path"])
-            for rg in range(pf.num_row_groups):
-                t = pf.read_row_group(rg, columns=["text", "source_repo", "source_path"])
+            for t in iter_shard(src / entry["path"], None, ["text", "source_repo", "source_path"]):
                 for text, repo, path in zip(*(t.column(c).to_pylist() for c in t.column_names)):
                     fs = syntax.analyze(text, parser)
                     repos[repo][path] = replace(fs, structure_ids=None, ast_depth=None, sibling_index=None,

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.manifest import sha256_file
-from cpp_data.schemas.reader import shard_files
+from cpp_data.schemas.reader import iter_shard, shard_files
 from cpp_data.stages.lib import keys
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.files import load_tokenizer, save_tokenizer
@@ -38,9 +38,8 @@ class TokenizerParams:
 
 def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:
     for f in files:
-        pf = pq.ParquetFile(f)
-        for rg in range(pf.num_row_groups):
-            yield from pf.read_row_group(rg, columns=columns).to_pylist()
+        for t in iter_shard(f, None, columns):
+            yield from t.to_pylist()
 
 
 def training_texts(files: list[Path], heldout_fraction: float) -> Iterator[str]:
