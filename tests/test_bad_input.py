@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import pyarrow.parquet as pq
 
 from conftest import GOOGLETEST, build, build_dir, make_git_repo, need, run_cli, write_sources
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def _ledger(out: Path) -> dict[str, dict]:

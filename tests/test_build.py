@@ -10,10 +10,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.outlock import OutputLock
 from conftest import CLI, build, build_dir, data_digests, run_cli
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def test_two_builds_are_byte_identical(small_sources, reference_build, tmp_path):

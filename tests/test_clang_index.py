@@ -158,6 +158,7 @@ def _fixture_source(tmp_path) -> Path:
     return proj
 
 
+@pytest.mark.slow
 def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
     import pyarrow.parquet as pq
 
@@ -180,6 +181,7 @@ def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
     assert json.loads(rows["src/util.cc"]["language_info"])["edges"] == "libclang"
 
 
+@pytest.mark.slow
 def test_v5_dependency_documents_from_the_fixture(tmp_path):
     """A v5 build of the fixture project with its own compile database: preamble, then dependencies by level
     (leaves first), then the function; build_info is its compile command; pieces trace to the file bytes."""

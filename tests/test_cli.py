@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_cli
 
 
@@ -21,6 +20,7 @@ def test_help_texts(args, words):
         assert w in proc.stdout, (args, w)
 
 
+@pytest.mark.slow
 def test_unimplemented_generation_names_missing_stages(tmp_path):
     src = tmp_path / "s.toml"
     src.write_text(f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\n")
@@ -33,6 +33,7 @@ def test_unimplemented_generation_names_missing_stages(tmp_path):
     assert proc.returncode == 2 and "available: v2, v3, v4, v5, v6" in proc.stderr
 
 
+@pytest.mark.slow
 def test_bad_recipe_parameter_is_named(tmp_path):
     from importlib import resources
 
@@ -45,6 +46,7 @@ def test_bad_recipe_parameter_is_named(tmp_path):
     assert proc.returncode == 2 and "max_line_lenght" in proc.stderr and str(bad) in proc.stderr
 
 
+@pytest.mark.slow
 def test_status_writes_current_and_changelog(reference_build):
     out = reference_build.parent.parent
     proc = run_cli("status", "--out", str(out))
@@ -80,6 +82,7 @@ def test_set_overrides_are_checked_like_the_recipe(setting, message):
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_set_override_reaches_the_fingerprint_and_the_manifest(reference_build, tmp_path):
     """--set packed_rows.seq_length=256 on the reference build's cache: only the packed rows and what reads
     them run again; the manifest records the override and the new length."""

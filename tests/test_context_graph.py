@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import glob
 
+import pytest
 import pyarrow.parquet as pq
 
 from conftest import GOOGLETEST, build_dir, need, run_cli, write_sources
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def test_v4_context_documents(tmp_path):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
+
 datasets = pytest.importorskip("datasets")
 yaml = pytest.importorskip("yaml")
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 import pyarrow.parquet as pq
 
 from conftest import GOOGLETEST, build, build_dir, need, run_cli
@@ -45,6 +46,7 @@ def _tree(root: Path) -> dict[str, str]:
     return files
 
 
+@pytest.mark.slow
 def test_opt_out_and_decontamination_are_honoured(tmp_path: Path):
     need(GOOGLETEST)
     files = _tree(tmp_path / "a")

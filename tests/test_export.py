@@ -19,6 +19,8 @@ from cpp_data.tokenizer.band import load_band
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
+
 BAND = load_band()
 EOS, PAD = BAND.role_id("eos"), BAND.role_id("pad")
 FIM = {BAND.role_id("fim_prefix"), BAND.role_id("fim_middle"), BAND.role_id("fim_suffix")}

@@ -8,9 +8,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import pyarrow.parquet as pq
 
 from conftest import build, run_cli
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def test_build_reuses_a_frozen_tokenizer(reference_build: Path, tmp_path: Path):

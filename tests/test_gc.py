@@ -6,9 +6,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import build, run_cli
 
 
+@pytest.mark.slow
 def test_gc_keeps_latest_and_promoted_and_what_they_need(reference_build: Path, tmp_path: Path):
     out = tmp_path / "out"
     shutil.copytree(reference_build.parent.parent, out, symlinks=True)

@@ -29,6 +29,7 @@ def _log(out: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())}
 
 
+@pytest.mark.slow
 def test_tiny_gpt_loss_falls_on_packed_rows(packed_256: Path, tmp_path: Path):
     _train(packed_256, tmp_path / "run", "--steps", "30", "--warmup", "5")
     losses = _log(tmp_path / "run")
@@ -42,6 +43,7 @@ def test_tiny_gpt_loss_falls_on_packed_rows(packed_256: Path, tmp_path: Path):
     assert (tmp_path / "run" / "checkpoints" / "step-0000030.pt").is_file()
 
 
+@pytest.mark.slow
 def test_stopped_run_resumes_to_the_same_losses(reference_build: Path, tmp_path: Path):
     spec, docs = reference_build / "launch.json", ("--data", "documents", "--seq-length", "128")
     _train(spec, tmp_path / "whole", "--steps", "8", "--warmup", "2", *docs)
@@ -56,12 +58,14 @@ def test_stopped_run_resumes_to_the_same_losses(reference_build: Path, tmp_path:
         assert abs(whole[step] - split[step]) < 1e-4, (step, whole[step], split[step])
 
 
+@pytest.mark.slow
 def test_missing_launch_spec_is_one_clear_line(tmp_path: Path):
     proc = run_cli("train", "--launch-spec", str(tmp_path / "nope.json"), "--out", str(tmp_path / "r"), check=False)
     assert proc.returncode == 2
     assert "nope.json: no such launch spec" in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_packed_rows_refuse_another_length(reference_build: Path, tmp_path: Path):
     proc = run_cli("train", "--launch-spec", str(reference_build), "--out", str(tmp_path / "r"), "--seq-length", "128",
                    check=False)
@@ -69,6 +73,7 @@ def test_packed_rows_refuse_another_length(reference_build: Path, tmp_path: Path
     assert "would cut samples across rows" in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_document_in_a_packed_row_sees_nothing_of_its_neighbours(packed_256: Path, tmp_path: Path):
     """For every document of packed rows holding two or more: its logits inside the row (as the harness feeds
     the row: GPTDataset with boundaries reset) are bit-identical when every other document of the row is
@@ -125,6 +130,7 @@ def test_a_document_in_a_packed_row_sees_nothing_of_its_neighbours(packed_256: P
     assert worst < 1e-5, worst  # fp32 sums over another length round differently (measured ~3e-7)
 
 
+@pytest.mark.slow
 def test_document_segments_are_gpt_datasets_own_masks(packed_256: Path, tmp_path: Path):
     """The segments the harness cuts where position ids restart give exactly the mask megatron-core's
     GPTDataset builds with reset_attention_mask (the ground truth), row by row and across a batch."""
@@ -147,6 +153,7 @@ def test_document_segments_are_gpt_datasets_own_masks(packed_256: Path, tmp_path
     assert torch.equal(segments_mask(cu, len(batch), T), ~theirs)
 
 
+@pytest.mark.slow
 def test_sdpa_attention_computes_megatron_cores_attention(packed_256: Path, reference_build: Path, tmp_path: Path):
     """The same weights give the same logits with megatron-core's unfused DotProductAttention on GPTDataset's
     masks and with the harness's SDPA attention on document segments (packed) or causal (documents)."""

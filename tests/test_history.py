@@ -13,6 +13,8 @@ import pytest
 
 from conftest import GOOGLETEST, build_dir, need, run_cli, write_sources
 
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
+
 SAMPLES = GOOGLETEST / "googletest" / "samples"
 LICENSES = Path("/usr/share/common-licenses")
 

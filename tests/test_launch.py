@@ -22,6 +22,7 @@ def _flag(args: list[str], name: str, n: int = 1) -> list[str]:
     return args[i + 1:i + 1 + n]
 
 
+@pytest.mark.slow
 def test_launch_json_describes_both_datasets_relative_to_itself(reference_build: Path, tmp_path: Path):
     raw = json.loads((reference_build / "launch.json").read_text())
     assert raw["format"] == "cpp-data-launch/2" and raw["default_dataset"] == "packed"

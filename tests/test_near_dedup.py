@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import GOOGLETEST, POCO, build, build_dir, need, write_sources
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 BANNER = (GOOGLETEST / "googletest/src/gtest.cc").read_text().split("\n\n", 1)[0] + "\n\n" \
     if GOOGLETEST.exists() else ""

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import numpy as np
 import pyarrow.parquet as pq
 
 from cpp_data.harness.data import SpecTokenizer
 from cpp_data.harness.train import _init_distributed
 from cpp_data.schemas.indexed import read_sequences
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def test_gpt_dataset_samples_are_whole_rows(reference_build: Path, tmp_path: Path):

@@ -9,7 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import CLI, build, run_in_terminal
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def _copy(reference_build: Path, tmp_path: Path) -> tuple[Path, Path]:

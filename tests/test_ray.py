@@ -13,6 +13,8 @@ import pytest
 
 from conftest import build, build_dir, data_digests
 
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
+
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_cli, run_in_terminal
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def test_show_json_gives_provenance_tokens_and_spans(reference_build: Path):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from conftest import build, build_dir, data_digests
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 STUB = Path(__file__).parent / "slurm_stub"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from conftest import GOOGLETEST, build, build_dir, make_git_repo, need, run_cli, write_sources
 from cpp_data.pipeline.sources import load_sources, read_lock
 
@@ -33,6 +34,7 @@ def test_lock_resolves_branch_tag_and_file_url(tmp_path):
     assert sha in proc.stdout
 
 
+@pytest.mark.slow
 def test_build_records_pins_and_moves_only_changed_sources(tmp_path):
     repo = tmp_path / "repo"
     first = make_git_repo(repo, _files())

@@ -126,6 +126,7 @@ MIXED = ("#include <x>\nclass A;\nint f(int);\nnamespace ns { namespace {\n"
          "enum class E { a, b };\n#ifndef X\n#define X 1\n#endif\nJUCE_X( { ; } } int g(\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", [FIXTURE, MIXED, "f(" + ", ".join(f"a{i}" for i in range(100)) + ");"])
 def test_deepest_node_arrays_match_brute_force(text):
     r = st.analyze(text)
@@ -230,6 +231,7 @@ def test_real_trees_never_crash_and_fill_every_character(root, max_error_share):
     assert share < max_error_share
 
 
+@pytest.mark.slow
 def test_structure_columns_in_a_build(reference_build):
     """The structure stage's columns on every document of a real build, and their per-token mirrors."""
     import pyarrow.parquet as pq

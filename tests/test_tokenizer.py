@@ -56,11 +56,13 @@ def test_bad_band_file_is_one_clear_line(tmp_path):
         load_band(bad)
 
 
+@pytest.mark.slow
 def test_vocab_smaller_than_band_is_refused():
     with pytest.raises(ValueError, match="smaller than the fixed band"):
         train_cpp_tokenizer(["int main() { return 0; }\n"] * 10, load_band(), 512)
 
 
+@pytest.mark.slow
 def test_round_trip_every_document_of_the_build(reference_build: Path):
     tok = load_tokenizer(reference_build / "tokenizer")
     checked = 0
@@ -78,6 +80,7 @@ def test_round_trip_every_document_of_the_build(reference_build: Path):
     assert eos not in tok.encode(EDGE_CASES[4]).ids  # the literal text is not the special token
 
 
+@pytest.mark.slow
 def test_round_trip_whole_juce_and_poco_trees(reference_build: Path):
     """Every C/C++ file of two more real trees, refused or not (JUCE has non-ASCII comments, CRLF, tabs)."""
     need(JUCE, POCO)
@@ -90,6 +93,7 @@ def test_round_trip_whole_juce_and_poco_trees(reference_build: Path):
         assert tok.decode(enc.ids, skip_special_tokens=False) == text, path
 
 
+@pytest.mark.slow
 def test_band_sits_at_its_ids_and_vocab_is_exact(reference_build: Path):
     band = load_band()
     manifest = load_manifest(reference_build)
@@ -109,6 +113,7 @@ def test_band_sits_at_its_ids_and_vocab_is_exact(reference_build: Path):
         assert tok.encode(entry).ids == [first + i], f"band entry {entry!r} is not reached by merges"
 
 
+@pytest.mark.slow
 def test_training_is_deterministic(reference_build: Path):
     texts = list(split_documents(reference_build)[0])[:400]
     band = load_band()
@@ -118,6 +123,7 @@ def test_training_is_deterministic(reference_build: Path):
     assert json.loads(a)["model"]["vocab"]["<|eos|>"] == band.role_id("eos")
 
 
+@pytest.mark.slow
 def test_loads_in_transformers_and_megatron_core(reference_build: Path):
     from transformers import PreTrainedTokenizerFast
 
@@ -139,6 +145,7 @@ def test_loads_in_transformers_and_megatron_core(reference_build: Path):
     assert mt.detokenize(mt.tokenize(text)) == text
 
 
+@pytest.mark.slow
 def test_eval_beats_generic_bpe(reference_build: Path, tmp_path: Path):
     proc = run_cli("tokenizer", "eval", str(reference_build), "--json", str(tmp_path / "eval.json"), check=False)
     result = json.loads((tmp_path / "eval.json").read_text())
@@ -150,6 +157,7 @@ def test_eval_beats_generic_bpe(reference_build: Path, tmp_path: Path):
     assert "overall" in proc.stdout and "std::vector<std::string>" in proc.stdout
 
 
+@pytest.mark.slow
 def test_token_mirrors_of_character_columns(reference_build: Path):
     tok = load_tokenizer(reference_build / "tokenizer")
     text = "int f() {\n    return g(1);\n}\n"

@@ -7,7 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def _copy_build(build: Path, dst: Path) -> Path:
