@@ -35,6 +35,12 @@ def _changed_params(old: dict, new: dict) -> list[str]:
     return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted({*old, *new}) if old.get(k) != new.get(k)]
 
 
+def _inputs_run(names: list[str]) -> str:
+    if len(names) == 1:
+        return f"input {names[0]} runs again (reused if its output is byte-identical)"
+    return f"inputs {', '.join(names)} run again (reused if their outputs are byte-identical)"
+
+
 def _reason(task, before: dict | None, runs: set[str], compared_with: str | None, sources: list) -> str:
     if before is None:
         return "new: no earlier build of this recipe in OUT" if compared_with is None else \
@@ -54,7 +60,7 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
             why.append("params: " + "; ".join(changed))
         ran = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
         if ran:
-            why.append("input " + ", ".join(ran) + " runs again (reused if its output is byte-identical)")
+            why.append(_inputs_run(ran))
         return "; ".join(why) or f"its code, pin or settings differ from build {compared_with}"
     why = []
     if old.get("version") != new.get("version"):
@@ -73,7 +79,7 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
                    "tokenizer's content)")
     changed_inputs = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
     if changed_inputs:
-        why.append("input " + ", ".join(changed_inputs) + " runs again (reused if its output is byte-identical)")
+        why.append(_inputs_run(changed_inputs))
     elif old.get("inputs") != new.get("inputs"):
         why.append("an input's output changed")
     return "; ".join(why) or "fingerprint differs"

@@ -1,0 +1,258 @@
+"""How a v6 build scales with corpus size and workers: MB/s and peak RSS of the process tree, per stage.
+
+For each scale (1x: the default corpus of sources/debian.toml; 2x and 4x: the same plus Debian's Qt 5, Eigen
+and Boost headers, copied into one extra directory source until the corpus is that many times larger) and
+each worker count, it runs `cpp-data build --version v6` into a fresh output directory and watches it:
+
+- the build's own events (`--log-format json`: stage_start, stage_done) say which stage runs when;
+- a sampler reads /proc every 0.2 s for every process descended from the build (Ray's and a browser's
+  processes left out) and records, per stage, the peak RSS of the whole tree and of its largest process.
+
+MB/s is megabytes of C/C++ collected (the build summary's bytes) over the stage's seconds; "all but semantics"
+is the issue's speed figure, since libclang's time depends on how many translation units a project has and not
+on corpus bytes: semantics is reported as TUs per second per worker instead. googletest's CMake project is
+configured only when --semantics is given (its 99 TUs take about three minutes on two cores).
+
+    .venv/bin/python bench/scale.py --scales 1 2 4 --workers 1 2 [--semantics] [--work /tmp/scale]
+
+Writes bench/results/scale.{json,md,png}. Times are wall seconds on this machine with nothing else running;
+compare runs of one invocation only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT = [("googletest", "/usr/src/googletest", "BSD-3-Clause"), ("nlohmann-json", "/usr/include/nlohmann", None),
+           ("poco", "/usr/include/Poco", None), ("juce", "/usr/share/juce/modules", None)]
+EXTRA_TREES = ["/usr/include/x86_64-linux-gnu/qt5", "/usr/include/eigen3", "/usr/include/boost"]
+SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".h++", ".inl", ".ipp", ".tcc")
+LEFT_OUT = ("ray", "raylet", "gcs_server", "chrome", "chromium")
+
+
+def tree_bytes(root: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
+               if f.lower().endswith(SUFFIXES) and not os.path.islink(os.path.join(d, f)))
+
+
+def extra_corpus(dest: Path, want: int) -> int:
+    """Copy C/C++ files of EXTRA_TREES, in sorted path order, into dest until `want` bytes; returns bytes."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    got = 0
+    for root in EXTRA_TREES:
+        for d, dirs, fs in sorted(os.walk(root)):
+            dirs.sort()
+            for f in sorted(fs):
+                src = os.path.join(d, f)
+                if got >= want:
+                    return got
+                if not f.lower().endswith(SUFFIXES) or os.path.islink(src):
+                    continue
+                target = dest / Path(root).name / os.path.relpath(src, root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, target)
+                got += os.path.getsize(src)
+    return got
+
+
+def sources_file(path: Path, extra: Path | None, semantics: bool) -> None:
+    lines = []
+    for name, url, lic in DEFAULT:
+        lines += ["[[source]]", f'name = "{name}"', f'url = "{url}"']
+        if lic:
+            lines.append(f'license = "{lic}"')
+        if name == "googletest" and not semantics:
+            lines.append("configure = false")
+        lines.append("")
+    if extra is not None:
+        lines += ["[[source]]", 'name = "extra"', f'url = "{extra}"', ""]
+    path.write_text("\n".join(lines))
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+        names[int(entry)] = name
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if any(n in names.get(pid, "").lower() for n in LEFT_OUT):
+            continue
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+class Sampler(threading.Thread):
+    """Peak RSS (tree and largest process, KiB) per stage label, the label set from the build's events."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.stage, self.peaks, self.stop = pid, "startup", {}, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            sizes = [_rss_kb(p) for p in _descendants(self.pid)]
+            tree, largest = sum(sizes), max(sizes, default=0)
+            old = self.peaks.get(self.stage, (0, 0))
+            self.peaks[self.stage] = (max(old[0], tree), max(old[1], largest))
+            time.sleep(0.2)
+
+
+def run_build(sources: Path, out: Path, workers: int) -> dict:
+    cmd = [str(REPO / ".venv" / "bin" / "cpp-data"), "build", "--version", "v6", "--sources", str(sources),
+           "--out", str(out), "--workers", str(workers), "--log-format", "json", "--no-progress"]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    stages: dict[str, float] = {}
+    summary = None
+    for line in proc.stdout:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        kind = event.get("event")
+        if kind == "stage_start":
+            sampler.stage = event["label"].split("[")[0]
+        elif kind == "stage_done":
+            name = event["label"].split("[")[0]
+            stages[name] = stages.get(name, 0.0) + float(event.get("seconds", 0.0))
+            sampler.stage = "between stages"
+        elif kind == "summary":
+            summary = event["summary"]
+    err = proc.stderr.read()
+    proc.wait()
+    sampler.stop.set()
+    sampler.join()
+    if proc.returncode not in (0, 3):
+        raise SystemExit(f"build failed ({proc.returncode}): {err[-2000:]}")
+    wall = time.monotonic() - t0
+    return {"wall_seconds": round(wall, 1), "stage_seconds": {k: round(v, 2) for k, v in stages.items()},
+            "peak_rss_mib": {k: [round(a / 1024), round(b / 1024)] for k, (a, b) in sampler.peaks.items()},
+            "summary": summary}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scales", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--semantics", action="store_true", help="configure googletest and index its TUs")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/cpp-data-scale"))
+    ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    a = ap.parse_args(argv)
+    base = sum(tree_bytes(url) for _, url, _ in DEFAULT)
+    runs = []
+    for scale in a.scales:
+        extra = None
+        if scale > 1:
+            extra = a.work / f"extra-{scale}x"
+            got = extra_corpus(extra, (scale - 1) * base)
+            print(f"{scale}x: extra source of {got / 1e6:.1f} MB", flush=True)
+        sources = a.work / f"sources-{scale}x.toml"
+        sources.parent.mkdir(parents=True, exist_ok=True)
+        sources_file(sources, extra, a.semantics)
+        for workers in a.workers:
+            out = a.work / f"out-{scale}x-w{workers}"
+            shutil.rmtree(out, ignore_errors=True)
+            r = run_build(sources, out, workers)
+            collected = (r["summary"] or {}).get("cpp_bytes_collected") or base * scale
+            secs = r["stage_seconds"]
+            not_sem = sum(v for k, v in secs.items() if k != "semantics")
+            r.update(scale=scale, workers=workers, mb_collected=round(collected / 1e6, 1),
+                     mb_per_s_all_but_semantics=round(collected / 1e6 / not_sem, 3) if not_sem else None,
+                     mb_per_s_per_stage={k: round(collected / 1e6 / v, 2) for k, v in secs.items() if v > 0.05},
+                     peak_rss_mib_any_process=max((v[1] for v in r["peak_rss_mib"].values()), default=0),
+                     peak_rss_mib_tree=max((v[0] for v in r["peak_rss_mib"].values()), default=0))
+            sem = [s for s in (r["summary"] or {}).get("semantic_coverage", {}).values()] if r["summary"] else []
+            tus = sum((s or {}).get("tus", 0) for s in sem if isinstance(s, dict))
+            if tus and secs.get("semantics"):
+                r["semantics_tus_per_s_per_worker"] = round(tus / secs["semantics"] / workers, 3)
+            runs.append(r)
+            print(f"{scale}x w{workers}: {r['mb_collected']} MB, all but semantics "
+                  f"{r['mb_per_s_all_but_semantics']} MB/s, peak RSS {r['peak_rss_mib_any_process']} MiB "
+                  f"(tree {r['peak_rss_mib_tree']}), wall {r['wall_seconds']} s", flush=True)
+            shutil.rmtree(out, ignore_errors=True)
+    a.results.mkdir(parents=True, exist_ok=True)
+    (a.results / "scale.json").write_text(json.dumps({"runs": runs, "cpus": os.cpu_count()}, indent=1) + "\n")
+    _markdown(runs, a.results / "scale.md")
+    _plot(runs, a.results / "scale.png")
+
+
+def _markdown(runs: list[dict], path: Path) -> None:
+    stages = sorted({k for r in runs for k in r["stage_seconds"]}, key=lambda k: -max(
+        r["stage_seconds"].get(k, 0) for r in runs))
+    head = "| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} s (peak MiB)" for r in runs) + " |"
+    lines = [f"# v6 build scaling ({os.cpu_count()} CPUs)", "",
+             "| run | MB collected | MB/s all but semantics | peak RSS any process MiB | peak RSS tree MiB | wall s |",
+             "|---|---|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| {r['scale']}x w{r['workers']} | {r['mb_collected']} | {r['mb_per_s_all_but_semantics']} | "
+                     f"{r['peak_rss_mib_any_process']} | {r['peak_rss_mib_tree']} | {r['wall_seconds']} |")
+    lines += ["", head, "|---|" + "---|" * len(runs)]
+    for k in stages:
+        cells = []
+        for r in runs:
+            peak = r["peak_rss_mib"].get(k, [0, 0])[1]
+            cells.append(f"{r['stage_seconds'].get(k, 0):.1f} ({peak})")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for w in sorted({r["workers"] for r in runs}):
+        rs = sorted((r for r in runs if r["workers"] == w), key=lambda r: r["scale"])
+        xs = [r["mb_collected"] for r in rs]
+        ax1.plot(xs, [r["mb_per_s_all_but_semantics"] for r in rs], "o-", label=f"{w} worker(s)")
+        ax2.plot(xs, [r["peak_rss_mib_any_process"] for r in rs], "o-", label=f"{w} worker(s)")
+    ax1.set(xlabel="MB of C/C++ collected", ylabel="MB/s (every stage but semantics)", title="speed")
+    ax2.set(xlabel="MB of C/C++ collected", ylabel="MiB", title="peak RSS of the largest process")
+    ax2.axhline(2048, color="grey", ls="--", lw=1)
+    for ax in (ax1, ax2):
+        ax.legend()
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
