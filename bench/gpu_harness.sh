@@ -2,13 +2,15 @@
 # The harness on an H200 (issue 16), one call per phase of the device tool:
 #   speed:  the plain-PyTorch reference (bench/reference_gpt.py) and the harness, same shape, same call, then
 #           Megatron-LM's own pretrain_gpt.py for 20 steps from launch.json's megatron_args + model flags
-#   profile: kernels by CUDA time per micro batch, harness vs reference
-#   loss:   packed rows vs documents, trained on the same number of tokens, both evaluated on the
+#   profile: the attention kernels alone, then harness (as is, and with PATCHES, bench/gpu_profile.py's
+#           experiments) and reference: whole steps timed, kernels by CUDA time per micro batch
+#   loss:   packed rows (FIM off) vs documents, trained on the same number of tokens, both evaluated on the
 #           validation documents (each on its own, no FIM) every EVAL steps
 # (bench/results/train-h200-gpt125m-* came from its predecessor, bench/gpu_train_h200.sh, in git history.)
 # Prepared on the build machine by bench/gpu_prepare.sh (a build whose packed rows are 2048 tokens, its
-# bins xz-compressed; megatron-core 0.16.1 and einops wheels in .whl/; Megatron-LM's tarball in .gpu/).
-# On the device:  bash bench/gpu_harness.sh .gpu $OUT speed|loss     (QUICK=1: speed without the eager
+# bins xz-compressed; the training rows again with FIM off, for the loss phase; megatron-core 0.16.1 and einops
+# wheels in .whl/; Megatron-LM's tarball in .gpu/).
+# On the device:  bash bench/gpu_harness.sh .gpu $OUT speed|profile|loss     (QUICK=1: speed without the eager
 # reference and Megatron-LM; LOCAL=1 adds megatron-core's own attention to the speed runs)
 set -euo pipefail
 DATA=$(realpath "${1:?data dir}"); RESULTS=$(realpath "${2:?results dir}"); PHASE=${3:?speed, profile or loss}
@@ -34,6 +36,7 @@ PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch, inspect; from torch.nn.attention import varlen; print("torch", torch.__version__, "gpus", torch.cuda.device_count(), "varlen_attn", inspect.signature(varlen.varlen_attn))' || true
 SPEC=$DATA/launch.json
+[ "$PHASE" = loss ] && SPEC=$DATA/launch-nofim.json  # the loss phase's packed rows: FIM off (see below)
 TRAIN=(python3 -m cpp_data.pipeline.cli train --launch-spec "$SPEC" --model gpt-125m --batch-size 32
        --seq-length 2048 --lr 6e-4 --num-workers 4)
 summary() { python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['run']=sys.argv[2]; print(json.dumps(s))" "$1" "$2" >> "$RESULTS/$PHASE.jsonl"; }
@@ -72,17 +75,34 @@ if [ "$PHASE" = speed ] && [ -z "${QUICK:-}" ]; then
 fi
 
 if [ "$PHASE" = loss ]; then
-  STEPS=${STEPS:-150}; EVAL=${EVAL:-25}; FLAGS=${FLAGS:---micro-batch-size 16 --compile}
+  # packed rows with FIM off (launch-nofim.json: the same build's rows packed again, bench/gpu_prepare.sh) vs the
+  # per-document export (no FIM either): the same steps x batch x seq tokens, and both evaluated on the same
+  # validation rows, the validation documents each on its own (document segments) and without FIM (FIM only
+  # ever touches the training split); 9 batches of 32 = every one of the 72 validation rows 4 times
+  STEPS=${STEPS:-200}; EVAL=${EVAL:-25}; FLAGS=${FLAGS:---micro-batch-size 32 --compile}
   for data in packed documents; do
     # shellcheck disable=SC2086
-    "${TRAIN[@]}" $FLAGS --data $data --eval-data packed --eval-batches 8 --steps "$STEPS" --warmup 20 \
-      --log-every 5 --eval-every "$EVAL" --out "/tmp/runs/$data" > "$RESULTS/loss-$data.txt" 2>&1 \
+    timeout 280 "${TRAIN[@]}" $FLAGS --data $data --eval-data packed --eval-batches 9 \
+      --steps "$STEPS" --warmup 20 --log-every 5 --eval-every "$EVAL" --out "/tmp/runs/$data" > "$RESULTS/loss-$data.txt" 2>&1 \
       && summary "/tmp/runs/$data/summary.json" "$data" || echo "$data failed: $(tail -n 3 "$RESULTS/loss-$data.txt")"
     cp "/tmp/runs/$data/log.jsonl" "$RESULTS/loss-$data.jsonl" || true
-    grep -E 'valid|^model' "$RESULTS/loss-$data.txt" | tail -n 8 || true
+    grep -E 'valid|^model' "$RESULTS/loss-$data.txt" | tail -n 4 || true
   done
 fi
 
-if [ "$PHASE" = profile ]; then  # where the step time goes, harness vs reference (bench/gpu_profile.py)
-  python3 bench/gpu_profile.py "$SPEC" 2>&1 | grep -v -i warn | tee "$RESULTS/profile.txt"
+if [ "$PHASE" = profile ]; then  # where the step time goes and what candidate changes buy (bench/gpu_profile.py)
+  PROF=(python3 bench/gpu_profile.py "$SPEC")
+  { timeout 90 "${PROF[@]}" attention || echo "attention failed"
+    timeout 150 "${PROF[@]}" harness --micro-batch-size 32 --profile --json "$RESULTS/profile.jsonl" || echo "harness failed"
+    for patch in ${PATCHES:-megatron-bias-gelu}; do
+      timeout 120 "${PROF[@]}" harness --micro-batch-size 32 --patch "$patch" --profile --json "$RESULTS/profile.jsonl" \
+        || echo "harness + $patch failed"
+    done
+    timeout 120 "${PROF[@]}" reference --micro-batch-size 16 --profile --json "$RESULTS/profile.jsonl" || echo "reference failed"
+    [ -n "${MORE:-}" ] && for run in $MORE; do  # e.g. MORE="harness:16: harness:32:megatron-rope"
+      IFS=: read -r impl mb patch <<< "$run"
+      timeout 120 "${PROF[@]}" "$impl" --micro-batch-size "$mb" ${patch:+--patch "$patch"} --json "$RESULTS/profile.jsonl" \
+        || echo "$run failed"
+    done
+  } 2>&1 | grep --line-buffered -v -i -E 'warn|^ *warnings\.warn|^$' | tee "$RESULTS/profile.txt"
 fi

@@ -2,7 +2,10 @@
 # Prepare what bench/gpu_harness.sh takes to the GPU machine (which has no network and takes 64 MiB a call):
 #   .gpu/   a build of sources/debian-large.toml whose packed rows are 2048 tokens (the v6 recipe with
 #           packed_rows.seq_length = 2048): launch.json, packed/ and megatron/ (bins xz-compressed, SHA256SUMS),
-#           tokenizer/, and Megatron-LM's tarball (../shared/peers)
+#           tokenizer/, and Megatron-LM's tarball (../shared/peers); packed-nofim/: the same build's training rows
+#           packed again with FIM off (`export packed --fim-rate 0`, for the loss phase's comparison with the
+#           per-document export, which has no FIM) and launch-nofim.json naming them (validation rows are the
+#           same bytes: FIM only touches the training split)
 #   .whl/   megatron-core 0.16.1 and einops wheels for CPython 3.12 (the device's torch is its own)
 # usage: bash bench/gpu_prepare.sh [OUT]     (OUT: the build's output directory, default /tmp/gpu-build)
 set -euo pipefail
@@ -23,6 +26,23 @@ for sub in packed megatron; do
     esac
   done
 done
+NOFIM=$OUT/exports/packed-2048-nofim
+[ -f "$NOFIM/_COMPLETE" ] || cpp-data export packed "$BUILD" --seq-length 2048 --fim-rate 0 --out "$NOFIM"
+mkdir -p .gpu/packed-nofim && cp "$NOFIM/cpp_packed_train.idx" "$NOFIM/packed.json" .gpu/packed-nofim/
+(cd "$NOFIM" && sha256sum cpp_packed_train.bin) | awk '{print $1 "  packed-nofim/" $2}' >> .gpu/SHA256SUMS
+xz -T2 -6 -c "$NOFIM/cpp_packed_train.bin" > .gpu/packed-nofim/cpp_packed_train.bin.xz
+python3 - <<'PY'
+import json
+spec = json.load(open(".gpu/launch.json"))
+packed = spec["datasets"]["packed"]
+packed["blend_per_split"]["train"] = [[w, p.replace("packed/", "packed-nofim/")] for w, p in packed["blend_per_split"]["train"]]
+packed["groups"] = {k.replace("packed/", "packed-nofim/"): v for k, v in packed["groups"].items()}
+rows = json.load(open(".gpu/packed-nofim/packed.json"))["prefixes"]["cpp_packed_train"]
+packed["tokens"]["train"] = rows["tokens"]
+packed["megatron_args"] = [a.replace("packed/cpp_packed_train", "packed-nofim/cpp_packed_train") for a in packed["megatron_args"]]
+spec["megatron_args"] = packed["megatron_args"]
+json.dump(spec, open(".gpu/launch-nofim.json", "w"), indent=1)
+PY
 cp "$(ls ../shared/peers/megatron-lm-core_v0.16.1.tar.xz /work/shared/peers/megatron-lm-core_v0.16.1.tar.xz 2>/dev/null | head -n 1)" .gpu/
 mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

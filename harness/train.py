@@ -81,14 +81,20 @@ def _segments(position_ids: torch.Tensor, device: torch.device):
 
 def _forward_loss(model, tokens, position_ids, attention_mask, labels, loss_mask, segments, autocast: bool):
     """Mean next-token cross-entropy over loss_mask: the model's logits, then the loss here rather than in
-    megatron-core, so that torch.compile fuses the bf16-to-fp32 cast, the [s, b] -> [b, s] transpose and the
-    log-softmax into one pass over the logits instead of megatron-core's several fp32 copies (bench/results:
-    gpu-h200-speed.json)."""
+    megatron-core, so that torch.compile fuses the bf16-to-fp32 cast and the log-softmax into one pass over the
+    logits instead of megatron-core's several fp32 copies (bench/results: gpu-h200-speed.json).
+
+    The loss runs in the output layer's own [s, b] order (labels and mask transposed, not the logits): GPTModel
+    hands the logits back as [b, s] (`transpose(0, 1).contiguous()`), and a loss taken in that order sends the
+    output layer a transposed gradient, which compiled into a batched matmul of s products of b rows each for
+    its input gradient (22 ms per micro batch of 32 on an H200, against ~8 ms for the same FLOPs as one matmul;
+    bench/results/gpu-h200-profile.txt). Compiled, the two transposes cancel and no copy is made."""
     with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=autocast):
         logits = model(input_ids=tokens, position_ids=position_ids, attention_mask=attention_mask,
                        packed_seq_params=segments)
-    losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
-    mask = loss_mask.flatten().float()
+    logits = logits.transpose(0, 1).flatten(0, 1)  # [s * b, vocab]
+    losses = F.cross_entropy(logits.float(), labels.t().flatten(), reduction="none")
+    mask = loss_mask.t().flatten().float()
     return (losses * mask).sum() / mask.sum().clamp(min=1)
 
 
