@@ -215,7 +215,8 @@ def _publish_tokenizer(artifact, partial: Path) -> tuple[list[dict], dict]:
     record = {"path": "tokenizer/tokenizer.json", "sha256": c["sha256"], "vocab_size": c["vocab_size"],
               "band_revision": c["band_revision"],
               **{k: c.get(k) for k in ("requested_vocab_size", "learned_ids", "padding_ids")},
-              **({"frozen_from": c["frozen_from"]} if c.get("frozen_from") else {})}
+              **({"frozen_from": c["frozen_from"]} if c.get("frozen_from") else {}),
+              **({"training_sample": c["training_sample"]} if c.get("training_sample") else {})}
     return files, record
 
 

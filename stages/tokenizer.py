@@ -1,9 +1,15 @@
 """tokenizer: train the hybrid C++ tokenizer on the build's own training split (docs/DESIGN.md section 8).
 
-Reads the shards stage's training shards one row group at a time (bounded memory: the trainer keeps only
-pre-token counts), leaves out a hashed `heldout_fraction` of training files (by repo and path, so the same
-files on every run) which, with the validation split, form the held-out set of `cpp-data tokenizer eval`, and
-writes tokenizer/ (see cpp_data.tokenizer.files). The same shards and recipe give a byte-identical
+Reads the shards stage's training shards one row group at a time, leaves out a hashed `heldout_fraction` of
+training files (by repo and path, so the same files on every run) which, with the validation split, form the
+held-out set of `cpp-data tokenizer eval`, and writes tokenizer/ (see cpp_data.tokenizer.files).
+
+The trainer counts pre-tokens in memory, which grows with the text it sees, so it trains on a bounded sample:
+when the candidate documents hold more than `sample_bytes` of text, each is taken when a hash keyed by
+`sample_seed` and its (repo, path, commit) falls under sample_bytes / total (keys.tokenizer_sampled): about
+sample_bytes of text, the same documents on every run, chosen without reading them. The sample is recorded:
+its fraction, documents and bytes in the stage's counts and the manifest, and the doc_id of every document in
+sample.parquet. A corpus under the budget trains on all of it, as before. The same shards and recipe give a byte-identical
 tokenizer.json; its SHA-256 goes in the build manifest.
 """
 
@@ -13,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.stage import Stage, StageContext
@@ -34,6 +41,8 @@ class TokenizerParams:
     # a cpp-data tokenizer to reuse instead of training one: its directory, or a build (or OUT) holding it;
     # `build --tokenizer PATH` sets it. Token ids then stay those of the earlier build (continued training).
     frozen: str = ""
+    sample_bytes: int = 2_000_000_000  # text the trainer sees at most (seeded sample above it)
+    sample_seed: int = 42
 
 
 def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:
@@ -42,10 +51,29 @@ def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:
             yield from t.to_pylist()
 
 
-def training_texts(files: list[Path], heldout_fraction: float) -> Iterator[str]:
-    for row in iter_documents(files, ["text", "source_repo", "source_path"]):
-        if not keys.tokenizer_heldout(row["source_repo"], row["source_path"], heldout_fraction):
+def training_texts(files: list[Path], heldout_fraction: float, fraction: float = 1.0, seed: int = 0,
+                   taken: list | None = None) -> Iterator[str]:
+    """Texts of the training documents the tokenizer learns from: not held out, and in the sample (`fraction`
+    of the hash space); the doc_id and size of each one yielded go to `taken`."""
+    cols = ["text", "doc_id", "source_repo", "source_path", "source_commit", "size_bytes"]
+    for row in iter_documents(files, cols):
+        if keys.tokenizer_heldout(row["source_repo"], row["source_path"], heldout_fraction):
+            continue
+        if keys.tokenizer_sampled(seed, row["source_repo"], row["source_path"], row["source_commit"], fraction):
+            if taken is not None:
+                taken.append((row["doc_id"], row["size_bytes"]))
             yield row["text"]
+
+
+def candidate_bytes(files: list[Path], heldout_fraction: float) -> tuple[int, int]:
+    """(documents, bytes of text) the tokenizer could train on: the training split less its held-out files,
+    from two small columns."""
+    n = total = 0
+    for t in (t for f in files for t in iter_shard(f, None, ["source_repo", "source_path", "size_bytes"])):
+        for repo, path, size in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+            if not keys.tokenizer_heldout(repo, path, heldout_fraction):
+                n, total = n + 1, total + size
+    return n, total
 
 
 class TokenizerStage(Stage):
@@ -77,9 +105,18 @@ class TokenizerStage(Stage):
             raise ValueError(f"band entries the pre-tokenizer never yields whole: {unusable[:5]}")
         train_files = shard_files(ctx.input("shards").path, "train")
         n = sum(pq.read_metadata(f).num_rows for f in train_files)
-        tok = train_cpp_tokenizer(training_texts(train_files, p.heldout_fraction), band, p.vocab_size,
-                                  length=n, min_frequency=p.min_frequency, show_progress=ctx.executor.progress,
+        candidates, total = candidate_bytes(train_files, p.heldout_fraction)
+        fraction = 1.0 if total <= p.sample_bytes else p.sample_bytes / total
+        taken: list[tuple[str, int]] = []
+        texts = training_texts(train_files, p.heldout_fraction, fraction, p.sample_seed, taken)
+        tok = train_cpp_tokenizer(texts, band, p.vocab_size, length=round(candidates * fraction),
+                                  min_frequency=p.min_frequency, show_progress=ctx.executor.progress,
                                   cap_to_corpus=p.cap_vocab_to_corpus)
+        pq.write_table(pa.table({"doc_id": pa.array([d for d, _ in taken], pa.string())}),
+                       ctx.out / "sample.parquet", compression="zstd")
+        sample = {"fraction": round(fraction, 6), "seed": p.sample_seed, "budget_bytes": p.sample_bytes,
+                  "documents": len(taken), "bytes": sum(b for _, b in taken), "of_documents": candidates,
+                  "of_bytes": total}
         path = save_tokenizer(tok, band, ctx.out / "tokenizer")
         check = load_tokenizer(path)
         size = check.get_vocab_size()
@@ -88,7 +125,7 @@ class TokenizerStage(Stage):
         padding = padding_ids(check)
         return {"vocab_size": size, "requested_vocab_size": p.vocab_size, "learned_ids": size - padding,
                 "padding_ids": padding, "band_revision": band.revision, "band_entries": len(band.entries),
-                "train_documents_seen": n, "sha256": sha256_file(path)}
+                "train_documents_seen": n, "sha256": sha256_file(path), "training_sample": sample}
 
 
 def frozen_tokenizer_dir(given: str) -> Path:

@@ -176,3 +176,36 @@ def test_token_mirrors_of_character_columns(reference_build: Path):
     filled = conform(out.select(["text", "token_ids"]), "v6", "test")
     assert filled.column("token_sibling_index").to_pylist()[0] == [-1] * len(enc.ids)
     assert filled.column("token_structure_ids").to_pylist()[0] == [0] * len(enc.ids)
+
+
+def test_training_sample_is_bounded_seeded_and_nested(tmp_path):
+    """Over its byte budget the tokenizer trains on a keyed-hash sample: about the budget, the same documents on
+    every run and in any file order, a larger budget keeping every document of a smaller one, another seed
+    another sample; under the budget, every candidate document."""
+    import pyarrow.parquet as pq
+
+    from cpp_data.stages.tokenizer import candidate_bytes, training_texts
+
+    rows = [{"text": f"int f{i}() {{ return {i}; }}\n" * (1 + i % 7), "doc_id": f"d{i}", "source_repo": f"r{i % 3}",
+             "source_path": f"src/f{i}.cc", "source_commit": "c0"} for i in range(3000)]
+    for r in rows:
+        r["size_bytes"] = len(r["text"].encode())
+    files = [tmp_path / "train-00000.parquet", tmp_path / "train-00001.parquet"]
+    pq.write_table(pa.Table.from_pylist(rows[:1500]), files[0])
+    pq.write_table(pa.Table.from_pylist(rows[1500:]), files[1])
+    n, total = candidate_bytes(files, 0.05)
+    assert 2700 < n < 3000 and total < sum(r["size_bytes"] for r in rows)  # the held-out files are no candidates
+
+    def sample(budget: int, seed: int = 42, order=files) -> set[str]:
+        taken: list = []
+        texts = list(training_texts(order, 0.05, min(1.0, budget / total), seed, taken))
+        assert len(texts) == len(taken)
+        return {d for d, _ in taken}
+
+    small, large = sample(total // 5), sample(total // 2)
+    assert small < large  # nested
+    got = sum(r["size_bytes"] for r in rows if r["doc_id"] in small)
+    assert 0.8 * total / 5 < got < 1.2 * total / 5  # about the budget
+    assert sample(total // 5, order=files[::-1]) == small  # whatever the order
+    assert sample(total // 5, seed=7) != small
+    assert len(sample(total)) == n  # under the budget: everything
