@@ -10,10 +10,10 @@
 # Prepared on the build machine by bench/gpu_prepare.sh (a build whose packed rows are 2048 tokens, its
 # bins xz-compressed; the training rows again with FIM off, for the loss phase; megatron-core 0.16.1 and einops
 # wheels in .whl/; Megatron-LM's tarball in .gpu/).
-# On the device:  bash bench/gpu_harness.sh .gpu $OUT speed|profile|loss     (QUICK=1: speed without the eager
+# On the device:  bash bench/gpu_harness.sh .gpu $OUT speed|profile|loss|ddp     (QUICK=1: speed without the eager
 # reference and Megatron-LM; LOCAL=1 adds megatron-core's own attention to the speed runs)
 set -euo pipefail
-DATA=$(realpath "${1:?data dir}"); RESULTS=$(realpath "${2:?results dir}"); PHASE=${3:?speed, profile or loss}
+DATA=$(realpath "${1:?data dir}"); RESULTS=$(realpath "${2:?results dir}"); PHASE=${3:?speed, profile, loss or ddp}
 REPO=$(pwd)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -88,6 +88,17 @@ if [ "$PHASE" = loss ]; then
     cp "/tmp/runs/$data/log.jsonl" "$RESULTS/loss-$data.jsonl" || true
     grep -E 'valid|^model' "$RESULTS/loss-$data.txt" | tail -n 4 || true
   done
+fi
+
+if [ "$PHASE" = ddp ]; then  # issue 16 point 4: data parallel over every GPU of the machine (nvidia-h200-x2)
+  # against one GPU, same global batch, same call; torchrun + NCCL, megatron-core's parallel_state in the harness
+  N=$(python3 -c "import torch; print(torch.cuda.device_count())")
+  flags=(--micro-batch-size 16 --compile --steps 40 --warmup 10 --log-every 4)
+  timeout 200 "${TRAIN[@]}" "${flags[@]}" --out /tmp/runs/ddp-1 > "$RESULTS/ddp-1.txt" 2>&1 \
+    && summary /tmp/runs/ddp-1/summary.json "1 gpu" || echo "1 gpu failed: $(tail -n 3 "$RESULTS/ddp-1.txt")"
+  timeout 240 torchrun --nproc-per-node "$N" "${TRAIN[@]:1}" "${flags[@]}" --out "/tmp/runs/ddp-$N" \
+    > "$RESULTS/ddp-$N.txt" 2>&1 && summary "/tmp/runs/ddp-$N/summary.json" "$N gpus" \
+    || echo "$N gpus failed: $(tail -n 3 "$RESULTS/ddp-$N.txt")"
 fi
 
 if [ "$PHASE" = profile ]; then  # where the step time goes and what candidate changes buy (bench/gpu_profile.py)
