@@ -48,7 +48,7 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
     old = before.get("fingerprint_of")
     if before.get("fingerprint") == task.fingerprint:
         return "its output left the cache (cpp-data gc, or a build that was never published); runs again"
-    payload = task.payload or fingerprint_payload(task.stage, task.source, {}, sources)
+    payload = task.payload or fingerprint_payload(task.stage, task.source, {}, sources, task.settings)
     new = json.loads(json.dumps(payload))  # as the record stored it: tuples are lists there
     if not old:  # an earlier build that kept only params and version: say what those show
         old = {"version": before.get("version"), "params": before.get("params") or {}}

@@ -51,6 +51,7 @@ class Task:
     inputs: dict[str, list["Task"]]
     fingerprint: str | None = None  # None until every input is sealed (Runner.resolve)
     payload: dict[str, Any] = field(default_factory=dict)  # what the fingerprint hashes
+    settings: Any = None  # Stage.settings, computed once when the build is planned
 
     @property
     def name(self) -> str:
@@ -70,7 +71,7 @@ class Task:
 
 
 def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[str, list[str]],
-                        sources: list[LockedSource] = ()) -> dict[str, Any]:
+                        sources: list[LockedSource] = (), settings: Any = ...) -> dict[str, Any]:
     """What a stage instance's fingerprint hashes; stage.json keeps it (`fingerprint_of`) so that `cpp-data
     plan` can say which part changed. `inputs` maps each input stage to the digests of its instances' sealed
     outputs (cache.outputs_digest)."""
@@ -82,7 +83,8 @@ def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[
         "source": source.pin() if source else None,
         "inputs": {k: list(v) for k, v in sorted(inputs.items())},
     }
-    settings = stage.settings(source, list(sources))
+    if settings is ...:
+        settings = stage.settings(source, list(sources))
     if settings is not None:  # only then, so the fingerprints of stages without settings stay as they were
         payload["settings"] = settings
     return payload
@@ -135,6 +137,8 @@ class Runner:
                     instances.append(Task(stage, src, inputs))
             else:
                 instances.append(Task(stage, None, {dep: by_stage[dep] for dep in cls.inputs}))
+            for task in instances:  # now, so that a bad setting (a frozen tokenizer that is not one) fails the
+                task.settings = stage.settings(task.source, list(self.sources))  # plan, not a stage hours later
             by_stage[name] = instances
             tasks.extend(instances)
         for task in tasks:  # as far as sealed inputs go; the rest get theirs during run()
@@ -158,7 +162,7 @@ class Runner:
                     task.fingerprint = None
                     return False
                 digests[dep].append(outputs_digest(recorded))
-        task.payload = fingerprint_payload(task.stage, task.source, digests, self.sources)
+        task.payload = fingerprint_payload(task.stage, task.source, digests, self.sources, task.settings)
         task.fingerprint = fingerprint(task.payload)
         return True
 
