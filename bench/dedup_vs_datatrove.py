@@ -71,7 +71,8 @@ def prepare(corpus: Path, work: Path, parts: int, plant: int, seed: int = 7) -> 
         vpath = f"third_party/planted/{path}"
         docs.append((vpath, variant, True))
         planted.append((path, vpath))
-    rows = [{"source": "corpus", "commit": "bench", "path": path, "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    rows = [{"source_repo": "corpus", "source_commit": "bench", "source_path": path,
+             "text_sha256": hashlib.sha256(text.encode()).hexdigest(),
              "text": text, "size_bytes": len(text.encode()), "is_vendored": vendored, "license_spdx": "MIT",
              "license_source": "declared", "license_confidence": 1.0, "license_family": "permissive"}
             for path, text, vendored in docs]
@@ -103,8 +104,8 @@ def side_ours(work: Path, workers: int) -> dict:
     counts = near_dedup(parts, work / "no_exact_duplicates.parquet", {"corpus": 1}, out, NearDedupParams(),
                         ExecutorConfig(kind="local", workers=workers, progress=False))
     wall = time.monotonic() - t0
-    t = pq.read_table(out / "near_duplicates.parquet", columns=["path", "keeper_path"])
-    removed = t.column("path").to_pylist()
+    t = pq.read_table(out / "near_duplicates.parquet", columns=["source_path", "keeper_path"])
+    removed = t.column("source_path").to_pylist()
     clusters: dict[str, list[str]] = {}
     for path, keeper in zip(removed, t.column("keeper_path").to_pylist()):
         clusters.setdefault(keeper, [keeper]).append(path)
@@ -135,7 +136,7 @@ def side_datatrove(work: Path, workers: int) -> dict:
     d = work / "datatrove"
 
     def reader():
-        return ParquetReader(str(work / "parts"), glob_pattern="part-*.parquet", id_key="path")
+        return ParquetReader(str(work / "parts"), glob_pattern="part-*.parquet", id_key="source_path")
 
     t0 = time.monotonic()
     marks = {}

@@ -486,17 +486,18 @@ def run_build(cpp_data: str, recipe: Path, sources: Path, out: Path, workers: in
 def read_ledger(out: Path, packages: list[str]) -> tuple[str, dict[tuple[str, str], dict], int]:
     """(build name, {(package, path): ledger row}, duplicate keys) of the latest build, for the given
     packages (ledger repo = source_name(package))."""
-    import pyarrow.parquet as pq
+    from cpp_data.schemas.reader import read_ledger as read_build_ledger
+
     name = (out / "builds" / "LATEST").read_text().strip()
-    table = pq.read_table(out / "builds" / name / "provenance" / "ledger.parquet",
-                          columns=["repo", "path", "decision", "reason", "license_spdx", "license_source",
-                                   "license_evidence"])
+    table = read_build_ledger(out / "builds" / name / "provenance" / "ledger.parquet",
+                              ["source_repo", "source_path", "decision", "reason", "license_spdx", "license_source",
+                               "license_evidence"])
     wanted = {source_name(p): p for p in packages}
     rows, dups = {}, 0
     for row in table.to_pylist():
-        if row["repo"] not in wanted:
+        if row["source_repo"] not in wanted:
             continue
-        key = (wanted[row["repo"]], row["path"])
+        key = (wanted[row["source_repo"]], row["source_path"])
         dups += key in rows
         rows[key] = row
     return name, rows, dups
