@@ -38,7 +38,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 import tree_sitter_cpp
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
 OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
 CATEGORY_NAMES = ("OTHER", "PREAMBLE", "FUNC_SIGNATURE", "FUNC_BODY", "CLASS_DECL", "CLASS_MEMBER", "COMMENT",
@@ -99,6 +99,98 @@ _WRAPPERS = frozenset({"pointer_declarator", "reference_declarator", "function_d
 _SPACE = re.compile(r"\s+")
 _SPACE_AROUND_PUNCT = re.compile(r" (?=\W)|(?<=\W) ")
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+
+
+# Export/attribute macros between a class key and the class name (`class FOO_API Name {`, `struct
+# ABSL_MUST_USE_RESULT X {`, `class GTEST_API_ Foo : public Bar {`): not knowing the macro, tree-sitter takes it for
+# the class name and the real name for a declarator, so the class becomes a function_definition (or a declaration)
+# whose braces are parsed as statements, and every member inside is lost. See `_blank_export_macros`.
+_HEAD_QUERY = Query(LANGUAGE, " ".join(f"({p} type: [(class_specifier) (struct_specifier) (union_specifier)] @s)"
+                                       for p in ("function_definition", "declaration", "field_declaration")))
+_HEAD_SKIP = re.compile(rb"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+_HEAD_WORD = re.compile(rb"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
+_HEAD_KEYWORDS = frozenset({b"alignas", b"_Alignas", b"__declspec", b"__attribute__", b"__attribute", b"decltype"})
+_VIRT_SPECIFIERS = frozenset({b"final", b"sealed"})
+
+
+def _balanced(src: bytes, pos: int, open_: int, close: int) -> int:
+    """End of the bracket group opening at src[pos] (len(src) if it never closes)."""
+    depth = 0
+    for i in range(pos, len(src)):
+        depth += (src[i] == open_) - (src[i] == close)
+        if depth == 0:
+            return i + 1
+    return len(src)
+
+
+def _head_macros(src: bytes, spec: Node) -> list[tuple[int, int]]:
+    """Byte ranges of the macros in a class head that tree-sitter misread, [] when the head is not one.
+
+    The head is read as tokens from the specifier's `name`: words (`A::B` is one), calls (`FOO(x)`), `[[...]]`,
+    up to the first other character. It is a misread head only if that character opens a body or a base clause
+    (`{`, or `:` that is not `::`) and at least two words come before it (`key A B {` and `key A B :` are not
+    C++, except `class A b{...}` as a variable, which only `struct` code writes) -- the last word, less a
+    trailing `final`, is the name and every word or call before it that is not a grammar keyword (`alignas`,
+    `__declspec`, ...) is a macro. A `struct`/`union` head ending in `{` counts only where tree-sitter already
+    made a function of it: `struct timespec ts{0, 1};` stays a variable."""
+    name = spec.child_by_field_name("name")
+    if spec.child_by_field_name("body") is not None or name is None or name.type != "type_identifier":
+        return []
+    pos, words = name.start_byte, []  # (start, end, is a call, text)
+    while True:
+        pos = _HEAD_SKIP.match(src, pos).end()
+        if src.startswith(b"[[", pos):
+            pos = _balanced(src, pos, ord("["), ord("]"))
+            continue
+        m = _HEAD_WORD.match(src, pos)
+        if m is None:
+            break
+        end = _HEAD_SKIP.match(src, m.end()).end()
+        if src.startswith(b"(", end):
+            end = _balanced(src, end, ord("("), ord(")"))
+            words.append((m.start(), end, True, m.group()))
+        else:
+            words.append((m.start(), m.end(), False, m.group()))
+            if src.startswith(b"<", end):  # the name of a specialization; its arguments end the head's words
+                end = _balanced(src, end, ord("<"), ord(">"))
+                end = _HEAD_SKIP.match(src, end).end()
+                m2 = _HEAD_WORD.match(src, end)
+                if m2 is not None and m2.group() in _VIRT_SPECIFIERS:
+                    end = m2.end()
+                pos = _HEAD_SKIP.match(src, end).end()
+                break
+        pos = end
+    stop = src[pos:pos + 2]
+    if not (stop[:1] == b"{" or (stop[:1] == b":" and stop != b"::")):
+        return []
+    while words and not words[-1][2] and words[-1][3] in _VIRT_SPECIFIERS and len(words) > 1:
+        words.pop()
+    if len(words) < 2 or words[-1][2]:
+        return []
+    key = spec.children[0].type if spec.child_count else ""
+    if stop[:1] == b"{" and key != "class" and spec.parent.type != "function_definition":
+        return []
+    return [(s, e) for s, e, _, w in words[:-1] if w not in _HEAD_KEYWORDS]
+
+
+def _blank_export_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 4) -> Tree:
+    """Parse again with the macros of misread class heads (`_head_macros`) blanked to spaces, newlines kept, so
+    every offset and line stays where it was; repeated while the new parse uncovers more (a class nested in a
+    class that was misread). Only the parse sees the blanked bytes: spans, names and arrays refer to the real
+    text, whose macro characters fall inside the class head. A fresh parse, not an incremental one, so the tree
+    is what a parse of the blanked text gives."""
+    buf = None
+    for _ in range(rounds):
+        cur = src if buf is None else bytes(buf)
+        ranges = [r for spec in QueryCursor(_HEAD_QUERY).captures(tree.root_node).get("s", ())
+                  for r in _head_macros(cur, spec)]
+        if not ranges:
+            break
+        buf = bytearray(cur)
+        for s, e in ranges:
+            buf[s:e] = re.sub(rb"[^\n]", b" ", cur[s:e])
+        tree = parser.parse(bytes(buf))
+    return tree
 
 
 class Span(NamedTuple):
@@ -331,7 +423,8 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
     """Spans, per-character arrays, calls and ERROR share of one C/C++ source text."""
     src = text.encode("utf-8", "surrogatepass")
     n_chars, n_bytes = len(text), len(src)
-    tree = (parser or new_parser()).parse(src)
+    parser = parser or new_parser()
+    tree = _blank_export_macros(src, parser.parse(src), parser)
     if n_bytes == n_chars:
         to_char = None
     else:  # char index of each byte offset (offsets always fall on character starts)
