@@ -1,6 +1,7 @@
 """Agreement of tree-sitter's function and class spans (stages/lib/syntax.py) with libclang's definitions.
 
     PYTHONPATH=... .venv/bin/python bench/structure_vs_libclang.py [--repos googletest,poco,...] [--workers 2]
+        [--cache DIR] [--out STEM]
 
 libclang is the judge (clang_index/definitions.py): on the files its TUs read, every function and class
 definition located in project files, minus those whose name a macro spelled (`TEST(A, B) {...}`: tree-sitter
@@ -9,8 +10,11 @@ counted). tree-sitter's spans of the same files are compared, minus those starti
 skipped in every TU (`#ifdef _WIN32` branches libclang never parsed). A definition matches when file, family
 (function | class, where class covers class/struct/union) and first and last line agree; per repository and
 family: counts, matched, precision, recall, F1, and the share of libclang's class definitions that tree-sitter
-labelled `function` at the same lines. Functions without a body (`= default`, `= delete`) are set aside on both
-sides: clang gives some a body (those it had to generate) and not others. A sample of disagreements is printed.
+labelled `function` at the same lines. Definitions without a body are set aside on both sides: `= default` and
+`= delete` (clang gives a body to those it had to generate and not to others) and explicit instantiations
+(`template class A<int>;`, a class definition to libclang). Two extent conventions of libclang's are followed:
+a function's leading `[[...]]` attributes are not in it, and a member template defined outside its class
+template starts at its own `template <...>`, not its class's. A sample of disagreements is printed.
 
 Repositories: googletest, configured by CMake as the pipeline does (clang_index/configure.py), one TU per source
 file; and trees Debian installs without a build, judged through small synthetic TUs that include their headers
@@ -24,6 +28,8 @@ import bisect
 import glob
 import json
 import os
+import pickle
+import re
 import sys
 import tempfile
 import time
@@ -52,12 +58,39 @@ def tree_sitter_definitions(paths, parser=None) -> list[dict]:
         for sp in analyze(text, parser).spans:
             if sp.kind in FAMILY:
                 # from the span's start, not Span.line: a template's span starts at its `template <...>` head
-                first = bisect.bisect_right(line_starts, sp.start)
+                first = bisect.bisect_right(line_starts, _libclang_start(text, sp.start))
                 last = bisect.bisect_right(line_starts, max(sp.end - 1, sp.start))
                 out.append({"file": path, "family": FAMILY[sp.kind], "kind": sp.kind, "name": sp.name,
                             "start_line": first, "end_line": last,
                             "bodiless": sp.kind == "function" and sp.body_start < 0})
     return out
+
+
+_TEMPLATE_HEAD = re.compile(r"template\s*<")
+
+
+def _skip_brackets(text: str, pos: int, open_: str, close: str) -> int:
+    depth = 0
+    while pos < len(text):
+        depth += (text[pos] == open_) - (text[pos] == close)
+        pos += 1
+        if depth == 0:
+            break
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _libclang_start(text: str, start: int) -> int:
+    """Where libclang's extent of the definition at text[start:] begins: after leading `[[...]]` attributes,
+    which its extents leave out, and at the last of several `template <...>` heads (a member template defined
+    outside its class template, `template <class T> template <class U> void A<T>::f(U)`, starts at its own)."""
+    while text.startswith("[[", start):
+        start = _skip_brackets(text, start, "[", "]")
+    last, pos = start, start
+    while (m := _TEMPLATE_HEAD.match(text, pos)) is not None:
+        last, pos = pos, _skip_brackets(text, m.end() - 1, "<", ">")
+    return last
 
 
 def compare(judge: Definitions, spans: list[dict]) -> dict:
@@ -72,11 +105,11 @@ def compare(judge: Definitions, spans: list[dict]) -> dict:
         return r["file"], r["family"], r["start_line"], r["end_line"]
 
     out: dict = {"set_aside": {"libclang_macro_spelled": sum(d["macro"] for d in judge.definitions),
-                               "libclang_default_or_delete": sum(bool(d.get("bodiless")) and not d["macro"]
+                               "libclang_bodiless": sum(bool(d.get("bodiless")) and not d["macro"]
                                                                  for d in judge.definitions),
                                "tree_sitter_on_macro_lines": sum((s["file"], s["start_line"]) in macro_lines
                                                                  for s in ts_all),
-                               "tree_sitter_default_or_delete": sum(s["bodiless"] for s in ts_all),
+                               "tree_sitter_bodiless": sum(s["bodiless"] for s in ts_all),
                                "tree_sitter_in_skipped_lines": len(spans) - len(ts_all)},
                  "files": len(judge.files),
                  "tus": dict(Counter(s["status"] for s in judge.tu_status))}
@@ -108,9 +141,16 @@ def _show(r: dict) -> str:
     return f"{r['file']}:{r['start_line']}-{r['end_line']} {r.get('kind', '')} {r['name']!r}: {first[:100]}"
 
 
-def judge_repo(commands: list[CompileCommand], root: str, workers: int, timeout_s: float) -> dict:
+def judge_repo(make, root: str, workers: int, timeout_s: float, cache: Path | None = None) -> dict:
+    """libclang's definitions (from `cache` when there, which must then be the same tree) against tree-sitter's."""
     t0 = time.monotonic()
-    judge = collect_definitions(commands, root, workers, timeout_s)
+    if cache is not None and cache.is_file():
+        judge = Definitions(*pickle.loads(cache.read_bytes()))
+    else:
+        judge = collect_definitions(make(), root, workers, timeout_s)
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_bytes(pickle.dumps(tuple(judge)))
     t1 = time.monotonic()
     spans = tree_sitter_definitions(sorted(judge.files))
     res = compare(judge, spans)
@@ -168,7 +208,7 @@ def repositories(work: Path) -> dict[str, tuple[str, list[CompileCommand]]]:
         heads = [h for m in ("", "Net/", "JSON/", "Util/", "XML/", "DOM/", "SAX/")
                  for h in _rel(poco, m + "*.h") if "_" not in os.path.basename(h)
                  and os.path.basename(h) not in ("UnWindows.h", "WindowsConsoleChannel.h", "EventLogChannel.h")]
-        repos["poco"] = (poco, lambda: header_commands(work, "poco", heads, std, include_prefix="Poco/"))
+        repos["poco"] = (poco, lambda h=heads: header_commands(work, "poco", h, std, include_prefix="Poco/"))
     juce = "/usr/share/juce/modules"
     if os.path.isdir(juce):
         mods = [m for m in ("juce_core", "juce_events", "juce_data_structures")
@@ -227,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--out", default=str(RESULTS / "structure_vs_libclang"), help="path stem for .md and .json")
     ap.add_argument("--samples", type=int, default=8, help="disagreements printed per family")
+    ap.add_argument("--cache", default="", help="keep libclang's definitions per repository in this directory and "
+                    "reuse them (to compare two tree-sitter versions against one judge)")
     a = ap.parse_args(argv)
     results = {}
     with tempfile.TemporaryDirectory(prefix="structure-vs-libclang-") as work:
@@ -238,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             root, make = repos[name]
             try:
-                results[name] = judge_repo(make(), root, a.workers, a.timeout)
+                results[name] = judge_repo(make, root, a.workers, a.timeout,
+                                           Path(a.cache) / f"{name}.pickle" if a.cache else None)
             except RuntimeError as e:
                 results[name] = {"error": str(e)}
                 print(f"{name}: {e}")

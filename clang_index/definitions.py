@@ -87,9 +87,11 @@ def definitions_tu(cmd: CompileCommand, project_root: str | Path, resource_dir: 
                                        "line": c.location.line,
                                        "macro": _spelled_by_macro(c, w.source_lines(path, c.location.line,
                                                                                     c.location.line)),
-                                       # `= default` / `= delete`: a body only where clang made one
-                                       "bodiless": k in DEF_KINDS and (c.is_default_method()
-                                                                       or c.is_deleted_method())})
+                                       # `= default` / `= delete`: a body only where clang made one; an
+                                       # explicit instantiation (`template class A<int>;`) has no braces
+                                       "bodiless": (c.is_default_method() or c.is_deleted_method())
+                                       if k in DEF_KINDS else
+                                       "{" not in w.source_lines(path, s.line, e.line)})
             if k in DEF_KINDS:
                 continue
         elif k not in _DESCEND:

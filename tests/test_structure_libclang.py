@@ -71,6 +71,45 @@ def test_macro_annotated_functions_stay_functions(text, name):
     assert spans[0][2] == text.rstrip("\n")
 
 
+@pytest.mark.parametrize("text,spans", [
+    # annotation macros after the parameters, where tree-sitter lost the signature or named the function after
+    # the macro
+    ("class A {\n  bool Matches(int a) const\n      GTEST_EXCLUSIVE_LOCK_REQUIRED_(mu) {\n    return true;\n  }\n"
+     "  void g() GTEST_LOCK_EXCLUDED_(mu) { h(); }\n};\n", [("class", "A", 1), ("function", "Matches", 2),
+                                                           ("function", "g", 6)]),
+    # a statement macro without `;` in a class body
+    ("template <typename T>\nclass P {\n public:\n  DISABLE_WARNINGS_PUSH_(4180)\n  static void Print(const T& v) {"
+     "\n    f(v);\n  }\n  DISABLE_WARNINGS_POP_()\n};\nint after() { return 0; }\n",
+     [("class", "P", 2), ("function", "Print", 5), ("function", "after", 10)]),
+    # a macro that opens a namespace (ABSL_NAMESPACE_BEGIN) and one alone in a class (Q_OBJECT)
+    ("namespace absl {\nABSL_NAMESPACE_BEGIN\n\n// c\nstruct nullopt_t {\n  int a;\n};\n"
+     "inline int f() { return 1; }\nABSL_NAMESPACE_END\n}  // namespace absl\n",
+     [("struct", "nullopt_t", 5), ("function", "f", 8)]),
+    ("class B {\n  Q_OBJECT\n public:\n  void f() { }\n};\n", [("class", "B", 1), ("function", "f", 4)]),
+    # a parameter annotation and calling conventions
+    ("struct Str {\n  Str(const std::string& s ABSL_ATTRIBUTE_LIFETIME_BOUND) noexcept : p(s.data()) {}\n"
+     "  const char* p;\n};\n", [("struct", "Str", 1), ("function", "Str", 2)]),
+    # a constructor of a class named in capitals is not a macro call like TEST(A, B)
+    ("struct RGB {\n  RGB() {}\n  int r;\n};\n", [("struct", "RGB", 1), ("function", "RGB", 2)]),
+    ("JUCE_API OutputStream& JUCE_CALLTYPE operator<< (OutputStream& s, int n)\n{\n    return s;\n}\n\n"
+     "Thread* JUCE_CALLTYPE Thread::getCurrentThread()\n{\n    return nullptr;\n}\n",
+     [("function", "operator<<", 1), ("function", "getCurrentThread", 6)]),
+    # a friend function defined in its class is a definition (libclang counts it)
+    ("class S {\n  template <typename H>\n  friend H Hash(H h, S v) { return h; }\n"
+     "  friend bool operator==(S a, S b) { return true; }\n  friend class F;\n};\n",
+     [("class", "S", 1), ("function", "Hash", 3), ("function", "operator==", 4)]),
+    # macro-made definitions stay one span each, named by the call
+    ("TEST(A, B) {\n  EXPECT_EQ(1, f());\n}\nTEST_F(C, D) { g(); }\n",
+     [("function", "TEST(A,B)", 1), ("function", "TEST_F(C,D)", 4)]),
+])
+def test_annotation_and_statement_macros(text, spans):
+    got = sorted((s.kind, s.name, s.line) for s in st.analyze(text).spans if s.kind not in ("comment", "namespace"))
+    assert got == sorted(spans)
+    crlf = text.replace("\n", "\r\n")  # Windows line ends (JUCE ships them) change nothing
+    assert sorted((s.kind, s.name, s.line) for s in st.analyze(crlf).spans
+                  if s.kind not in ("comment", "namespace")) == sorted(spans)
+
+
 @pytest.mark.parametrize("text", [
     "struct stat st;\n",                      # a variable of a C struct type
     "struct timespec ts{0, 1};\n",            # a brace-initialized variable: not a class body
