@@ -94,6 +94,15 @@ def test_macro_annotated_functions_stay_functions(text, name):
     ("JUCE_API OutputStream& JUCE_CALLTYPE operator<< (OutputStream& s, int n)\n{\n    return s;\n}\n\n"
      "Thread* JUCE_CALLTYPE Thread::getCurrentThread()\n{\n    return nullptr;\n}\n",
      [("function", "operator<<", 1), ("function", "getCurrentThread", 6)]),
+    # a macro before a constructor (taken for a return type, which rules out the initializer list) and a bare
+    # annotation after the qualifiers
+    ("namespace d {\n\nSPDLOG_INLINE buf::buf(const msg &m)\n    : msg{m}\n{\n    f();\n}\n\n"
+     "SPDLOG_INLINE buf::buf(const buf &o)\n    : msg{o}\n{\n    g();\n}\n}\n",
+     [("function", "buf", 3), ("function", "buf", 9)]),
+    ("struct loc {\n  SPDLOG_CONSTEXPR loc(const char *f, int l) : file{f}, line{l} {}\n"
+     "  SPDLOG_CONSTEXPR bool empty() const SPDLOG_NOEXCEPT\n  {\n    return line == 0;\n  }\n"
+     "  const char *file;\n  int line;\n};\n",
+     [("struct", "loc", 1), ("function", "loc", 2), ("function", "empty", 3)]),
     # a friend function defined in its class is a definition (libclang counts it)
     ("class S {\n  template <typename H>\n  friend H Hash(H h, S v) { return h; }\n"
      "  friend bool operator==(S a, S b) { return true; }\n  friend class F;\n};\n",

@@ -31,6 +31,7 @@ remaining buckets len(COMMON_NODE_TYPES)+1..255.
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 import zlib
 from collections import defaultdict
@@ -186,6 +187,11 @@ _QUALIFIER_WORDS = (b"const", b"override", b"final", b"noexcept", b"volatile")
 # a macro-cased name alone on its line (ABSL_NAMESPACE_BEGIN, Q_OBJECT), maybe with a `;` and a comment (the
 # leading newline and the unambiguous spaces keep this scan of every file fast; a file's first line is not seen)
 _BARE_MACRO_LINE = re.compile(rb"\n[ \t]*([A-Z][A-Z0-9_]{2,})[ \t]*(?:;[ \t]*)?(?://[^\r\n]*)?\r?(?=\n)")
+# a macro-cased name with an underscore starting a line before more words (`SPDLOG_INLINE A::A(...) : b{x} {`,
+# where tree-sitter takes the macro for a return type, which a constructor cannot have)
+_LEADING_MACRO = re.compile(rb"\n[ \t]*([A-Z][A-Z0-9]*_[A-Z0-9_]*)[ \t]+(?=[A-Za-z_~])")
+# ... and one after a parameter list or its qualifiers, before the body, `;`, `=` or an initializer list
+_TRAILING_MACRO = re.compile(rb"(?:\)|\bconst|\boverride|\bnoexcept)[ \t]+([A-Z][A-Z0-9]*_[A-Z0-9_]*)(?=\s*[{;:=\r\n])")
 _MACRO_ALONE = re.compile(rb"[A-Z][A-Z0-9]*_[A-Z0-9_]*(?:\s*\([^()]*\))?")
 _MACRO_BEFORE = re.compile(rb"(?:.*\W)?[A-Z][A-Z0-9]*_[A-Z0-9_]*", re.S)  # a word ending in a macro-cased name
 
@@ -201,8 +207,11 @@ def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> 
     or `}` (a `TEST(A, B) {` head) is left alone. A macro-cased name alone on its line (`ABSL_NAMESPACE_BEGIN`,
     which opens a namespace, or `Q_OBJECT`) counts when an ERROR or MISSING node lies on it or next to it, or
     the outermost node starting at it holds one (the macro became the type of a "definition" running on over
-    whatever follows). So does an ERROR node that is nothing but a macro name or call, and a macro name read as
-    a scope whose `::` is MISSING or followed by an ERROR (a calling convention: `int JUCE_CALLTYPE f()`)."""
+    whatever follows); so does one starting a line before more words (`SPDLOG_INLINE A::A() : b{x} {`, the
+    macro taken for the return type a constructor cannot have) when that outermost node holds an error, and one
+    after a parameter list or its qualifiers near an error (`bool empty() const SPDLOG_NOEXCEPT {`). So does an
+    ERROR node that is nothing but a macro name or call, and a macro name read as a scope whose `::` is MISSING
+    or followed by an ERROR (a calling convention: `int JUCE_CALLTYPE f()`)."""
     errors = found.get("e", [])
     near: list[list[int]] = []  # byte ranges from the line before each ERROR/MISSING node to the line after it
     for a, b in sorted((n.start_byte, n.end_byte) for n in errors + found.get("m", [])):
@@ -246,13 +255,16 @@ def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> 
             if not prev or prev.endswith((b";", b"{", b"}")):
                 continue
         out.append((start, end))
-    for m in _BARE_MACRO_LINE.finditer(src):
+    for m in itertools.chain(_BARE_MACRO_LINE.finditer(src), _LEADING_MACRO.finditer(src)):
         s, e = m.span(1)
         node = tree.root_node.descendant_for_byte_range(s, e)
         while node is not None and node.parent is not None and node.parent.start_byte == s:
             node = node.parent  # the outermost node the macro starts: what tree-sitter made of it
-        if (node is not None and node.has_error) or near_error(s):
+        if (node is not None and node.has_error) or (m.re is _BARE_MACRO_LINE and near_error(s)):
             out.append((s, e))
+    for a, b in near:  # `bool empty() const SPDLOG_NOEXCEPT {`: a bare annotation after the parameters
+        for m in _TRAILING_MACRO.finditer(src, a, b):
+            out.append(m.span(1))
     for node in errors:  # an ERROR that is just a macro name or call: `T& x ABSL_ATTRIBUTE_LIFETIME_BOUND)`
         if _MACRO_ALONE.fullmatch(src, node.start_byte, node.end_byte):
             out.append((node.start_byte, node.end_byte))
