@@ -181,12 +181,13 @@ def _diagnostics(tu: ci.TranslationUnit) -> dict:
 
 
 
-def _parse(cmd: CompileCommand, resource_dir: str | None) -> tuple[ci.TranslationUnit | None, dict]:
+def _parse(cmd: CompileCommand, resource_dir: str | None,
+           options: int = PARSE_OPTIONS) -> tuple[ci.TranslationUnit | None, dict]:
     """Parse from the command's directory; on a libclang load failure return (None, a 'crashed' result)."""
     os.chdir(cmd.directory)
     t0 = time.perf_counter()
     try:
-        tu = ci.Index.create().parse(cmd.file, args=clean_args(cmd, resource_dir), options=PARSE_OPTIONS)
+        tu = ci.Index.create().parse(cmd.file, args=clean_args(cmd, resource_dir), options=options)
     except ci.TranslationUnitLoadError as e:
         # no TU: libclang recovered from a crash inside clang (e.g. bad_alloc under the cap) or bad arguments
         return None, {"file": cmd.file, "status": "crashed", "parse_s": time.perf_counter() - t0, "walk_s": 0.0,

@@ -12,6 +12,13 @@ For one source text (a Python str) `analyze` returns a `FileStructure`:
 * the calls made inside each function (short callee name + written qualifier), and the share of bytes inside
   ERROR nodes. Never raises on bad input: macro-heavy code just yields ERROR nodes and fewer spans.
 
+Macros tree-sitter cannot expand are repaired where the tree shows they did damage (`_blank_misread_macros`):
+export macros in class heads (`class FOO_API Name {`, which tree-sitter reads as a function), annotation and
+statement macros next to an ERROR or MISSING node (`void f() const LOCK_EXCLUDED_(mu) {`, `Q_OBJECT`,
+`ABSL_NAMESPACE_BEGIN`, `int JUCE_CALLTYPE f()`) are blanked to spaces and the text parsed again, so offsets do
+not move; the arrays and the ERROR share describe that repaired parse. bench/structure_vs_libclang.py measures
+the spans against libclang.
+
 `call_graph` links the calls of many files by name (see its docstring for the resolution rule).
 
 Structure precedence: spans are painted outer to inner, so the innermost span wins, and comments are painted last
@@ -30,6 +37,8 @@ remaining buckets len(COMMON_NODE_TYPES)+1..255.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 import zlib
 from collections import defaultdict
@@ -38,7 +47,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 import tree_sitter_cpp
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
 OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
 CATEGORY_NAMES = ("OTHER", "PREAMBLE", "FUNC_SIGNATURE", "FUNC_BODY", "CLASS_DECL", "CLASS_MEMBER", "COMMENT",
@@ -101,6 +110,210 @@ _SPACE_AROUND_PUNCT = re.compile(r" (?=\W)|(?<=\W) ")
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 
 
+# Export/attribute macros between a class key and the class name (`class FOO_API Name {`, `struct
+# ABSL_MUST_USE_RESULT X {`, `class GTEST_API_ Foo : public Bar {`): not knowing the macro, tree-sitter takes it for
+# the class name and the real name for a declarator, so the class becomes a function_definition (or a declaration)
+# whose braces are parsed as statements, and every member inside is lost. See `_blank_misread_macros`.
+# one query, one walk per parse: body-less class heads (@s), ERROR (@e) and MISSING (@m) nodes
+_REPAIR_QUERY = Query(LANGUAGE, "[(class_specifier) (struct_specifier) (union_specifier)] @s (ERROR) @e (MISSING) @m")
+_HEAD_SKIP = re.compile(rb"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+_HEAD_WORD = re.compile(rb"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
+_HEAD_KEYWORDS = frozenset({b"alignas", b"_Alignas", b"__declspec", b"__attribute__", b"__attribute", b"decltype"})
+_VIRT_SPECIFIERS = frozenset({b"final", b"sealed"})
+
+
+def _balanced(src: bytes, pos: int, open_: int, close: int) -> int:
+    """End of the bracket group opening at src[pos], -1 if it never closes."""
+    depth = 0
+    for i in range(pos, len(src)):
+        depth += (src[i] == open_) - (src[i] == close)
+        if depth == 0:
+            return i + 1
+    return -1
+
+
+def _head_macros(src: bytes, spec: Node) -> list[tuple[int, int]]:
+    """Byte ranges of the macros in a class head that tree-sitter misread, [] when the head is not one.
+
+    The head is read as tokens from the specifier's `name`: words (`A::B` is one), calls (`FOO(x)`), `[[...]]`,
+    up to the first other character. It is a misread head only if that character opens a body or a base clause
+    (`{`, or `:` that is not `::`) and at least two words come before it (`key A B {` and `key A B :` are not
+    C++, except `class A b{...}` as a variable, which only `struct` code writes) -- the last word, less a
+    trailing `final`, is the name and every word or call before it that is not a grammar keyword (`alignas`,
+    `__declspec`, ...) is a macro. A `struct`/`union` head ending in `{` counts only where tree-sitter already
+    made a function of it: `struct timespec ts{0, 1};` stays a variable."""
+    name = spec.child_by_field_name("name")
+    if spec.child_by_field_name("body") is not None or name is None or name.type != "type_identifier":
+        return []
+    pos, words = name.start_byte, []  # (start, end, is a call, text)
+    while True:
+        pos = _HEAD_SKIP.match(src, pos).end()
+        if src.startswith(b"[[", pos):
+            pos = _balanced(src, pos, ord("["), ord("]"))
+            if pos < 0:
+                return []
+            continue
+        m = _HEAD_WORD.match(src, pos)
+        if m is None:
+            break
+        end = _HEAD_SKIP.match(src, m.end()).end()
+        if src.startswith(b"(", end):
+            end = _balanced(src, end, ord("("), ord(")"))
+            if end < 0:
+                return []
+            words.append((m.start(), end, True, m.group()))
+        else:
+            words.append((m.start(), m.end(), False, m.group()))
+            if src.startswith(b"<", end):  # the name of a specialization; its arguments end the head's words
+                end = _balanced(src, end, ord("<"), ord(">"))
+                if end < 0:
+                    return []
+                end = _HEAD_SKIP.match(src, end).end()
+                m2 = _HEAD_WORD.match(src, end)
+                if m2 is not None and m2.group() in _VIRT_SPECIFIERS:
+                    end = m2.end()
+                pos = _HEAD_SKIP.match(src, end).end()
+                break
+        pos = end
+    stop = src[pos:pos + 2]
+    if not (stop[:1] == b"{" or (stop[:1] == b":" and stop != b"::")):
+        return []
+    while words and not words[-1][2] and words[-1][3] in _VIRT_SPECIFIERS and len(words) > 1:
+        words.pop()
+    if len(words) < 2 or words[-1][2]:
+        return []
+    key = spec.children[0].type if spec.child_count else ""
+    if stop[:1] == b"{" and key != "class" and spec.parent.type != "function_definition":
+        return []
+    return [(s, e) for s, e, _, w in words[:-1] if w not in _HEAD_KEYWORDS]
+
+
+# a macro-cased name (GTEST_LOCK_EXCLUDED_, Q_DECL_DEPRECATED, FOO) followed by its argument list
+_MACRO_CALL = re.compile(rb"(?<![\w.:>~])([A-Z][A-Z0-9]*_[A-Z0-9_]*|[A-Z][A-Z0-9]{2,})[ \t]*\(")
+_QUALIFIER_WORDS = (b"const", b"override", b"final", b"noexcept", b"volatile")
+# a macro-cased name alone on its line (ABSL_NAMESPACE_BEGIN, Q_OBJECT), maybe with a `;` and a comment (the
+# leading newline and the unambiguous spaces keep this scan of every file fast; a file's first line is not seen)
+_BARE_MACRO_LINE = re.compile(rb"\n[ \t]*([A-Z][A-Z0-9_]{2,})[ \t]*(?:;[ \t]*)?(?://[^\r\n]*)?\r?(?=\n)")
+# a macro-cased name with an underscore starting a line before more words (`SPDLOG_INLINE A::A(...) : b{x} {`,
+# where tree-sitter takes the macro for a return type, which a constructor cannot have)
+_LEADING_MACRO = re.compile(rb"\n[ \t]*([A-Z][A-Z0-9]*_[A-Z0-9_]*)[ \t]+(?=[A-Za-z_~])")
+# ... and one after a parameter list or its qualifiers, before the body, `;`, `=` or an initializer list
+_TRAILING_MACRO = re.compile(rb"(?:\)|\bconst|\boverride|\bnoexcept)[ \t]+([A-Z][A-Z0-9]*_[A-Z0-9_]*)(?=\s*[{;:=\r\n])")
+_MACRO_ALONE = re.compile(rb"[A-Z][A-Z0-9]*_[A-Z0-9_]*(?:\s*\([^()]*\))?")
+_MACRO_BEFORE = re.compile(rb"(?:.*\W)?[A-Z][A-Z0-9]*_[A-Z0-9_]*", re.S)  # a word ending in a macro-cased name
+
+
+def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> list[tuple[int, int]]:
+    """Byte ranges of macro calls (`NAME(args)`, NAME macro-cased) that broke the parse where they stand.
+
+    Annotation and statement macros written without a `;` are not C++ to tree-sitter: `void f() const
+    GTEST_LOCK_EXCLUDED_(mu) {` loses the signature, `GTEST_DISABLE_MSC_WARNINGS_PUSH_(4180)` alone on a line
+    in a class swallows the members after it, a run of `DEFINE_X(a, );` lines turns hundreds of lines into ERROR.
+    A call counts when it starts its line or follows a declarator's `)` or qualifier, and an ERROR or MISSING
+    node lies on its lines or the line before; a call at the start of a line followed by `{` after a `;`, `{`
+    or `}` (a `TEST(A, B) {` head) is left alone. A macro-cased name alone on its line (`ABSL_NAMESPACE_BEGIN`,
+    which opens a namespace, or `Q_OBJECT`) counts when an ERROR or MISSING node lies on it or next to it, or
+    the outermost node starting at it holds one (the macro became the type of a "definition" running on over
+    whatever follows); so does one starting a line before more words (`SPDLOG_INLINE A::A() : b{x} {`, the
+    macro taken for the return type a constructor cannot have) when that outermost node holds an error, and one
+    after a parameter list or its qualifiers near an error (`bool empty() const SPDLOG_NOEXCEPT {`). So does an
+    ERROR node that is nothing but a macro name or call, and a macro name read as a scope whose `::` is MISSING
+    or followed by an ERROR (a calling convention: `int JUCE_CALLTYPE f()`)."""
+    errors = found.get("e", [])
+    near: list[list[int]] = []  # byte ranges from the line before each ERROR/MISSING node to the line after it
+    for a, b in sorted((n.start_byte, n.end_byte) for n in errors + found.get("m", [])):
+        a = src.rfind(b"\n", 0, max(0, src.rfind(b"\n", 0, a))) + 1
+        eol = src.find(b"\n", b)
+        b = src.find(b"\n", eol + 1) if eol >= 0 else -1
+        b = len(src) if b < 0 else b
+        if near and a <= near[-1][1]:
+            near[-1][1] = max(near[-1][1], b)
+        else:
+            near.append([a, b])
+    starts = [a for a, _ in near]
+
+    def near_error(pos: int) -> bool:
+        k = bisect.bisect_right(starts, pos) - 1
+        return k >= 0 and pos <= near[k][1]
+
+    def before(pos: int) -> tuple[int, bytes]:  # the text before pos, right-stripped (a window: only its end
+        lo = max(0, pos - 4096)                   # is looked at), and where the window starts
+        return lo, src[lo:pos].rstrip()
+
+    out = []
+    for m in (m for a, b in near for m in _MACRO_CALL.finditer(src, a, b)):
+        start, paren = m.start(1), m.end() - 1
+        end = _balanced(src, paren, ord("("), ord(")"))
+        if end < 0 or end - start > 2000:  # an unclosed or huge "call" is not an annotation
+            continue
+        line_start = src.rfind(b"\n", 0, start) + 1
+        on_line = src[line_start:start].strip()
+        prev = before(start)[1]
+        if on_line and not (prev.endswith((b")", b"&")) or prev.endswith(_QUALIFIER_WORDS)):
+            continue
+        if not on_line and src.startswith(b"{", _HEAD_SKIP.match(src, end).end()):
+            p = line_start
+            while True:  # the previous code token, skipping comment and preprocessor lines
+                lo, prev = before(p)
+                last_nl = prev.rfind(b"\n") + 1
+                if not prev or not prev[last_nl:].lstrip().startswith((b"#", b"//")):
+                    break
+                p = lo + last_nl
+            if not prev or prev.endswith((b";", b"{", b"}")):
+                continue
+        out.append((start, end))
+    for m in itertools.chain(_BARE_MACRO_LINE.finditer(src), _LEADING_MACRO.finditer(src)):
+        s, e = m.span(1)
+        node = tree.root_node.descendant_for_byte_range(s, e)
+        while node is not None and node.parent is not None and node.parent.start_byte == s:
+            node = node.parent  # the outermost node the macro starts: what tree-sitter made of it
+        if (node is not None and node.has_error) or (m.re is _BARE_MACRO_LINE and near_error(s)):
+            out.append((s, e))
+    for a, b in near:  # `bool empty() const SPDLOG_NOEXCEPT {`: a bare annotation after the parameters
+        for m in _TRAILING_MACRO.finditer(src, a, b):
+            out.append(m.span(1))
+    for node in errors:  # an ERROR that is just a macro name or call: `T& x ABSL_ATTRIBUTE_LIFETIME_BOUND)`
+        if _MACRO_ALONE.fullmatch(src, node.start_byte, node.end_byte):
+            out.append((node.start_byte, node.end_byte))
+    for node in errors + found.get("m", []):  # `T JUCE_CALLTYPE f()`: the macro read as a broken scope
+        tail = src[max(0, node.start_byte - 128):node.start_byte].rstrip()
+        tail = tail[:-2].rstrip() if tail.endswith(b"::") else tail
+        if not _MACRO_BEFORE.fullmatch(tail.rsplit(None, 1)[-1] if tail else b""):
+            continue  # (checked first: a node's parent is found by a walk from the root)
+        parent = node.parent
+        scope = parent.child_by_field_name("scope") if parent is not None else None
+        if (scope is not None and parent.type == "qualified_identifier" and scope.type == "namespace_identifier"
+                and scope.end_byte <= node.start_byte
+                and _MACRO_ALONE.fullmatch(src, scope.start_byte, scope.end_byte)):
+            out.append((scope.start_byte, scope.end_byte))
+    return sorted(set(out))
+
+
+def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 4) -> Tree:
+    """Parse again with the macros that tree-sitter misread blanked to spaces, newlines kept, so every offset
+    and line stays where it was: those of class heads (`_head_macros`) and, in trees with errors, annotation
+    and statement macro calls (`_annotation_macros`); repeated while the new parse uncovers more (a class nested
+    in a class that was misread). Only the parse sees the blanked bytes: spans, names and arrays refer to the
+    real text, whose macro characters fall inside the surrounding node. A fresh parse, not an incremental one,
+    so the tree is what a parse of the blanked text gives."""
+    buf = None
+    done: set[tuple[int, int]] = set()
+    for _ in range(rounds):
+        cur = src if buf is None else bytes(buf)
+        found = QueryCursor(_REPAIR_QUERY).captures(tree.root_node)
+        ranges = [r for spec in found.get("s", ()) for r in _head_macros(cur, spec)]
+        if tree.root_node.has_error:
+            ranges += [r for r in _annotation_macros(cur, tree, found) if r not in done]
+        if not ranges:
+            break
+        done.update(ranges)
+        buf = bytearray(cur)
+        for s, e in ranges:
+            buf[s:e] = re.sub(rb"[^\n]", b" ", cur[s:e])
+        tree = parser.parse(bytes(buf))
+    return tree
+
+
 class Span(NamedTuple):
     """A structural span; offsets are character offsets into the analyzed str (end exclusive)."""
     kind: str                # function | class | struct | union | enum | namespace | typedef | comment
@@ -156,14 +369,16 @@ def _text(src: bytes, node: Node) -> str:
     return _SPACE_AROUND_PUNCT.sub("", _SPACE.sub(" ", raw).strip())
 
 
-def _declarator_name(src: bytes, decl: Node | None, no_type: bool) -> tuple[str, str]:
+def _declarator_name(src: bytes, decl: Node | None, no_type: bool, cls: str = "") -> tuple[str, str]:
     """(written name, short name) of a function declarator; macro-style definitions without a return type
-    (`TEST(Suite, Name) {...}`) are named by their whole declarator text."""
+    (`TEST(Suite, Name) {...}`) are named by their whole declarator text, except a constructor of the enclosing
+    class `cls` (`struct RGB { RGB() {} };`)."""
     if decl is None:
         return "", ""
     if no_type and decl.type == "function_declarator":
         inner = decl.child_by_field_name("declarator")
-        if inner is not None and inner.type == "identifier" and _text(src, inner).isupper():
+        if (inner is not None and inner.type == "identifier" and _text(src, inner).isupper()
+                and _text(src, inner) != cls):
             name = _text(src, decl)
             return name, name
     while decl.type in _WRAPPERS:
@@ -252,7 +467,7 @@ def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list
         if kind == "function_definition":
             body = node.child_by_field_name("body")
             written, short = _declarator_name(src, node.child_by_field_name("declarator"),
-                                              node.child_by_field_name("type") is None)
+                                              node.child_by_field_name("type") is None, scope[-1] if scope else "")
             body_start = body.start_byte if body is not None else end
             paint.append((head, body_start, FUNC_SIGNATURE))
             paint.append((body_start, end, FUNC_BODY))
@@ -306,6 +521,9 @@ def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list
             type_node = node.child_by_field_name("type")
             if kind == "friend_declaration" and node.named_children:
                 type_node = node.named_children[0]
+                if type_node.type == "function_definition":  # a friend function defined in its class
+                    stack.append((type_node, scope, ns_level, head if head < start else -1))
+                    continue
             if (cls := _class_with_body(type_node)) is not None:
                 stack.append((cls, scope, ns_level, head if head < start else -1))
             elif ns_level and _is_forward_decl(node):
@@ -331,7 +549,8 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
     """Spans, per-character arrays, calls and ERROR share of one C/C++ source text."""
     src = text.encode("utf-8", "surrogatepass")
     n_chars, n_bytes = len(text), len(src)
-    tree = (parser or new_parser()).parse(src)
+    parser = parser or new_parser()
+    tree = _blank_misread_macros(src, parser.parse(src), parser)
     if n_bytes == n_chars:
         to_char = None
     else:  # char index of each byte offset (offsets always fall on character starts)
