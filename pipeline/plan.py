@@ -3,8 +3,8 @@
 Each stage instance is `cached` when its sealed cache entry exists (its fingerprint matches), else `run`. A
 stage after one that runs cannot be fingerprinted before its input exists (fingerprints hash the inputs'
 bytes, pipeline/runner.py): it is listed as `run`, and the build will still reuse it if that input comes out
-byte for byte the same. The reason for a run comes from comparing what its fingerprint hashes (`fingerprint_of`, kept in stage.json and
-the manifest) with the same stage instance of the newest build of the same recipe in OUT: the stage's code or
+byte for byte the same. The reason for a run comes from comparing what its fingerprint hashes
+(`fingerprint_of`, kept in stage.json and the manifest) with the same stage instance of the newest build of the same recipe in OUT: the stage's code or
 version, a parameter (old and new value), the source's pin, the sources' settings (weights, decontamination
 references), or an input stage that runs again. Without an earlier build, or when the entry only left the
 cache (`cpp-data gc`), it says so. Nothing is written.
@@ -41,15 +41,16 @@ def _inputs_run(names: list[str]) -> str:
     return f"inputs {', '.join(names)} run again (reused if their outputs are byte-identical)"
 
 
-def _reason(task, before: dict | None, runs: set[str], compared_with: str | None, sources: list) -> str:
+def _reason(task, before: dict | None, runs: set[str], compared_with: str | None) -> str:
     if before is None:
         return "new: no earlier build of this recipe in OUT" if compared_with is None else \
             f"new: not in build {compared_with}"
     old = before.get("fingerprint_of")
     if before.get("fingerprint") == task.fingerprint:
         return "its output left the cache (cpp-data gc, or a build that was never published); runs again"
-    payload = task.payload or fingerprint_payload(task.stage, task.source, {}, sources, task.settings)
+    payload = task.payload or fingerprint_payload(task.stage, task.source, {}, task.settings)
     new = json.loads(json.dumps(payload))  # as the record stored it: tuples are lists there
+    ran = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
     if not old:  # an earlier build that kept only params and version: say what those show
         old = {"version": before.get("version"), "params": before.get("params") or {}}
         why = []
@@ -58,7 +59,6 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
         changed = _changed_params(old["params"], new.get("params") or {})
         if changed:
             why.append("params: " + "; ".join(changed))
-        ran = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
         if ran:
             why.append(_inputs_run(ran))
         return "; ".join(why) or f"its code, pin or settings differ from build {compared_with}"
@@ -77,9 +77,8 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
     if old.get("settings") != new.get("settings"):
         why.append("settings outside the recipe changed (source weights, decontamination references or a frozen "
                    "tokenizer's content)")
-    changed_inputs = sorted({dep for dep, tasks in task.inputs.items() if any(t.label in runs for t in tasks)})
-    if changed_inputs:
-        why.append(_inputs_run(changed_inputs))
+    if ran:
+        why.append(_inputs_run(ran))
     elif old.get("inputs") != new.get("inputs"):
         why.append("an input's output changed")
     return "; ".join(why) or "fingerprint differs"
@@ -101,8 +100,7 @@ def plan(runner: Runner) -> dict[str, Any]:
                          "action": "cached", "reason": ""})
             continue
         source = task.source.name if task.source else None
-        reason = _reason(task, records.get((task.name, source)), runs, previous[0] if previous else None,
-                         runner.sources)
+        reason = _reason(task, records.get((task.name, source)), runs, previous[0] if previous else None)
         runs.add(task.label)
         rows.append({"label": task.label, "stage": task.name, "source": source, "action": "run", "reason": reason})
     return {"recipe": runner.recipe.version, "out": str(runner.out),

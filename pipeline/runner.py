@@ -71,10 +71,10 @@ class Task:
 
 
 def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[str, list[str]],
-                        sources: list[LockedSource] = (), settings: Any = ...) -> dict[str, Any]:
+                        settings: Any) -> dict[str, Any]:
     """What a stage instance's fingerprint hashes; stage.json keeps it (`fingerprint_of`) so that `cpp-data
     plan` can say which part changed. `inputs` maps each input stage to the digests of its instances' sealed
-    outputs (cache.outputs_digest)."""
+    outputs (cache.outputs_digest); `settings` is the stage's Stage.settings (None: it has none)."""
     payload = {
         "stage": stage.name,
         "version": stage.version,
@@ -83,8 +83,6 @@ def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[
         "source": source.pin() if source else None,
         "inputs": {k: list(v) for k, v in sorted(inputs.items())},
     }
-    if settings is ...:
-        settings = stage.settings(source, list(sources))
     if settings is not None:  # only then, so the fingerprints of stages without settings stay as they were
         payload["settings"] = settings
     return payload
@@ -149,20 +147,19 @@ class Runner:
         """Fingerprint `task` from its inputs' sealed outputs; False (fingerprint None) while an input is
         unfingerprinted or unsealed. Reads each input's stage.json, not its bytes: run() verified those bytes
         against the same record before it reached this task."""
+        task.fingerprint = None
         digests: dict[str, list[str]] = {}
         for dep, dep_tasks in task.inputs.items():
             digests[dep] = []
             for t in dep_tasks:
                 if t.fingerprint is None or not is_sealed(t.directory(self.out)):
-                    task.fingerprint = None
                     return False
                 try:
                     recorded = t.artifact(self.out).meta["outputs"]
                 except (OSError, ValueError, KeyError):  # unreadable, or sealed by an older cpp-data
-                    task.fingerprint = None
                     return False
                 digests[dep].append(outputs_digest(recorded))
-        task.payload = fingerprint_payload(task.stage, task.source, digests, self.sources, task.settings)
+        task.payload = fingerprint_payload(task.stage, task.source, digests, task.settings)
         task.fingerprint = fingerprint(task.payload)
         return True
 
