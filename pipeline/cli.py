@@ -202,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="export directory (default OUT/exports/BUILD/megatron-NAME-<hash of the arguments>)")
     em.add_argument("--name", default="cpp", help="file prefix of the bin/idx pairs")
     em.add_argument("--seq-length", type=int, default=2048, help="sequence length written into its launch.json")
-    em.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizer threads (the CPU count)")
+    em.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel tasks (the CPU count)")
     ep = leaf(ex, "packed", cmd_export, help="fixed-length packed rows (best-fit-decreasing, FIM)",
               description="Write Parquet rows of --seq-length tokens packed best-fit-decreasing with input_ids, "
                           "target_ids, loss_mask, doc_ids, valid_token_count, num_docs, pack_id and the token "
@@ -214,6 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     ep.add_argument("--fim-rate", type=float, default=0.5, help="share of training documents made fill-in-the-middle")
     ep.add_argument("--fim-spm-rate", type=float, default=0.5, help="share of FIM documents in SPM order")
     ep.add_argument("--seed", type=int, default=42, help="seed of the FIM choices")
+    ep.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel tasks (the CPU count)")
     ep.add_argument("--out", type=Path,
                     help="export directory (default OUT/exports/BUILD/packed-SEQ_LENGTH-<hash of the arguments>)")
 
@@ -625,20 +626,28 @@ def cmd_export(args) -> int:
     manifest = load_manifest(args.build)
     weights = {s["name"]: float(s.get("weight", 1.0)) for s in manifest["sources"]}
     if args.export_command == "megatron":
+        from cpp_data.pipeline.executors import ExecutorConfig, quiet_datatrove
         from cpp_data.stages.megatron_export import export_shards
 
-        prefixes = export_shards(args.build, args.build / "tokenizer", partial, args.name, weights)
+        quiet_datatrove()
+
+        prefixes = export_shards(args.build, args.build / "tokenizer", partial, args.name, weights,
+                                 ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty()))
         for p, v in prefixes.items():
             print(f"{p:<16} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
                   f"sha256 {v['bin_sha256'][:16]}")
         meta = json.loads((partial / "export.json").read_text())
         dataset = {"documents": dataset_entry("documents", prefixes, weights)}
     else:
+        from cpp_data.pipeline.executors import ExecutorConfig, quiet_datatrove
         from cpp_data.stages.packed_rows import PackedParams, pack_shards
+
+        quiet_datatrove()
 
         p = PackedParams(seq_length=args.seq_length, fim_rate=args.fim_rate, fim_spm_rate=args.fim_spm_rate,
                          seed=args.seed)
-        _, telemetry = pack_shards(args.build, args.build / "tokenizer", partial, p, weights)
+        _, telemetry = pack_shards(args.build, args.build / "tokenizer", partial, p, weights,
+                                   ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty()))
         for s, t in telemetry.items():
             print(f"{s:<6} {t['rows']:>7,} rows  {t['slot_utilization']:.1%} slots used  "
                   f"{t['docs_per_row']:.2f} docs/row  {t['cropped_token_share']:.1%} cropped  "

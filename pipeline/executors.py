@@ -176,6 +176,11 @@ def _wait_for_slurm(executor, tasks: int, label: str, poll_s: float) -> None:
         time.sleep(poll_s)
 
 
+def stat_total(stats: dict[str, int], name: str) -> int:
+    """The total of stat `name` over every step of a collect_stats result (its keys are "<step>.<stat>")."""
+    return int(sum(v for k, v in stats.items() if k.rsplit(".", 1)[-1] == name))
+
+
 def collect_stats(logging_dir: Path) -> dict[str, int]:
     """Sum the per-task datatrove stats files into {"<step>.<stat>": total}."""
     import json

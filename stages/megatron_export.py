@@ -3,13 +3,17 @@
 describes them for a training launch.
 
 Writing goes through schemas/indexed.py (megatron-core's own builder and dtype rule; the format is written
-down there). Documents stream one row group at a time (bounded memory: the builder keeps only per-sequence lengths). Token
-ids come from the shards' `token_ids` column when present, else from the tokenizer (`encode_batch`, threads).
-Identical inputs give identical bytes.
+down there). The documents are cut into slices of `rows_per_task` (stages/lib/shard_tasks.py) and each slice is a
+datatrove task on the build's executor that writes a partial bin/idx per prefix; the driver then joins each
+prefix's partials in shard order with megatron-core's `add_index` (a copy of the .bin files and the index
+arrays), which gives the same bytes as writing the documents one by one. Token ids come from the shards'
+`token_ids` column when present, else from the tokenizer. Identical inputs give identical bytes, whatever the
+slicing, the number of workers or the executor.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, plan_slices, worker_cache
 from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.reader import iter_shard, shard_files
@@ -28,6 +33,7 @@ from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
 class MegatronExportParams:
     name: str = "cpp"
     encode_batch: int = 256  # documents per encode_batch call when the shards carry no token ids
+    rows_per_task: int = 1024  # documents per task (the output bytes do not depend on it)
 
 
 def encode_ids(tok, texts: list[str]):
@@ -132,28 +138,87 @@ def write_indexed(prefix: Path, docs: Iterable[np.ndarray], vocab_size: int, eod
     return out
 
 
+class ExportSlice(SliceWork):
+    """One slice's documents as a partial bin/idx per prefix of its split (parts/<prefix>-<rank>,
+    schemas/indexed.PartialWriter), with what each holds in parts/<rank>.json."""
+
+    def __init__(self, tokenizer_dir: Path, name: str, splits: list[str], weights: dict[str, float],
+                 has_ids: bool, batch: int):
+        self.tokenizer_dir, self.name, self.splits, self.weights = str(tokenizer_dir), name, splits, weights
+        self.has_ids, self.batch = has_ids, batch
+        self.columns = ["token_ids" if has_ids else "text", "source_repo"]
+
+    def transform(self, table, piece, rank: int, work: Path, stat) -> None:
+        from cpp_data.schemas.indexed import PartialWriter
+        from cpp_data.schemas.launch_spec import split_groups
+
+        info = worker_cache(("tokenizer info", self.tokenizer_dir), lambda: tokenizer_info(Path(self.tokenizer_dir)))
+        if self.has_ids:
+            col = table.column("token_ids").combine_chunks()
+            values, offsets = col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy()
+            docs = [values[offsets[i]:offsets[i + 1]] for i in range(len(col))]
+        else:
+            tok = worker_cache(("tokenizer", self.tokenizer_dir), lambda: load_tokenizer(Path(self.tokenizer_dir)))
+            texts = table.column("text").to_pylist()
+            docs = [np.asarray(e.ids, dtype=np.int32) for start in range(0, len(texts), self.batch)
+                    for e in encode_ids(tok, texts[start:start + self.batch])]
+        repos = table.column("source_repo").to_pylist()
+        eod = np.array([info["roles"]["eos"]], dtype=np.int32)
+        split = self.splits[piece.file]
+        written = {}
+        (work / "parts").mkdir(exist_ok=True)
+        for suffix, _, keep in split_groups(split, self.weights):
+            prefix = f"{self.name}_{split}{suffix}"
+            writer = PartialWriter(work / "parts" / f"{prefix}-{rank:05d}", info["vocab_size"])
+            for ids, repo in zip(docs, repos):
+                if keep is None or repo in keep:
+                    writer.add(np.concatenate([np.asarray(ids, dtype=np.int32), eod]))
+            written[prefix] = writer.close()
+        (work / "parts" / f"{rank:05d}.json").write_text(json.dumps(written))
+        stat("documents", len(docs))
+        return None
+
+
 def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, weights: dict[str, float],
-                  batch: int = 256) -> dict:
-    """Both splits of a shards directory into `out` as `<name>_train<suffix>` per weight group (one, unsuffixed,
-    without weights: schemas/launch_spec.weight_groups) and `<name>_valid`; writes export.json; returns
+                  executor, batch: int = 256, rows_per_task: int = 1024, label: str = "export") -> dict:
+    """Both splits of a shards directory (or a build) into `out` as `<name>_train<suffix>` per weight group
+    (one, unsuffixed, without weights: schemas/launch_spec.weight_groups) and `<name>_valid`, as datatrove tasks
+    on `executor` (their scratch under out/_work, removed at the end); writes export.json; returns
     {prefix name: {split, sources, documents, tokens, samples, dtype, bin_sha256, ...}}."""
+    from types import SimpleNamespace
+
+    from cpp_data.schemas.indexed import IndexedWriter
     from cpp_data.schemas.launch_spec import split_groups
 
     info = tokenizer_info(tokenizer_dir)
-    tok = load_tokenizer(tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
+    files = shard_files(shards_dir)
+    listing = [{"path": str(f.relative_to(shards_dir)), "split": s}
+               for s in ("train", "valid") for f in shard_files(shards_dir, s)]
+    slices = plan_slices(shards_dir, listing, rows_per_task)
+    has_ids = bool(files) and "token_ids" in pq.read_schema(files[0]).names
+    job = ExportSlice(tokenizer_dir, name, [e["split"] for e in listing], weights, has_ids, batch)
+    ctx = SimpleNamespace(out=out, executor=executor, label=label)
+    map_shards(ctx, shards_dir, listing, job, slices, "export")
+    parts = out / WORK / "parts"
     prefixes = {}
     for split in ("train", "valid"):
-        files = shard_files(shards_dir, split)
-        for suffix, members, keep in split_groups(split, weights):
-            got = write_indexed(out / f"{name}_{split}{suffix}", token_arrays(files, tok, batch, keep),
-                                info["vocab_size"], info["roles"]["eos"])
+        ranks = [r for r, s in enumerate(slices) if listing[s.file]["split"] == split]
+        for suffix, members, _ in split_groups(split, weights):
+            prefix = f"{name}_{split}{suffix}"
+            writer = IndexedWriter(out / prefix, info["vocab_size"])
+            for r in ranks:
+                written = json.loads((parts / f"{r:05d}.json").read_text())[prefix]
+                if written["sequences"]:
+                    writer.add_index(parts / f"{prefix}-{r:05d}", written)
+            got = writer.close()
+            got["documents"] = got.pop("sequences")
             if suffix and not got["documents"]:  # a weight group whose sources left no training document
                 for ext in (".bin", ".idx"):
-                    (out / f"{name}_{split}{suffix}{ext}").unlink()
+                    (out / f"{prefix}{ext}").unlink()
                 continue
-            prefixes[f"{name}_{split}{suffix}"] = {"split": split, "sources": members, **got,
-                                                   "samples": got["tokens"]}
+            prefixes[prefix] = {"split": split, "sources": members, **got, "samples": got["tokens"]}
+    clean_work(ctx)
     atomic_write_json(out / "export.json", {"name": name, "vocab_size": info["vocab_size"],
                                             "eod": info["roles"]["eos"], "pad": info["roles"].get("pad"),
                                             "prefixes": prefixes})
@@ -167,6 +232,7 @@ class MegatronExport(Stage):
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")
     Params = MegatronExportParams
+    resumable_tasks = True
 
     publishes = ("megatron",)
 
@@ -178,7 +244,8 @@ class MegatronExport(Stage):
     def run(self, ctx: StageContext) -> dict:
         p: MegatronExportParams = self.params
         prefixes = export_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
-                                 ctx.out / "megatron", p.name, source_weights(ctx.sources), p.encode_batch)
+                                 ctx.out / "megatron", p.name, source_weights(ctx.sources), ctx.executor,
+                                 p.encode_batch, p.rows_per_task, ctx.label)
         counts = {}
         for split in ("train", "valid"):
             mine = [v for v in prefixes.values() if v["split"] == split]

@@ -3,7 +3,10 @@
 Each document becomes its token ids + EOD (on the training split, with FIM applied first at `fim_rate`).
 A document longer than `seq_length` is cut into `seq_length` pieces; no other document is ever split. Pieces are
 packed best-fit-decreasing within blocks of `block_docs` documents (memory stays bounded by one block; the
-order of blocks follows the shuffled shards) and rows are right-padded with EOD. Columns per row:
+order of blocks follows the shuffled shards) and rows are right-padded with EOD. Each block is a datatrove task
+on the build's executor; then one task per output file puts the blocks' rows into the rolled files with
+pack_id counted over the whole prefix, and the driver joins the blocks' partial bin/idx with megatron-core's
+add_index, so the bytes are those of packing the blocks one after another. Columns per row:
   input_ids, target_ids      seq_length ids; target_ids[k] is the next token of the same document, PAD where
                              there is none (a document's EOD, padding, the last token of a cropped piece)
   loss_mask                  1 where target_ids is a real next token, else 0
@@ -34,13 +37,18 @@ masks it (its loss mask is the Parquet rows' loss_mask). FIM sentinels are ordin
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
+from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.sources import source_weights
@@ -93,9 +101,33 @@ def _fim(doc: Doc, rng: np.random.Generator, roles: dict[str, int], spm_rate: fl
     return Doc(assemble(doc.tokens, None), {k: assemble(v, fills[k]) for k, v in doc.meta.items()})
 
 
-def _documents(files: list[Path], meta_cols: list[str]) -> Iterator[tuple[str, str, np.ndarray, dict]]:
+PACK_FIELDS = [pa.field("pack_id", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
+               pa.field("target_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.uint8())),
+               pa.field("doc_ids", pa.list_(pa.int32())), pa.field("valid_token_count", pa.int32()),
+               pa.field("num_docs", pa.int32()), pa.field("segment_docs", pa.list_(pa.int64())),
+               pa.field("segment_starts", pa.list_(pa.int32()))]
+
+
+def packed_schema(generation: str, meta_cols: list[str]) -> pa.Schema:
+    types = {c.name: c.type for c in generation_columns(generation)}
+    return pa.schema(PACK_FIELDS + [pa.field(c, types[c]) for c in meta_cols])
+
+
+def _documents(files: list[Path], meta_cols: list[str], lo: int = 0, hi: int | None = None
+               ) -> Iterator[tuple[int, str, str, np.ndarray, dict]]:
+    """(ordinal, doc_id, source_repo, token ids, per-token metadata) of the split's documents with ordinal in
+    [lo, hi) (all without bounds), reading only the row groups that hold them."""
+    ordinal = 0
     for f in files:
-        for t in iter_shard(f, None, ["doc_id", "source_repo", "token_ids", *meta_cols]):
+        pf = pq.ParquetFile(f, page_checksum_verification=True)
+        for rg in range(pf.num_row_groups):
+            n = pf.metadata.row_group(rg).num_rows
+            if hi is not None and ordinal >= hi:
+                return
+            if ordinal + n <= lo:
+                ordinal += n
+                continue
+            t = pf.read_row_group(rg, columns=["doc_id", "source_repo", "token_ids", *meta_cols])
             ids = t.column("token_ids").combine_chunks()
             values, offsets = ids.values.to_numpy(zero_copy_only=False), ids.offsets.to_numpy()
             metas = {}
@@ -104,8 +136,12 @@ def _documents(files: list[Path], meta_cols: list[str]) -> Iterator[tuple[str, s
                 metas[c] = (col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy())
             repos = t.column("source_repo").to_pylist()
             for r, doc_id in enumerate(t.column("doc_id").to_pylist()):
+                k = ordinal + r
+                if k < lo or (hi is not None and k >= hi):
+                    continue
                 a, b = offsets[r], offsets[r + 1]
-                yield doc_id, repos[r], values[a:b].astype(np.int32), {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
+                yield k, doc_id, repos[r], values[a:b].astype(np.int32), {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
+            ordinal += n
 
 
 def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -132,130 +168,263 @@ def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     return bins
 
 
-def pack_split(files: list[Path], out: Path, split: str, info: dict, p: PackedParams, meta_cols: list[str],
-               fills: dict, key: str | None = None, sources: set[str] | None = None) -> tuple[list[dict], dict]:
-    """Pack one split's documents (only those of `sources` when given) into `<key>-NNNNN.parquet` and the
-    bin/idx `cpp_packed_<key>`; `key` is the split, or the split plus a weight group's suffix. Document
-    ordinals count every document of the split, so they name the same document whatever the grouping."""
-    from cpp_data.schemas.indexed import IndexedWriter
+def block_plan(files: list[Path], split: str, groups: list, block_docs: int) -> list[dict]:
+    """The packing blocks of one split: per prefix key (the split plus a weight group's suffix), runs of
+    `block_docs` of the group's documents in shard order, each as the ordinal range [lo, hi) it spans. One
+    streaming pass over the small source_repo column."""
+    blocks: list[dict] = []
+    state = {suffix: {"count": 0, "lo": None, "last": None} for suffix, _, _ in groups}
 
-    key = key or split
-    roles, T = info["roles"], p.seq_length
-    pad, eod = roles["pad"], roles["eos"]
-    indexed = IndexedWriter(out / f"cpp_packed_{key}", info["vocab_size"])
-    fields = [pa.field("pack_id", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
-              pa.field("target_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.uint8())),
-              pa.field("doc_ids", pa.list_(pa.int32())), pa.field("valid_token_count", pa.int32()),
-              pa.field("num_docs", pa.int32()), pa.field("segment_docs", pa.list_(pa.int64())),
-              pa.field("segment_starts", pa.list_(pa.int32()))]
-    types = {c.name: c.type for c in generation_columns(p.generation)}
-    fields += [pa.field(c, types[c]) for c in meta_cols]
-    # the one shard writer, rolling packed/<key>-NNNNN.parquet (zstd at the codec's default level)
-    writer = ShardWriter(out, split, pa.schema(fields), ShardParams(
-        generation=p.generation, docs_per_shard=p.rows_per_shard, row_group_size=p.row_group_size,
-        compression="zstd", compression_level=None), stem=key, kind="packed", prefix="packed")
-    stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
-    pack_id = 0
+    def close(suffix: str, keep) -> None:
+        st = state[suffix]
+        if st["count"]:
+            blocks.append({"key": split + suffix, "split": split, "lo": st["lo"], "hi": st["last"] + 1,
+                           "documents": st["count"], "sources": sorted(keep) if keep is not None else None})
+        st.update(count=0, lo=None, last=None)
 
-    def flush_block(block: list[Doc]) -> None:
-        nonlocal pack_id
-        pieces: list[tuple[Doc, slice, bool]] = []
-        for d in block:
+    ordinal = 0
+    for f in files:
+        for t in iter_shard(f, None, ["source_repo"]):
+            for repo in t.column("source_repo").to_pylist():
+                for suffix, _, keep in groups:
+                    if keep is None or repo in keep:
+                        st = state[suffix]
+                        st["lo"] = ordinal if st["lo"] is None else st["lo"]
+                        st["last"], st["count"] = ordinal, st["count"] + 1
+                        if st["count"] == block_docs:
+                            close(suffix, keep)
+                ordinal += 1
+    for suffix, _, keep in groups:
+        close(suffix, keep)
+    order = {split + suffix: k for k, (suffix, _, _) in enumerate(groups)}
+    return sorted(blocks, key=lambda b: (order[b["key"]], b["lo"]))  # per key, in shard order
+
+
+class PackBlock(PipelineStep):
+    """Task r: block r of the plan packed into rows, written as pieces/r.arrow (pack_id counted from 0 within
+    the block), a partial bin/idx parts/r (schemas/indexed.PartialWriter) and its telemetry parts/r.json."""
+
+    type = "📦 - PACK"
+    name = "pack"
+
+    def __init__(self, files: dict[str, list[str]], work: Path, info: dict, p: PackedParams, meta_cols: list[str],
+                 fills: dict):
+        super().__init__()
+        self.files, self.work, self.info, self.p = files, Path(work), info, p
+        self.meta_cols, self.fills = meta_cols, fills
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        from cpp_data.schemas.indexed import PartialWriter
+        from cpp_data.stages.lib.shard_tasks import write_piece
+
+        block = json.loads((self.work / "blocks.json").read_text())[rank]
+        p, roles, T = self.p, self.info["roles"], self.p.seq_length
+        pad, eod = roles["pad"], roles["eos"]
+        meta_cols, fills = self.meta_cols, self.fills
+        keep = set(block["sources"]) if block["sources"] is not None else None
+        split = block["split"]
+        (self.work / "pieces").mkdir(exist_ok=True)
+        (self.work / "parts").mkdir(exist_ok=True)
+        indexed = PartialWriter(self.work / "parts" / f"{rank:05d}", self.info["vocab_size"])
+        schema = packed_schema(p.generation, meta_cols)
+        stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
+        docs: list[Doc] = []
+        for ordinal, doc_id, repo, tokens, meta in _documents([Path(f) for f in self.files[split]], meta_cols,
+                                                              block["lo"], block["hi"]):
+            if keep is not None and repo not in keep:
+                continue
+            d = Doc(np.concatenate([tokens, [eod]]).astype(np.int32),
+                    {c: np.concatenate([v, [fills[c]]]) for c, v in meta.items()})
+            if split == "train" and p.fim_rate > 0 and len(tokens) >= 2:
+                h = hashlib.blake2b(f"fim\0{p.seed}\0{doc_id}".encode(), digest_size=8).digest()
+                rng = np.random.default_rng(int.from_bytes(h, "big"))
+                if rng.random() < p.fim_rate:
+                    f = _fim(Doc(tokens, meta), rng, roles, p.fim_spm_rate, fills)
+                    d = Doc(np.concatenate([f.tokens, [eod]]).astype(np.int32),
+                            {c: np.concatenate([v, [fills[c]]]) for c, v in f.meta.items()})
+                    stats["fim_documents"] += 1
+            d.ordinal = ordinal
+            stats["documents"] += 1
+            stats["tokens"] += len(d.tokens)
+            if len(d.tokens) > T:
+                stats["cropped_tokens"] += len(d.tokens)
+            docs.append(d)
+        if stats["documents"] != block["documents"]:
+            raise RuntimeError(f"block {rank} of {block['key']}: {stats['documents']} documents, planned "
+                               f"{block['documents']}")
+        pieces: list[tuple[Doc, slice]] = []
+        for d in docs:
             n = len(d.tokens)
-            for start in range(0, n, T):
-                pieces.append((d, slice(start, min(n, start + T)), start + T >= n))
-        for members in best_fit_decreasing([s.stop - s.start for _, s, _ in pieces], T):
-            inp = np.full(T, eod, dtype=np.int32)  # EOD, not PAD, fills the tail: see the module docstring
-            tgt = np.full(T, pad, dtype=np.int32)
-            mask = np.zeros(T, dtype=np.uint8)
-            ids = np.zeros(T, dtype=np.int32)
-            meta = {c: np.full(T, fills[c], dtype=np.int32) for c in meta_cols}
-            pos = 0
-            for k, m in enumerate(members, start=1):
-                d, s, last = pieces[m]
-                seg = d.tokens[s]
-                L = len(seg)
-                inp[pos:pos + L] = seg
-                tgt[pos:pos + L - 1] = seg[1:]
-                mask[pos:pos + L - 1] = 1
-                ids[pos:pos + L] = k
-                for c in meta_cols:
-                    meta[c][pos:pos + L] = d.meta[c][s]
-                pos += L
-            indexed.add(inp)
-            writer.add({"pack_id": pack_id, "input_ids": inp, "target_ids": tgt, "loss_mask": mask, "doc_ids": ids,
-                        "valid_token_count": pos, "num_docs": len(members),
-                        "segment_docs": [pieces[m][0].ordinal for m in members],
-                        "segment_starts": [pieces[m][1].start for m in members], **{c: meta[c] for c in meta_cols}})
-            pack_id += 1
-            stats["rows"] += 1
-        stats["pieces"] += len(pieces)
-
-    block: list[Doc] = []
-    ordinal = -1
-    for doc_id, repo, tokens, meta in _documents(files, meta_cols):
-        ordinal += 1
-        if sources is not None and repo not in sources:
-            continue
-        d = Doc(np.concatenate([tokens, [eod]]).astype(np.int32),
-                {c: np.concatenate([v, [fills[c]]]) for c, v in meta.items()})
-        if split == "train" and p.fim_rate > 0 and len(tokens) >= 2:
-            h = hashlib.blake2b(f"fim\0{p.seed}\0{doc_id}".encode(), digest_size=8).digest()
-            rng = np.random.default_rng(int.from_bytes(h, "big"))
-            if rng.random() < p.fim_rate:
-                body = Doc(tokens, meta)
-                f = _fim(body, rng, roles, p.fim_spm_rate, fills)
-                d = Doc(np.concatenate([f.tokens, [eod]]).astype(np.int32),
-                        {c: np.concatenate([v, [fills[c]]]) for c, v in f.meta.items()})
-                stats["fim_documents"] += 1
-        d.ordinal = ordinal
-        stats["documents"] += 1
-        stats["tokens"] += len(d.tokens)
-        if len(d.tokens) > T:
-            stats["cropped_tokens"] += len(d.tokens)
-        block.append(d)
-        if len(block) == p.block_docs:
-            flush_block(block)
-            block = []
-    if block:
-        flush_block(block)
-    files = writer.close()
-    info_idx = indexed.close()
-    for suffix in (".bin", ".idx"):
-        path = out / f"cpp_packed_{key}{suffix}"
-        files.append({"path": f"packed/{path.name}", "split": split, "rows": info_idx["sequences"],
-                      "bytes": path.stat().st_size, "sha256": info_idx[f"{suffix[1:]}_sha256"],
-                      "kind": f"packed_{suffix[1:]}"})
-    return files, stats
+            pieces += [(d, slice(start, min(n, start + T))) for start in range(0, n, T)]
+        tmp = self.work / "pieces" / f".{rank:05d}.rows"
+        rows: list[dict] = []
+        with pa.ipc.new_file(tmp, schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as out:
+            for members in best_fit_decreasing([s.stop - s.start for _, s in pieces], T):
+                inp = np.full(T, eod, dtype=np.int32)  # EOD, not PAD, fills the tail: see the module docstring
+                tgt = np.full(T, pad, dtype=np.int32)
+                mask = np.zeros(T, dtype=np.uint8)
+                ids = np.zeros(T, dtype=np.int32)
+                meta = {c: np.full(T, fills[c], dtype=np.int32) for c in meta_cols}
+                pos = 0
+                for k, m in enumerate(members, start=1):
+                    d, sl = pieces[m]
+                    seg = d.tokens[sl]
+                    L = len(seg)
+                    inp[pos:pos + L] = seg
+                    tgt[pos:pos + L - 1] = seg[1:]
+                    mask[pos:pos + L - 1] = 1
+                    ids[pos:pos + L] = k
+                    for c in meta_cols:
+                        meta[c][pos:pos + L] = d.meta[c][sl]
+                    pos += L
+                indexed.add(inp)
+                rows.append({"pack_id": stats["rows"], "input_ids": inp, "target_ids": tgt, "loss_mask": mask,
+                             "doc_ids": ids, "valid_token_count": pos, "num_docs": len(members),
+                             "segment_docs": [pieces[m][0].ordinal for m in members],
+                             "segment_starts": [pieces[m][1].start for m in members],
+                             **{c: meta[c] for c in meta_cols}})
+                stats["rows"] += 1
+                if len(rows) == p.row_group_size:  # stream: a block's rows never sit in memory at once
+                    out.write_table(pa.Table.from_pylist(rows, schema=schema))
+                    rows = []
+            if rows:
+                out.write_table(pa.Table.from_pylist(rows, schema=schema))
+        os.replace(tmp, self.work / "pieces" / f"{rank:05d}.arrow")
+        stats["pieces"] = len(pieces)
+        written = indexed.close()
+        (self.work / "parts" / f"{rank:05d}.json").write_text(json.dumps({"stats": stats, "indexed": written}))
+        for k, v in stats.items():
+            self.stat_update(k, value=v)
+        return
+        yield
 
 
-def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParams,
-                weights: dict[str, float]) -> tuple[list[dict], dict]:
+class WritePackedFile(PipelineStep):
+    """Task k: packed file k of the merge plan: its rows, taken from the blocks' pieces in order with pack_id
+    counted over the whole prefix, written by the shard writer (row groups of row_group_size)."""
+
+    type = "📦 - PACK"
+    name = "write"
+
+    def __init__(self, out: Path, work: Path, p: PackedParams, meta_cols: list[str]):
+        super().__init__()
+        self.out, self.work, self.p, self.meta_cols = Path(out), Path(work), p, meta_cols
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        from cpp_data.stages.lib.shard_tasks import read_piece
+
+        job = json.loads((self.work / "files.json").read_text())[rank]
+        p = self.p
+        schema = packed_schema(p.generation, self.meta_cols)
+        writer = ShardWriter(self.out, job["split"], schema, ShardParams(
+            generation=p.generation, docs_per_shard=p.rows_per_shard, row_group_size=p.row_group_size,
+            compression="zstd", compression_level=None), stem=job["key"], kind="packed", prefix="packed")
+        writer.index = job["index"]
+        pending: list[pa.Table] = []
+        pending_rows = 0
+
+        def flush(n: int) -> None:
+            nonlocal pending, pending_rows
+            table = pa.concat_tables(pending).combine_chunks()
+            writer.write(table.slice(0, n).combine_chunks())
+            rest = table.slice(n)
+            pending, pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+        for block, start, stop, offset in job["ranges"]:
+            rows = read_piece(self.work / "pieces" / f"{block:05d}.arrow").slice(start, stop - start)
+            rows = rows.set_column(0, "pack_id", pa.compute.add(rows.column("pack_id"), offset))
+            pending.append(rows)
+            pending_rows += rows.num_rows
+            while pending_rows >= p.row_group_size:
+                flush(p.row_group_size)
+        if pending_rows:
+            flush(pending_rows)
+        files = writer.close()
+        (self.work / "written").mkdir(exist_ok=True)
+        (self.work / "written" / f"{rank:05d}.json").write_text(json.dumps(files))
+        return
+        yield
+
+
+def _file_plan(blocks: list[dict], written: list[dict], rows_per_shard: int) -> list[dict]:
+    """Per output file of each prefix key: its key, split, index and the (block, start, stop, pack_id offset)
+    ranges of rows it takes."""
+    plan = []
+    for key in dict.fromkeys(b["key"] for b in blocks):
+        mine = [(r, b) for r, b in enumerate(blocks) if b["key"] == key]
+        spans, total = [], 0
+        for r, b in mine:
+            n = written[r]["stats"]["rows"]
+            spans.append((r, total, total + n))
+            total += n
+        for index, first in enumerate(range(0, total, rows_per_shard)):
+            last = min(total, first + rows_per_shard)
+            ranges = [(r, max(first, a) - a, min(last, c) - a, a) for r, a, c in spans if a < last and c > first]
+            plan.append({"key": key, "split": mine[0][1]["split"], "index": index, "ranges": ranges})
+    return plan
+
+
+def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParams, weights: dict[str, float],
+                executor, label: str = "packed_rows") -> tuple[list[dict], dict]:
     """Both splits into `out`: the training split once per weight group of the sources
     (schemas/launch_spec.weight_groups: one group, unsuffixed, without weights), so a Megatron blend can weight
-    them; writes packed.json (files, telemetry per split, and per prefix its split, sources and counts)."""
+    them; writes packed.json (files, telemetry per split, and per prefix its split, sources and counts).
+
+    As datatrove tasks on `executor`: one per packing block (`block_plan`), then one per output file; the
+    driver joins each prefix's partial bin/idx with megatron-core's add_index. Scratch under out/_work."""
+    from cpp_data.pipeline.executors import run_datatrove
+    from cpp_data.schemas.indexed import IndexedWriter
     from cpp_data.schemas.launch_spec import split_groups
+    from cpp_data.stages.lib.shard_tasks import WORK
 
     info = tokenizer_info(tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
+    work = out / WORK
+    work.mkdir(exist_ok=True)
     cols = [c for c in generation_columns(p.generation) if c.per_token]
     present = set(pq.read_schema(shard_files(shards_dir)[0]).names) if shard_files(shards_dir) else set()
     meta_cols = [c.name for c in cols if c.name in present]
     fills = {c.name: c.fill for c in cols}
-    files, telemetry, prefixes = [], {}, {}
+    files = {split: [str(f) for f in shard_files(shards_dir, split)] for split in ("train", "valid")}
+    blocks = [b for split in ("train", "valid")
+              for b in block_plan([Path(f) for f in files[split]], split, split_groups(split, weights), p.block_docs)]
+    _write_once(work / "blocks.json", blocks)
+    run_datatrove(executor, [PackBlock(files, work, info, p, meta_cols, fills)], len(blocks),
+                  work / "_datatrove" / "pack", f"{label}: pack")
+    written = [json.loads((work / "parts" / f"{r:05d}.json").read_text()) for r in range(len(blocks))]
+    plan = _file_plan(blocks, written, p.rows_per_shard)
+    _write_once(work / "files.json", plan)
+    run_datatrove(executor, [WritePackedFile(out, work, p, meta_cols)], len(plan), work / "_datatrove" / "write",
+                  f"{label}: write")
+    out_files, telemetry, prefixes = [], {}, {}
     for split in ("train", "valid"):
         total: dict[str, int] = {}
         for suffix, members, keep in split_groups(split, weights):
-            f, stats = pack_split(shard_files(shards_dir, split), out, split, info, p, meta_cols, fills,
-                                  key=split + suffix, sources=keep)
+            key = split + suffix
+            mine = [r for r, b in enumerate(blocks) if b["key"] == key]
+            stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
+            for r in mine:
+                stats = {k: v + written[r]["stats"][k] for k, v in stats.items()}
             if suffix and not stats["documents"]:  # a weight group whose sources left no training document
-                for entry in f:
-                    (out / Path(entry["path"]).name).unlink()
                 continue
-            files += f
-            prefixes[f"cpp_packed_{split}{suffix}"] = {"split": split, "sources": members,
-                                                       "documents": stats["documents"], "tokens": stats["tokens"],
-                                                       "rows": stats["rows"], "samples": stats["rows"]}
+            f = []
+            for k, job in enumerate(plan):
+                if job["key"] == key:
+                    f += json.loads((work / "written" / f"{k:05d}.json").read_text())
+            indexed = IndexedWriter(out / f"cpp_packed_{key}", info["vocab_size"])
+            for r in mine:
+                if written[r]["indexed"]["sequences"]:
+                    indexed.add_index(work / "parts" / f"{r:05d}", written[r]["indexed"])
+            info_idx = indexed.close()
+            for ext in (".bin", ".idx"):
+                path = out / f"cpp_packed_{key}{ext}"
+                f.append({"path": f"packed/{path.name}", "split": split, "rows": info_idx["sequences"],
+                          "bytes": path.stat().st_size, "sha256": info_idx[f"{ext[1:]}_sha256"],
+                          "kind": f"packed_{ext[1:]}"})
+            out_files += f
+            prefixes[f"cpp_packed_{key}"] = {"split": split, "sources": members, "documents": stats["documents"],
+                                             "tokens": stats["tokens"], "rows": stats["rows"],
+                                             "samples": stats["rows"]}
             total = {k: total.get(k, 0) + v for k, v in stats.items()}
         slots = total["rows"] * p.seq_length
         telemetry[split] = {
@@ -264,11 +433,22 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
             "docs_per_row": round(total["pieces"] / total["rows"], 3) if total["rows"] else 0.0,
             "cropped_token_share": round(total["cropped_tokens"] / total["tokens"], 4) if total["tokens"] else 0.0,
         }
-    atomic_write_json(out / "packed.json", {"seq_length": p.seq_length, "files": files, "telemetry": telemetry,
+    shutil.rmtree(work, ignore_errors=True)
+    atomic_write_json(out / "packed.json", {"seq_length": p.seq_length, "files": out_files, "telemetry": telemetry,
                                             "meta_columns": meta_cols, "prefixes": prefixes,
                                             "vocab_size": info["vocab_size"], "eod": info["roles"]["eos"],
                                             "pad": info["roles"].get("pad")})
-    return files, telemetry
+    return out_files, telemetry
+
+
+def _write_once(path: Path, value) -> None:
+    """A task plan: written once; a resumed stage must find the one its finished tasks were part of."""
+    text = json.dumps(value)
+    if path.exists():
+        if path.read_text() != text:
+            raise RuntimeError(f"{path}: the task plan changed under a resumed stage")
+        return
+    path.write_text(text)
 
 
 class PackedRows(Stage):
@@ -278,6 +458,7 @@ class PackedRows(Stage):
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")
     Params = PackedParams
+    resumable_tasks = True
 
     summary_counts = {"packed_seq_length": "seq_length", "packing": "telemetry"}
     publishes = ("packed",)
@@ -289,5 +470,6 @@ class PackedRows(Stage):
 
     def run(self, ctx: StageContext) -> dict:
         files, telemetry = pack_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
-                                       ctx.out / "packed", self.params, source_weights(ctx.sources))
+                                       ctx.out / "packed", self.params, source_weights(ctx.sources), ctx.executor,
+                                       ctx.label)
         return {"seq_length": self.params.seq_length, "files": len(files), "telemetry": telemetry}

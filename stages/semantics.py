@@ -8,7 +8,8 @@ never reused for another pin (it lives in this stage's output, keyed by the pin)
 at their pin with `git archive` for parsing.
 
 Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble, tu_status (with the compile
-command), each function's dependency level, and coverage.json, the receipt the build summary and manifest carry: files matched to
+command, its paths written as <source>/... and <configure>/... so the bytes do not depend on where the tree
+or its configure run lived), each function's dependency level, and coverage.json, the receipt the build summary and manifest carry: files matched to
 a compile command, TUs indexed cleanly, TUs with errors, files fallen back to tree-sitter. libclang or its
 builtin headers missing fails the stage loudly; it never reports an empty success.
 """
@@ -98,9 +99,19 @@ class Semantics(Stage):
                     texts[f["file"]] = Path(f["file"]).read_bytes()
                 f["text"] = texts[f["file"]][f["start_offset"]:f["end_offset"]].decode("utf-8", "replace")
             by_file = {c.file: c for c in commands}
+            # Where the tree and the configure run lived (temporary directories) is no part of the output: the
+            # same tree at another path, or configured again, must give the same bytes
+            places = [(str(Path(tmp) / "configure"), "<configure>"), (str(root), "<source>")]
+
+            def placeless(text: str) -> str:
+                for where, token in places:
+                    text = text.replace(where, token)
+                return text
+
             for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
                 c = by_file.get(s["file"])
-                s["directory"], s["arguments"] = (c.directory, " ".join(c.arguments)) if c else ("", "")
+                s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
+                                                  if c else ("", ""))
             for table in (res.functions, res.preamble, res.tu_status):
                 for row in table:
                     for k in ("file", "tu"):

@@ -4,7 +4,9 @@ For every document of the structure stage's shards: `token_ids` from the build's
 per-character column the shard carries
 (structure_ids, ast_depth, ...) its per-token mirror `token_<name>`, sampled at each token's first character
 (the tokenizer's character offsets). Files, row groups, row order and every other column stay exactly as the
-shards stage wrote them, so `text` is byte-identical.
+shards stage wrote them, so `text` is byte-identical. The work runs as datatrove tasks on the build's executor,
+one per slice of `rows_per_task` documents, then one merge task per shard file (stages/lib/shard_tasks.py); the
+bytes do not depend on the slicing or the number of workers.
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.parquet as pq
 
+from pathlib import Path
+
+from cpp_data.pipeline.executors import stat_total
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
-from cpp_data.schemas.shard_writer import rewrite_shards
+from cpp_data.schemas.reader import shard_files
+from cpp_data.stages.lib.shard_tasks import SliceWork, clean_work, rewrite_shards_as_tasks, worker_cache
 from cpp_data.tokenizer.files import load_tokenizer
 
 
@@ -28,6 +35,8 @@ class TokenColumnsParams:
     generation: str = "v6"
     compression: str = "zstd"
     compression_level: int = 3
+    rows_per_task: int = 1024  # documents per task, a row group of the shards: each task decodes its whole row
+    # group's per-character columns, so smaller slices cost more decoding (the output bytes do not depend on it)
 
 
 def mirror_column(col: pa.ListArray, token_starts: list[np.ndarray], fill) -> pa.ListArray:
@@ -60,12 +69,33 @@ def add_token_columns(table: pa.Table, tok, generation: str) -> pa.Table:
     return out.select(schema.names).cast(schema)
 
 
+class Tokenize(SliceWork):
+    """token_ids and the per-token mirrors of one slice's documents; counts the tokens per shard file."""
+
+    carry_input = True  # the per-character columns are costly to decode: the merge takes them from the pieces
+
+    def __init__(self, tokenizer: Path, generation: str, present: list[str]):
+        self.tokenizer, self.generation = str(tokenizer), generation
+        self.columns = ["text"] + [c.name for c in generation_columns(generation) if c.per_char and c.name in present]
+
+    def transform(self, table: pa.Table, piece, rank: int, work: Path, stat) -> pa.Table:
+        tok = worker_cache(("tokenizer", self.tokenizer), lambda: load_tokenizer(Path(self.tokenizer)))
+        out = add_token_columns(table, tok, self.generation)
+        stat(f"tokens_file_{piece.file}", int(pa.compute.sum(pa.compute.list_value_length(
+            out.column("token_ids"))).as_py() or 0))
+        return out.select([n for n in out.column_names if n not in table.column_names])
+
+    def schema(self, names: list[str]) -> pa.Schema:
+        return write_schema(self.generation, names)
+
+
 class TokenColumns(Stage):
     name = "token_columns"
     libraries = ('pyarrow', 'numpy', 'tokenizers')
     version = 1
     scope = "corpus"
     inputs = ("structure", "tokenizer")
+    resumable_tasks = True
     Params = TokenColumnsParams
 
     summary_counts = {"tokens": "tokens", "shard_bytes": "shard_bytes"}
@@ -73,19 +103,15 @@ class TokenColumns(Stage):
 
     def run(self, ctx: StageContext) -> dict:
         p: TokenColumnsParams = self.params
-        tok = load_tokenizer(ctx.input("tokenizer").path / "tokenizer")
-        tokens: dict[str, int] = {}
-
-        def transform(table: pa.Table, entry: dict) -> pa.Table:
-            table = add_token_columns(table, tok, p.generation)
-            n = int(pa.compute.sum(pa.compute.list_value_length(table.column("token_ids"))).as_py() or 0)
-            tokens[entry["path"]] = tokens.get(entry["path"], 0) + n
-            return table
-
-        listing = rewrite_shards(ctx.input("structure").path, ctx.out, transform, p.compression,
-                                 p.compression_level, f"{ctx.label}: tokenize", ctx.executor.progress)
-        for entry in listing:
-            entry["tokens"] = tokens.get(entry["path"], 0)
+        src = ctx.input("structure").path
+        files = shard_files(src)
+        present = pq.read_schema(files[0]).names if files else []
+        job = Tokenize(ctx.input("tokenizer").path / "tokenizer", p.generation, present)
+        listing, stats = rewrite_shards_as_tasks(ctx, src, job, p.rows_per_task,
+                                                 p.compression, p.compression_level)
+        for k, entry in enumerate(listing):
+            entry["tokens"] = stat_total(stats, f"tokens_file_{k}")
         atomic_write_json(ctx.out / "shards.json", {"generation": p.generation, "files": listing})
-        tokens = sum(tokens.values())
+        clean_work(ctx)
+        tokens = sum(e["tokens"] for e in listing)
         return {"tokens": tokens, "shards": len(listing), "shard_bytes": sum(e["bytes"] for e in listing)}

@@ -645,7 +645,7 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
                          error_bytes, n_missing)
 
 
-def _components(qualified: str) -> list[str]:
+def components(qualified: str) -> list[str]:
     """'ns::A<B::C>::f' -> ['ns', 'A', 'f'] (template arguments dropped before splitting)."""
     prev = None
     while prev != qualified:
@@ -662,31 +662,21 @@ def call_graph(files: Mapping[str, FileStructure], max_candidates: int | None = 
     suffix of the candidate's scope; (2) candidates in the caller's file; (3) candidates whose scope equals the
     caller's (same class/namespace). Whatever remains is linked, all of it when ambiguous (`candidates` > 1),
     unless more than `max_candidates` remain (generic names such as `size`, `get`): such calls are dropped.
-    Edges are deduplicated per (caller, caller file, callee, callee file)."""
-    by_name: dict[str, list[tuple[str, Span, list[str]]]] = defaultdict(list)
-    for path, fs in files.items():
-        for sp in fs.spans:
-            if sp.kind == "function":
-                by_name[sp.name].append((path, sp, _components(sp.qualname)[:-1]))
-    edges: dict[tuple[str, str, str, str], int] = {}
-    for path, fs in files.items():
-        for call in fs.calls:
-            cands = by_name.get(call.name)
-            if not cands:
-                continue
-            caller = fs.spans[call.caller]
-            caller_scope = _components(caller.qualname)[:-1]
-            qual = _components(call.qualifier)
-            filters = (lambda c: c[2][len(c[2]) - len(qual):] == qual if qual else True,
-                       lambda c: c[0] == path, lambda c: c[2] == caller_scope)
-            for keep in filters:
-                narrowed = [c for c in cands if keep(c)]
-                cands = narrowed or cands
-            if max_candidates is not None and len(cands) > max_candidates:
-                continue
-            for callee_path, callee, _ in cands:
-                edges[(caller.qualname, path, callee.qualname, callee_path)] = len(cands)
-    return [CallEdge(*key, n) for key, n in edges.items()]
+    Edges are deduplicated per (caller, caller file, callee, callee file). The rule runs on tables
+    (stages/lib/name_graph.py), which is how the structure stage calls it for a whole repository."""
+    import pyarrow as pa
+
+    from cpp_data.stages.lib import name_graph
+
+    defs, calls = [], []
+    for k, (path, fs) in enumerate(files.items()):
+        d, c = name_graph.file_rows(path, fs, k)
+        defs += d
+        calls += c
+    edges = name_graph.resolve(pa.Table.from_pylist(defs, schema=name_graph.DEFINITIONS),
+                               pa.Table.from_pylist(calls, schema=name_graph.CALLS), max_candidates)
+    return [CallEdge(*row) for row in zip(*(edges.column(c).to_pylist()
+                                            for c in ("caller", "caller_file", "callee", "callee_file", "candidates")))]
 
 
 CPP_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".tpp")

@@ -1,0 +1,271 @@
+"""Per-document work over a stage's shards as datatrove tasks, and the merge that puts the results back into
+shard files with the same files, row groups and row order (docs/DESIGN.md section 11).
+
+Map: the rows of the input shards are cut into slices of at most `rows_per_task` rows that never cross a row
+group (`plan_slices`); task r reads slice r, hands it to the stage's `SliceWork.transform` and writes what it
+returns to `_work/pieces/r.arrow` (scratch: Arrow IPC with zstd, which keeps the Arrow schema exactly, list
+field names included, and costs no Parquet encoding). Merge: one task per input file reads, for each of
+its row groups, that row group's pieces in order, lets `SliceWork.finalize` complete them (the structure stage
+fills in what needed the whole repository), concatenates them into one table of one chunk per column and
+writes it as one row group; the file is renamed into place and its rows, bytes and SHA-256 recorded.
+
+A row group is written from the same rows whatever the slicing, so the bytes do not depend on rows_per_task,
+the number of workers or the executor. Both phases are datatrove tasks with its completion markers, so a killed
+stage resumes its unfinished tasks, and a task only ever writes files named by its own rank (atomically).
+
+Hand-written because datatrove's readers and writers are document streams: they know neither row groups nor
+the rule that an output row group must hold exactly the rows of its input row group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datatrove.pipeline.base import PipelineStep
+
+from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.schemas.manifest import sha256_file
+
+WORK = "_work"  # scratch of the tasks (pieces, plans); pipeline/cache.py leaves it out of the sealed outputs
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Rows [start, stop) of row group `row_group` of input file `file` (an index into the listing); its first
+    row is row `first_row` of all the listed files in order."""
+
+    file: int
+    row_group: int
+    start: int
+    stop: int
+    first_row: int
+
+
+def plan_slices(src: Path, listing: list[dict], rows_per_task: int) -> list[Slice]:
+    """Slices of at most `rows_per_task` rows over every row group of the listed files, in file order (from
+    the Parquet footers only)."""
+    if rows_per_task < 1:
+        raise ValueError(f"rows_per_task must be at least 1, not {rows_per_task}")
+    out, first = [], 0
+    for i, entry in enumerate(listing):
+        md = pq.read_metadata(src / entry["path"])
+        for rg in range(md.num_row_groups):
+            n = md.row_group(rg).num_rows
+            for a in range(0, n, rows_per_task):
+                out.append(Slice(i, rg, a, min(n, a + rows_per_task), first))
+                first += out[-1].stop - a
+    return out
+
+
+def _plan_path(work: Path) -> Path:
+    return work / "slices.npy"
+
+
+def load_plan(work: Path) -> np.ndarray:
+    """The slices of a stage's tasks as rows (file, row_group, start, stop, first_row), memory-mapped: a task
+    reads its own row, never the whole plan."""
+    return np.load(_plan_path(work), mmap_mode="r")
+
+
+def slice_of(plan: np.ndarray, rank: int) -> Slice:
+    return Slice(*(int(x) for x in plan[rank]))
+
+
+class SliceWork:
+    """What a stage does to its rows, run inside datatrove tasks. Instances are pickled to the workers, so they
+    hold settings and paths only; heavy objects (a parser, a tokenizer) are made in the worker, once per
+    process (see `worker_cache`)."""
+
+    columns: list[str] | None = None  # the input columns transform reads (None: all)
+    # Pieces hold the input columns too, so the merge need not decode them again from the input: worth it where
+    # those are expensive to decode (list columns of one value per character) and rows_per_task is a whole row
+    # group (a slice costs the decode of its whole row group).
+    carry_input: bool = False
+
+    def transform(self, table: pa.Table, piece: Slice, rank: int, work: Path, stat) -> pa.Table:
+        """The slice's rows (its `columns`) in; the columns the stage adds out, for the same rows in the same
+        order, or None for a job that writes its own files under `work` (named by `rank`) and has nothing to
+        merge. `stat(name, value)` counts."""
+        raise NotImplementedError
+
+    def schema(self, names: list[str]) -> pa.Schema:
+        """The output schema of rows with these columns (input and added), in output order."""
+        raise NotImplementedError
+
+    def finalize(self, table: pa.Table, rank: int, work: Path) -> pa.Table:
+        """A piece of rank `rank` just before it is written into its file (default: as it is)."""
+        return table
+
+
+_CACHE: dict[Any, Any] = {}
+
+
+def worker_cache(key: Any, make):
+    """One object per worker process and key (a tokenizer loaded once for all the tasks a worker runs)."""
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def write_piece(table: pa.Table, path: Path) -> None:
+    """An Arrow IPC file (lz4: scratch is read once, so speed beats size), written under a temporary name and
+    renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with pa.ipc.new_file(tmp, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+
+
+def read_piece(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+class MapSlices(PipelineStep):
+    """Task r: slice r of the input shards through `work.transform`, into pieces/r.arrow."""
+
+    type = "🔢 - MAP"
+    name = "map"
+
+    def __init__(self, src: Path, files: list[str], work_dir: Path, job: SliceWork):
+        super().__init__()
+        self.src, self.files, self.work_dir, self.job = Path(src), files, Path(work_dir), job
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        s = slice_of(load_plan(self.work_dir), rank)
+        path = self.src / self.files[s.file]
+        read = None if self.job.carry_input else self.job.columns
+        rows = pq.ParquetFile(path, page_checksum_verification=True).read_row_group(s.row_group, columns=read)
+        rows = rows.slice(s.start, s.stop - s.start)
+        table = rows.select(self.job.columns) if self.job.columns is not None else rows
+        out = self.job.transform(table, s, rank, self.work_dir, lambda k, v=1: self.stat_update(k, value=v))
+        self.stat_update("rows", value=table.num_rows)
+        if out is None:  # the job wrote what it makes itself (the export's partial bin/idx)
+            return
+        if out.num_rows != table.num_rows or set(out.column_names) & set(rows.column_names):
+            raise RuntimeError(f"{path}, row group {s.row_group}: {type(self.job).__name__} returned "
+                               f"{out.num_rows} rows for {table.num_rows}, or an input column")
+        if self.job.carry_input:  # else only the added columns: the merge reads the others from the input
+            for name in rows.column_names:  # again, cheaper than a second copy (text above all) through pieces
+                out = out.append_column(name, rows.column(name))
+        write_piece(out, self.work_dir / "pieces" / f"{rank:05d}.arrow")
+        return
+        yield  # a generator that yields nothing: the last step of its pipeline
+
+
+class MergePieces(PipelineStep):
+    """Task k: input file k again, each row group the concatenation of its pieces (finalized)."""
+
+    type = "🔢 - MERGE"
+    name = "merge"
+
+    def __init__(self, src: Path, files: list[str], out: Path, work_dir: Path, job: SliceWork, compression: str,
+                 compression_level: int | None):
+        super().__init__()
+        self.src, self.files, self.out, self.work_dir, self.job = Path(src), files, Path(out), Path(work_dir), job
+        self.compression, self.compression_level = compression, compression_level
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        plan = load_plan(self.work_dir)
+        mine = [(int(r), slice_of(plan, int(r))) for r in np.flatnonzero(plan[:, 0] == rank)]
+        final = self.out / self.files[rank]
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.tmp")
+        writer, rows = None, 0
+        source = pq.ParquetFile(self.src / self.files[rank], page_checksum_verification=True)
+        for rg in sorted({s.row_group for _, s in mine}):
+            pieces = [read_piece(self.work_dir / "pieces" / f"{r:05d}.arrow") for r, s in mine if s.row_group == rg]
+            base = pa.table({}) if self.job.carry_input else source.read_row_group(rg)
+            schema = self.job.schema([n for n in base.column_names if n not in pieces[0].column_names]
+                                     + pieces[0].column_names)
+            parts, at = [], 0
+            for (r, _), piece in zip([m for m in mine if m[1].row_group == rg], pieces):
+                whole = (piece.select([]) if self.job.carry_input else
+                         base.slice(at, piece.num_rows).select([n for n in schema.names if n not in piece.column_names]))
+                at += piece.num_rows
+                for name in piece.column_names:
+                    whole = whole.append_column(name, piece.column(name))
+                parts.append(self.job.finalize(whole.select(schema.names).cast(schema), r, self.work_dir))
+            table = pa.concat_tables(parts).combine_chunks()
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, table.schema, compression=self.compression,
+                                          compression_level=self.compression_level, write_page_checksum=True)
+            writer.write_table(table, row_group_size=table.num_rows)
+            rows += table.num_rows
+        if writer is None:  # a file without rows keeps its (empty) shape: the transform of an empty slice
+            raise RuntimeError(f"{self.files[rank]}: no rows to merge")
+        writer.close()
+        os.replace(tmp, final)
+        (self.work_dir / "merged").mkdir(exist_ok=True)
+        (self.work_dir / "merged" / f"{rank:05d}.json").write_text(json.dumps(
+            {"rows": rows, "bytes": final.stat().st_size, "sha256": sha256_file(final)}))
+        self.stat_update("rows", value=rows)
+        return
+        yield
+
+
+def map_shards(ctx, src: Path, listing: list[dict], job: SliceWork, slices: list[Slice],
+               what: str = "map") -> dict[str, int]:
+    """Run `job.transform` over `slices` of the listed shards (plan_slices) as datatrove tasks, pieces under
+    ctx.out/_work; returns the tasks' summed stats ({"map.<name>": total})."""
+    work = Path(ctx.out) / WORK
+    (work / "pieces").mkdir(parents=True, exist_ok=True)
+    _write_plan(work, np.array([[s.file, s.row_group, s.start, s.stop, s.first_row] for s in slices],
+                               dtype=np.int64).reshape(-1, 5))
+    return run_datatrove(ctx.executor, [MapSlices(src, [e["path"] for e in listing], work, job)], len(slices),
+                          work / "_datatrove" / what, f"{ctx.label}: {what}")
+
+
+def merge_shards(ctx, src: Path, listing: list[dict], job: SliceWork, compression: str,
+                 compression_level: int | None, keep_work: bool = False) -> list[dict]:
+    """Write every listed file again into ctx.out from its pieces (one datatrove task per file); returns the
+    listing with each file's new bytes and SHA-256. The pieces go unless `keep_work`."""
+    work = Path(ctx.out) / WORK
+    files = [e["path"] for e in listing]
+    run_datatrove(ctx.executor, [MergePieces(src, files, ctx.out, work, job, compression, compression_level)],
+                  len(files), work / "_datatrove" / "merge", f"{ctx.label}: merge")
+    out = []
+    for k, entry in enumerate(listing):
+        merged = json.loads((work / "merged" / f"{k:05d}.json").read_text())
+        if merged["rows"] != entry["rows"]:
+            raise RuntimeError(f"{entry['path']}: merged {merged['rows']} rows of {entry['rows']}")
+        out.append({**entry, "bytes": merged["bytes"], "sha256": merged["sha256"]})
+    if not keep_work:
+        shutil.rmtree(work / "pieces", ignore_errors=True)
+    return out
+
+
+def clean_work(ctx) -> None:
+    """Delete the tasks' intermediate files and bookkeeping once the stage's outputs are written, all at once:
+    a stage killed after this point redoes its tasks rather than trust completions without their files."""
+    shutil.rmtree(Path(ctx.out) / WORK, ignore_errors=True)
+
+
+def _write_plan(work: Path, plan: np.ndarray) -> None:
+    """The plan the tasks read; a resumed stage must find the plan it started with (its finished tasks are
+    kept by rank)."""
+    path = _plan_path(work)
+    if path.exists():
+        if not np.array_equal(np.load(path), plan):
+            raise RuntimeError(f"{path}: the task plan changed under a resumed stage")
+        return
+    tmp = path.with_name(f".{path.name}.tmp.npy")
+    np.save(tmp, plan)
+    os.replace(tmp, path)
+
+
+def rewrite_shards_as_tasks(ctx, src: Path, job: SliceWork, rows_per_task: int, compression: str,
+                            compression_level: int | None) -> tuple[list[dict], dict[str, int]]:
+    """Map then merge: every shard of src/shards.json through `job`, into ctx.out/shards/ (same files, row
+    groups and row order); returns (the new listing, the map tasks' stats)."""
+    listing = json.loads((Path(src) / "shards.json").read_text())["files"]
+    stats = map_shards(ctx, src, listing, job, plan_slices(src, listing, rows_per_task))
+    return merge_shards(ctx, src, listing, job, compression, compression_level), stats
