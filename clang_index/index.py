@@ -26,14 +26,19 @@ class IndexResult(NamedTuple):
 
 
 
-def index_project(commands: list[CompileCommand], project_root: str | Path, workers: int = 2, timeout_s: float = 60,
-                  max_rss_mb: int | None = 4096, skip_seen_files: bool = False) -> IndexResult:
-    """Index every TU (own process each, killed after timeout_s, address space capped at max_rss_mb) and merge.
-    skip_seen_files: do not re-walk headers already walked by a finished TU (faster; a header's rows then come from
-    whichever TU finished first, so header variants under different -D flags are not all seen)."""
+def index_tus(commands: list[CompileCommand], project_root: str | Path, workers: int = 1, timeout_s: float = 60,
+              max_rss_mb: int | None = 4096, skip_seen_files: bool = False) -> list[dict]:
+    """One result per TU, in input order: each TU in its own process, killed after timeout_s, its address space
+    capped at max_rss_mb. skip_seen_files: do not re-walk headers already walked by a finished TU (faster; a
+    header's rows then come from whichever TU finished first, so header variants under different -D flags are
+    not all seen)."""
     check_libclang()
-    per_tu = run_pool(index_tu, commands, (os.path.realpath(project_root), str(find_resource_dir())), workers, timeout_s,
-                      max_rss_mb, set() if skip_seen_files else None)
+    return run_pool(index_tu, commands, (os.path.realpath(project_root), str(find_resource_dir())), workers,
+                    timeout_s, max_rss_mb, set() if skip_seen_files else None)
+
+
+def merge_tus(per_tu: list[dict]) -> IndexResult:
+    """The rows of TU results (index_tus, in input order), deduplicated across TUs (the first TU wins)."""
     out = IndexResult([], [], [], [], [], [])
     seen: set[tuple] = set()
     keys = {"functions": ("usr",), "edges": ("src", "dst", "kind"), "type_refs": ("src", "dst"),
@@ -50,3 +55,8 @@ def index_project(commands: list[CompileCommand], project_root: str | Path, work
                               ("error_messages", []), ("source_bytes", 0), ("header_bytes", 0))})
     return out
 
+
+def index_project(commands: list[CompileCommand], project_root: str | Path, workers: int = 2, timeout_s: float = 60,
+                  max_rss_mb: int | None = 4096, skip_seen_files: bool = False) -> IndexResult:
+    """Index every TU (index_tus) and merge the rows (merge_tus)."""
+    return merge_tus(index_tus(commands, project_root, workers, timeout_s, max_rss_mb, skip_seen_files))

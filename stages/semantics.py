@@ -16,17 +16,23 @@ builtin headers missing fails the stage loudly; it never reports an empty succes
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datatrove.pipeline.base import PipelineStep
+
+from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
+from cpp_data.stages.lib.shard_tasks import WORK
 
 _SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
 
@@ -37,7 +43,7 @@ class SemanticsParams:
     cmake_args: tuple[str, ...] = ()
     configure_timeout_s: float = 300.0  # per configure attempt
     allow_unsandboxed_configure: bool = False  # without bubblewrap, run the project's CMake code anyway
-    workers: int = 2
+    tus_per_task: int = 4  # translation units per datatrove task (each TU still gets its own process)
     timeout_s: float = 120.0  # per TU
     max_rss_mb: int = 4096  # per TU worker (address space)
 
@@ -63,6 +69,43 @@ def source_files(root: Path) -> list[str]:
                   if p.suffix.lower() in DEFAULT_EXTENSIONS and p.is_file() and not p.is_symlink())
 
 
+class IndexTUs(PipelineStep):
+    """Task r: TUs [r * tus_per_task, (r + 1) * tus_per_task) of the compile database, each in its own process
+    (clang_index/pool.py: timeout, memory cap), their results into tus/r.json."""
+
+    type = "🔎 - INDEX"
+    name = "index"
+
+    def __init__(self, work: Path, root: Path, p: SemanticsParams):
+        super().__init__()
+        self.work, self.root, self.p = Path(work), str(root), p
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        from cpp_data.clang_index.compile_db import CompileCommand
+        from cpp_data.clang_index.index import index_tus
+
+        k = self.p.tus_per_task
+        commands = [CompileCommand(**c) for c in json.loads((self.work / "commands.json").read_text())[rank * k:(rank + 1) * k]]
+        results = index_tus(commands, self.root, 1, self.p.timeout_s, self.p.max_rss_mb)
+        (self.work / "tus").mkdir(exist_ok=True)
+        tmp = self.work / "tus" / f".{rank:05d}.json"
+        tmp.write_text(json.dumps(results))
+        os.replace(tmp, self.work / "tus" / f"{rank:05d}.json")
+        self.stat_update("tus", value=len(results))
+        return
+        yield
+
+
+def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsParams) -> list[dict]:
+    """Every TU's result, in compile-database order, from datatrove tasks of `tus_per_task` TUs each on the
+    build's executor (TUs per second scale with its workers)."""
+    work = ctx.out / WORK
+    (work / "commands.json").write_text(json.dumps([vars(c) for c in commands]))
+    tasks = -(-len(commands) // p.tus_per_task)
+    run_datatrove(ctx.executor, [IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
+    return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
+
+
 class Semantics(Stage):
     name = "semantics"
     libraries = ('pyarrow', 'libclang')
@@ -75,13 +118,16 @@ class Semantics(Stage):
     def run(self, ctx: StageContext) -> dict:
         from cpp_data.clang_index.compile_db import check_libclang, find_resource_dir, load_compile_commands
         from cpp_data.clang_index.configure import discover
-        from cpp_data.clang_index.index import index_project
+        from cpp_data.clang_index.index import merge_tus
         from cpp_data.clang_index.levels import dependency_levels
 
         p: SemanticsParams = self.params
         check_libclang()
         find_resource_dir()  # both fail loudly, before any work
-        with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".src-") as tmp:
+        tmp = ctx.out / WORK  # on the output's filesystem, which executors on other nodes share
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
             root = _materialize(ctx.source, Path(tmp)).resolve()
             found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.source.configure,
                              cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
@@ -89,7 +135,7 @@ class Semantics(Stage):
             files = source_files(root)
             sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
             commands = load_compile_commands(found.path) if found.path else []
-            res = index_project(commands, root, p.workers, p.timeout_s, p.max_rss_mb)
+            res = merge_tus(_index_as_tasks(ctx, commands, root, p))
             rel = len(str(root)) + 1
             levels = dependency_levels(res.edges)
             texts: dict[str, bytes] = {}
@@ -101,7 +147,7 @@ class Semantics(Stage):
             by_file = {c.file: c for c in commands}
             # Where the tree and the configure run lived (temporary directories) is no part of the output: the
             # same tree at another path, or configured again, must give the same bytes
-            places = [(str(Path(tmp) / "configure"), "<configure>"), (str(root), "<source>")]
+            places = [(str(tmp / "configure"), "<configure>"), (str(root), "<source>")]
 
             def placeless(text: str) -> str:
                 for where, token in places:
@@ -139,5 +185,7 @@ class Semantics(Stage):
                 "functions": len(res.functions), "edges": len(res.edges),
             }
             atomic_write_json(ctx.out / "coverage.json", coverage)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return coverage
 
