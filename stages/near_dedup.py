@@ -9,11 +9,13 @@
    corpus. Documents sharing a band key are candidate pairs with the bucket's first document, and with each
    other in buckets of at most `all_pairs_up_to` documents (otherwise two copies that share a bucket with an
    unrelated first document would never be compared once candidates are verified).
-3. Verification, per band chunk as candidates appear (so candidates never pile up in memory): a pair whose
-   signatures agree on fewer than threshold - estimate_margin positions is dropped; the others are decided by
-   the exact Jaccard of their shingle sets (stored per task beside the signatures), so no file below the
-   threshold is ever removed: the MinHash estimate alone put a 0.61 pair above 0.7.
-4. Clusters: union-find over verified pairs; each cluster keeps its canonical copy (upstream over vendored,
+3. Verification: per band chunk as candidates appear, a pair whose signatures agree on fewer than threshold -
+   estimate_margin positions is dropped and the others are spilled to disk (so candidates never pile up in
+   memory); then the spilled pairs are made distinct, partition by partition (`pairs_in_memory`), and each
+   distinct pair is decided once by the exact Jaccard of its shingle sets (stored per task beside the
+   signatures), so no file below the threshold is ever removed: the MinHash estimate alone put a 0.61 pair
+   above 0.7.
+4. Clusters: union-find over verified pairs (its parent array a memory-mapped file); each cluster keeps its canonical copy (upstream over vendored,
    permissive license, larger repository, smallest (repo, path)). Union-find chains (A~B, B~C while A and C
    differ), so members below the threshold against the keeper are split off into a cluster of their own with
    the next canonical keeper: every removed file is within the threshold of the copy that is kept. Removed
@@ -27,6 +29,7 @@ lives in memory, and datatrove's pipeline neither verifies candidates nor knows 
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +70,7 @@ class NearDedupParams:
     estimate_margin: float = 0.1  # pairs estimated below threshold - margin skip the exact check
     entries_per_range: int = 4_000_000  # band entries held in memory at once while bucketing
     all_pairs_up_to: int = 32  # buckets up to this size compare every pair, larger ones only with their first
+    pairs_in_memory: int = 8_000_000  # candidate pairs made distinct at once before their exact check
 
 
 def _int(x):  # datasketch hash function: our shingle hashes are already 32-bit integers
@@ -132,8 +136,16 @@ def _doc_field(name: str) -> pa.Field:
 
 
 class UnionFind:
-    def __init__(self, n: int):
-        self.parent = np.arange(n, dtype=np.int64)
+    """Union-find over n documents; with `path`, the parent array is a memory-mapped file, so the corpus's
+    size costs disk, not memory (only the pages of documents in verified pairs are ever touched)."""
+
+    def __init__(self, n: int, path: Path | None = None):
+        if path is None:
+            self.parent = np.arange(n, dtype=np.int64)
+        else:
+            self.parent = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(n,))
+            for start in range(0, n, 1 << 22):  # filled in chunks: no n-sized temporary
+                self.parent[start:start + (1 << 22)] = np.arange(start, min(n, start + (1 << 22)), dtype=np.int64)
 
     def find(self, x: int) -> int:
         root = x
@@ -147,6 +159,25 @@ class UnionFind:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _verify_spilled(files: list[Path], exact_jaccard, threshold: float, pairs_in_memory: int
+                    ) -> tuple[np.ndarray, int]:
+    """(verified pairs, exact checks): every distinct candidate pair of the spilled files scored once by its
+    exact Jaccard. Pairs are split into partitions by their first document, each small enough to make
+    distinct in memory (pairs_in_memory pairs), so a pair met in several bands is still checked once."""
+    runs = [np.load(f, mmap_mode="r") for f in files]
+    total = sum(len(r) for r in runs)
+    parts = max(1, math.ceil(total / pairs_in_memory))
+    verified, checks = [], 0
+    for k in range(parts):
+        chunk = [np.asarray(r[(r[:, 0] % parts) == k]) for r in runs] if parts > 1 else [np.asarray(r) for r in runs]
+        pairs = np.unique(np.concatenate(chunk), axis=0) if chunk else np.empty((0, 2), dtype=np.int64)
+        checks += len(pairs)
+        keep = [(a, b) for a, b in pairs.tolist() if exact_jaccard(a, b) >= threshold]
+        verified.append(np.array(keep, dtype=np.int64).reshape(-1, 2))
+    out = np.unique(np.concatenate(verified), axis=0) if verified else np.empty((0, 2), dtype=np.int64)
+    return out, checks
 
 
 def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: int, n_ranges: int,
@@ -257,36 +288,38 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
     # versions of one file (a history walk) are not each other's duplicates: they are the point of v2/v3
     lineage_of = np.concatenate([np.load(sig_dir / f"lineage-{r:05d}.npy") for r in ranks]) if ranks \
         else np.empty(0, dtype=np.uint64)
-    checked: dict[tuple[int, int], float] = {}  # pair -> exact Jaccard, so a pair met in several bands is scored once
+    scratch = out / "_work"  # pipeline/cache.py: SCRATCH, never part of the sealed output
+    spill = scratch / "candidates"
+    shutil.rmtree(scratch, ignore_errors=True)
+    spill.mkdir(parents=True)
+    spilled: list[Path] = []
 
-    def verify(pairs: np.ndarray) -> np.ndarray:
-        """Estimated Jaccard as a cheap prefilter, then the exact Jaccard of the shingle sets decides."""
+    def prefilter(pairs: np.ndarray) -> np.ndarray:
+        """Candidates that are not versions of one file and whose estimated Jaccard reaches threshold -
+        margin, written to disk (nothing is kept in memory across bands); returns none (verified later)."""
         pairs = np.sort(pairs, axis=1)
         pairs = pairs[lineage_of[pairs[:, 0]] != lineage_of[pairs[:, 1]]]
         est = (signature(pairs[:, 0]) == signature(pairs[:, 1])).mean(axis=1)
-        keep = []
-        for (a, b), e in zip(pairs.tolist(), est.tolist()):
-            if e < p.threshold - p.estimate_margin:
-                continue
-            if (a, b) not in checked:
-                checked[(a, b)] = exact_jaccard(a, b)
-            if checked[(a, b)] >= p.threshold:
-                keep.append((a, b))
-        return np.array(keep, dtype=np.int64).reshape(-1, 2)
+        kept = pairs[est >= p.threshold - p.estimate_margin]
+        if len(kept):
+            spilled.append(spill / f"{len(spilled):06d}.npy")
+            np.save(spilled[-1], kept.astype(np.int64))
+        return np.empty((0, 2), dtype=np.int64)
 
     n_ranges = max(1, math.ceil(total / p.entries_per_range))
-    candidates, found = 0, []
+    candidates = 0
     for band in range(p.bands):
-        seen, pairs = candidate_pairs(sig_dir, ranks, offsets, band, n_ranges, p.all_pairs_up_to, verify)
+        seen, _ = candidate_pairs(sig_dir, ranks, offsets, band, n_ranges, p.all_pairs_up_to, prefilter)
         candidates += seen
-        found.append(pairs)
-    verified = np.unique(np.concatenate(found), axis=0) if found else np.empty((0, 2), dtype=np.int64)
+    verified, checks = _verify_spilled(spilled, exact_jaccard, p.threshold, p.pairs_in_memory)
     t2 = time.monotonic()
-    uf = UnionFind(total)
+    uf = UnionFind(total, scratch / "union_find.npy")
     for a, b in verified.tolist():
         uf.union(a, b)
     members = np.unique(verified) if len(verified) else np.empty(0, dtype=np.int64)
     roots = np.array([uf.find(int(x)) for x in members], dtype=np.int64)
+    del uf
+    shutil.rmtree(scratch, ignore_errors=True)
 
     meta = _metadata(sig_dir, ranks, offsets, members, repo_bytes)
     rows, largest = _keepers(members, roots, meta, exact_jaccard, p.threshold)
@@ -300,7 +333,7 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
         "documents_signed": total,
         "too_short": int(sum(v for k, v in stats.items() if k.endswith(".too_short"))),
         "candidate_pairs": int(candidates),
-        "exact_jaccard_checks": len(checked),
+        "exact_jaccard_checks": checks,
         "verified_pairs": int(len(verified)),
         "clusters": len(largest),
         "near_duplicates_removed": len(rows),
