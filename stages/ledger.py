@@ -8,15 +8,21 @@ file X at version Y, and if not, why?" with one query.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from datatrove.pipeline.base import PipelineStep
 
+from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import LEDGER, REJECTION
 from cpp_data.stages.lib import keys
+from cpp_data.stages.lib.shard_tasks import WORK
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,67 @@ def _from_duplicates(t: pa.Table, decision: str, cluster_id, similarity, evidenc
     }, schema=LEDGER)
 
 
+_KEPT = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "license_spdx",
+         "license_source", "license_confidence", "license_evidence"]
+
+
+def _kept_rows(t: pa.Table) -> pa.Table:
+    n = t.num_rows
+    return pa.table({
+        "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
+        "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
+        "text_sha256": t.column("text_sha256"), "size_bytes": t.column("size_bytes"),
+        "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
+        "confidence": t.column("license_confidence"), "decision": pa.array(["kept"] * n),
+        "reason": pa.array([""] * n), "keeper_repo": pa.nulls(n, pa.string()),
+        "keeper_path": pa.nulls(n, pa.string()), "cluster_id": pa.nulls(n, pa.string()),
+        "similarity": pa.nulls(n, pa.float32()), "license_evidence": t.column("license_evidence"),
+    }, schema=LEDGER)
+
+
+_EVIDENCE = pa.schema([("source_repo", pa.string()), ("source_commit", pa.string()), ("source_path", pa.string()),
+                       ("license_evidence", pa.string())])
+
+
+class SourceRows(PipelineStep):
+    """Task r: the ledger rows of source r (skipped, rejected, kept) as ledger-r.parquet, one row group per
+    table it took them from, and the license evidence of its removed duplicates as evidence-r.parquet."""
+
+    type = "📒 - LEDGER"
+    name = "ledger"
+
+    def __init__(self, sources: list[dict[str, str]], removed: Path, work: Path):
+        super().__init__()
+        self.sources, self.removed, self.work = sources, Path(removed), Path(work)
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        dirs = {k: Path(v) for k, v in self.sources[rank].items()}
+        removed = keys.read_removed(self.removed)
+        writer = pq.ParquetWriter(self.work / f".ledger-{rank:05d}.tmp", LEDGER, compression="none")
+        evidence = []
+
+        def emit(table: pa.Table) -> None:
+            if table.num_rows:
+                writer.write_table(table)
+                self.stat_update("rows", value=table.num_rows)
+
+        emit(_from_rejections(pq.read_table(dirs["collect"] / "skipped.parquet")))
+        for stage in ("filter", "decontaminate", "license"):
+            for f in sorted(dirs[stage].glob("rejected-*.parquet")):
+                emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
+        for f in sorted(dirs["license"].glob("part-*.parquet")):
+            t = pq.read_table(f, columns=_KEPT)
+            gone = keys.contains(removed, keys.table_keys(t))
+            evidence.append(t.filter(pa.array(gone)).select(_EVIDENCE.names))
+            emit(_kept_rows(t.filter(pa.array(~gone))))
+        writer.close()
+        os.replace(self.work / f".ledger-{rank:05d}.tmp", self.work / f"ledger-{rank:05d}.parquet")
+        pq.write_table(pa.concat_tables(evidence).cast(_EVIDENCE) if evidence else _EVIDENCE.empty_table(),
+                       self.work / f"evidence-{rank:05d}.parquet")
+        return
+        yield
+
+
 class Ledger(Stage):
     name = "ledger"
     version = 5
@@ -66,15 +133,21 @@ class Ledger(Stage):
     publishes = ("ledger",)
 
     def run(self, ctx: StageContext) -> dict:
+        """Per source a datatrove task writes its rows; the driver appends them, row group by row group, to
+        ledger.parquet in source order (a copy of small columns), then the duplicates' rows."""
         dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
         near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")
-        removed = keys.read_removed(ctx.input("near_dedup").path / "removed_keys.parquet")
-        by_source = {stage: {a.source: a.path for a in ctx.inputs[stage]} for stage in ("collect", "filter", "decontaminate",
-                                                                                     "license")}
+        by_source = {stage: {a.source: str(a.path) for a in ctx.inputs[stage]}
+                     for stage in ("collect", "filter", "decontaminate", "license")}
+        sources = [{stage: by_source[stage][name] for stage in by_source} for name in sorted(by_source["collect"])]
+        work = ctx.out / WORK
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        run_datatrove(ctx.executor, [SourceRows(sources, ctx.input("near_dedup").path / "removed_keys.parquet", work)],
+                      len(sources), work / "_datatrove", f"{ctx.label}: rows")
         writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")
         decisions: Counter = Counter()
         reasons: Counter = Counter()
-        evidence: dict[tuple, str | None] = {}  # (source_repo, source_commit, source_path) -> license evidence, for duplicates' rows
 
         def emit(table: pa.Table) -> None:
             if table.num_rows:
@@ -84,34 +157,18 @@ class Ledger(Stage):
                     if d != "kept":
                         reasons[f"{d}:{r}"] += 1
 
-        for source in sorted(by_source["collect"]):
-            emit(_from_rejections(pq.read_table(by_source["collect"][source] / "skipped.parquet")))
-            for stage in ("filter", "decontaminate", "license"):
-                for f in sorted(by_source[stage][source].glob("rejected-*.parquet")):
-                    emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
-            cols = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes",
-                    "license_spdx", "license_source", "license_confidence", "license_evidence"]
-            for f in sorted(by_source["license"][source].glob("part-*.parquet")):
-                t = pq.read_table(f, columns=cols)
-                gone = keys.contains(removed, keys.table_keys(t))
-                for i in gone.nonzero()[0]:
-                    evidence[(t.column("source_repo")[i].as_py(), t.column("source_commit")[i].as_py(),
-                              t.column("source_path")[i].as_py())] = t.column("license_evidence")[i].as_py()
-                t = t.filter(pa.array(~gone))
-                n = t.num_rows
-                emit(pa.table({
-                    "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
-                    "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
-                    "text_sha256": t.column("text_sha256"), "size_bytes": t.column("size_bytes"),
-                    "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
-                    "confidence": t.column("license_confidence"), "decision": pa.array(["kept"] * n),
-                    "reason": pa.array([""] * n), "keeper_repo": pa.nulls(n, pa.string()),
-                    "keeper_path": pa.nulls(n, pa.string()), "cluster_id": pa.nulls(n, pa.string()),
-                    "similarity": pa.nulls(n, pa.float32()), "license_evidence": t.column("license_evidence"),
-                }, schema=LEDGER))
+        evidence: dict[tuple, str | None] = {}  # (source_repo, source_commit, source_path) -> license evidence
+        for r in range(len(sources)):
+            rows = pq.ParquetFile(work / f"ledger-{r:05d}.parquet")
+            for g in range(rows.num_row_groups):
+                emit(rows.read_row_group(g))
+            ev = pq.read_table(work / f"evidence-{r:05d}.parquet")
+            evidence.update(zip(zip(*(ev.column(c).to_pylist() for c in _EVIDENCE.names[:3])),
+                                ev.column("license_evidence").to_pylist()))
         emit(_from_duplicates(dup, "exact_duplicate", pa.array(dup.column("text_sha256").to_pylist(), pa.string()),
                               pa.array([1.0] * dup.num_rows, pa.float32()), evidence))
         emit(_from_duplicates(near, "near_duplicate", near.column("cluster_id"), near.column("similarity"), evidence))
         writer.close()
+        shutil.rmtree(work, ignore_errors=True)
         return {"rows": sum(decisions.values()), "decisions": dict(sorted(decisions.items())),
                 "reasons": dict(sorted(reasons.items()))}
