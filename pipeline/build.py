@@ -94,7 +94,10 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
             value = _summary_value(cls, artifacts, key)
             summary[field_name] = SUMMARY_FIELDS.get(field_name) if value is None else value
     stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
+    from cpp_data.pipeline.executors import TASKS_PER_NODE
+
     summary.update({
+        "tasks_per_node": dict(sorted(TASKS_PER_NODE.items())),  # this run's executor tasks (cached stages ran none)
         "wall_seconds": round(seconds, 2),
         "stage_seconds": round(stage_seconds, 2),
         "throughput_mb_s": round(summary["cpp_bytes_collected"] / 1e6 / stage_seconds, 2) if stage_seconds else None,
@@ -164,6 +167,9 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
         lines.append(f"  tokens             {summary['tokens']:,} ({bpt:.2f} bytes/token; tokenizer "
                      f"{summary['tokenizer_vocab_size']:,} ids ({summary['tokenizer_learned_ids']:,} learned, "
                      f"{summary['tokenizer_padding_ids']:,} padding), sha256 {summary['tokenizer_sha256'][:12]})")
+    nodes = summary.get("tasks_per_node") or {}
+    if len(nodes) > 1 or any(n.startswith("ray:") for n in nodes):
+        lines.append("  tasks per node     " + ", ".join(f"{node} {n:,}" for node, n in nodes.items()))
     tp = summary["throughput_mb_s"]
     lines.append(f"  time               {summary['wall_seconds']:.1f}s this run; stages {summary['stage_seconds']:.1f}s"
                  + (f", {tp} MB/s of C/C++ collected" if tp else ""))

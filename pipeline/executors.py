@@ -65,11 +65,47 @@ def _die_with_parent() -> None:
 
 
 class DieWithParent:
-    """A first pipeline step: binds the task's process to its parent's life, then passes data through."""
+    """A first pipeline step: binds the task's process to its parent's life, records which node runs the task
+    (`nodes/<rank>` under the logging directory: the Ray node's IP and id, else the host name), then passes
+    data through."""
+
+    def __init__(self, logging_dir: Path | None = None):
+        self.logging_dir = logging_dir
 
     def __call__(self, data, rank: int = 0, world_size: int = 1):
         _die_with_parent()
+        if self.logging_dir is not None:
+            nodes = Path(self.logging_dir) / "nodes"
+            nodes.mkdir(parents=True, exist_ok=True)
+            (nodes / f"{rank:05d}").write_text(task_node())
         return data
+
+
+def task_node() -> str:
+    """The node this process runs on: `ray:<ip>/<node id, 8 hex>` inside a Ray worker, else `host:<name>`."""
+    import socket
+
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            return f"ray:{ray.util.get_node_ip_address()}/{ctx.get_node_id()[:8]}"
+    return f"host:{socket.gethostname()}"
+
+
+# Tasks per node of every datatrove run of this process, for the build summary ({node: tasks}).
+TASKS_PER_NODE: dict[str, int] = {}
+
+
+def _count_nodes(logging_dir: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in sorted((Path(logging_dir) / "nodes").glob("*")):
+        node = f.read_text()
+        out[node] = out.get(node, 0) + 1
+    for node, n in out.items():
+        TASKS_PER_NODE[node] = TASKS_PER_NODE.get(node, 0) + n
+    return out
 
 
 class QuietLocalExecutor(LocalPipelineExecutor):
@@ -125,7 +161,7 @@ def _preload_workers() -> None:
 
 def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: Path, label: str):
     """Build the datatrove executor for `cfg` (not yet run)."""
-    steps = [DieWithParent(), *pipeline]
+    steps = [DieWithParent(logging_dir), *pipeline]
     if cfg.kind == "local":
         _preload_workers()
         return QuietLocalExecutor(steps, tasks=tasks, workers=min(cfg.workers, tasks), logging_dir=str(logging_dir))
@@ -174,6 +210,7 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     incomplete = executor.get_incomplete_ranks()
     if incomplete:
         raise RuntimeError(f"{label}: {len(incomplete)} of {tasks} tasks did not complete; see {logging_dir}/logs")
+    _count_nodes(logging_dir)
     return collect_stats(logging_dir)
 
 

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +136,9 @@ class Semantics(Stage):
             files = source_files(root)
             sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
             commands = load_compile_commands(found.path) if found.path else []
+            started = time.monotonic()
             res = merge_tus(_index_as_tasks(ctx, commands, root, p))
+            index_seconds = time.monotonic() - started
             rel = len(str(root)) + 1
             levels = dependency_levels(res.edges)
             texts: dict[str, bytes] = {}
@@ -154,10 +157,15 @@ class Semantics(Stage):
                     text = text.replace(where, token)
                 return text
 
+            tu_seconds = 0.0
             for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
                 c = by_file.get(s["file"])
                 s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
                                                   if c else ("", ""))
+                s["error_messages"] = [placeless(m) for m in s.get("error_messages") or []]
+                tu_seconds += s.pop("seconds", 0.0)  # timings are counts, never output bytes: an output that
+                for k in ("parse_s", "walk_s"):       # differs on every run would rerun every later stage
+                    s.pop(k, None)
             for table in (res.functions, res.preamble, res.tu_status):
                 for row in table:
                     for k in ("file", "tu"):
@@ -184,7 +192,13 @@ class Semantics(Stage):
                 "files_fallen_back_to_tree_sitter": len([f for f in files if f not in walked and f not in compiled]),
                 "functions": len(res.functions), "edges": len(res.edges),
             }
-            atomic_write_json(ctx.out / "coverage.json", coverage)
+            receipt = {**coverage, "configure_attempts": [
+                {**{k: v for k, v in a.items() if k != "seconds"}, "tail": [placeless(t) for t in a.get("tail", [])]}
+                for a in coverage["configure_attempts"]]}
+            atomic_write_json(ctx.out / "coverage.json", receipt)
+            coverage |= {"configure_attempts": receipt["configure_attempts"],
+                         "configure_seconds": round(sum(a.get("seconds", 0) for a in found.receipt()["configure_attempts"]), 2),
+                         "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2)}
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return coverage

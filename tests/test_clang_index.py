@@ -15,7 +15,7 @@ from cpp_data.clang_index.index import index_project
 from cpp_data.clang_index.levels import dependency_levels
 from cpp_data.clang_index.pool import HOOK_ENV
 
-from conftest import GOOGLETEST, build_dir, need, run_cli, write_sources
+from conftest import GOOGLETEST, build_dir, data_digests, need, run_cli, write_sources
 
 FIX = Path(__file__).parent / "fixtures" / "clang_project"
 
@@ -179,6 +179,13 @@ def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
     assert main["constituents"] == [{"source_repo": "fx", "source_commit": main["source_commit"],
                                      "source_path": "src/main.cc", "start": 0, "end": len(main["text"]), "license_spdx": "MIT"}]
     assert json.loads(rows["src/util.cc"]["language_info"])["edges"] == "libclang"
+    assert info["directory"].startswith("<source>") and str(proj) not in info["command"]
+    # again into another output directory, with another worker count: the same build, byte for byte (the TUs'
+    # timings and the paths of the stage's scratch are no part of any output)
+    run_cli("build", "--version", "v6", "--sources", str(sources), "--out", str(tmp_path / "out2"), "--workers",
+            "2", "--no-progress")
+    assert build_dir(tmp_path / "out2").name == build.name
+    assert data_digests(build_dir(tmp_path / "out2")) == data_digests(build)
 
 
 @pytest.mark.slow
