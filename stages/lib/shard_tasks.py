@@ -1,5 +1,5 @@
 """Per-document work over a stage's shards as datatrove tasks, and the merge that puts the results back into
-shard files with the same files, row groups and row order (docs/DESIGN.md section 11).
+shard files with the same files, row groups and row order (docs/DESIGN.md section 13).
 
 Map: the rows of the input shards are cut into slices of at most `rows_per_task` rows that never cross a row
 group (`plan_slices`); task r reads slice r, hands it to the stage's `SliceWork.transform` and writes what it
