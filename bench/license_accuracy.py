@@ -47,14 +47,12 @@ Outputs: JSON (--out-json), a Markdown table (stdout and --out-md) and one TSV r
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import json
 import re
 import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -415,45 +413,12 @@ def build_tree(root: Path, files: dict[str, str]) -> None:
 # Running cpp-data
 
 
-def recipe_stages(v6_stages: list[str]) -> list[str]:
-    """WANTED_STAGES plus every stage they read (transitively, from each stage class's `inputs`), in the order
-    of the v6 recipe's stage list."""
-    from cpp_data.stages import STAGES as REGISTRY
-    missing = [s for s in WANTED_STAGES if s not in REGISTRY]
-    if missing:
-        raise SystemExit(f"this cpp-data has no stage(s) {missing}")
-    need, todo = set(), list(WANTED_STAGES)
-    while todo:
-        name = todo.pop()
-        if name not in need:
-            need.add(name)
-            todo += list(getattr(REGISTRY[name], "inputs", ()))
-    return [s for s in v6_stages if s in need] + [s for s in WANTED_STAGES if s not in v6_stages]
-
-
 def make_recipe(dest: Path) -> list[str]:
-    """Write the v6 recipe with its stage list cut down to recipe_stages() and the params of absent stages
-    removed; returns the stage list."""
-    text = importlib.resources.files("cpp_data.pipeline.recipes").joinpath("v6.toml").read_text()
-    stages = recipe_stages(tomllib.loads(text)["stages"])
-    stages_line = "stages = [" + ", ".join(f'"{s}"' for s in stages) + "]"
-    text, n = re.subn(r"^stages\s*=\s*\[.*?\]", stages_line, text, count=1, flags=re.S | re.M)
-    if n != 1:
-        raise SystemExit("v6 recipe: no `stages = [...]` list found")
-    kept, skipping = [], False
-    for line in text.splitlines(keepends=True):
-        header = re.match(r"^\s*\[params\.([A-Za-z0-9_]+)\]", line)
-        if header:
-            skipping = header.group(1) not in stages
-        elif re.match(r"^\s*\[", line):
-            skipping = False
-        if not skipping:
-            kept.append(line)
-    text = "".join(kept)
-    data = tomllib.loads(text)
-    assert data["stages"] == stages and set(data.get("params", {})) <= set(stages)
-    dest.write_text(text)
-    return stages
+    """The v6 recipe cut down to WANTED_STAGES and what they read (pipeline/recipe.cut_recipe); returns the
+    stage list."""
+    from cpp_data.pipeline.recipe import cut_recipe
+
+    return cut_recipe("v6", list(WANTED_STAGES), dest)
 
 
 def source_name(pkg: str) -> str:

@@ -211,6 +211,8 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     if incomplete:
         raise RuntimeError(f"{label}: {len(incomplete)} of {tasks} tasks did not complete; see {logging_dir}/logs")
     _count_nodes(logging_dir)
+    if cfg.kind == "local" and min(cfg.workers, tasks) == 1:  # the tasks ran in this process
+        clear_worker_cache()
     return collect_stats(logging_dir)
 
 
@@ -225,6 +227,29 @@ def _wait_for_slurm(executor, tasks: int, label: str, poll_s: float) -> None:
                                f"incomplete; see the Slurm logs under {executor.slurm_logs_folder}")
         print(f"{label}: waiting for {len(incomplete)}/{tasks} Slurm tasks (job {executor.job_id})", file=sys.stderr)
         time.sleep(poll_s)
+
+
+_CACHE: dict[Any, dict[Any, Any]] = {}
+
+
+def worker_cache(key: Any, make, kind: str = "", keep: int | None = None):
+    """One object per worker process and key (a tokenizer loaded once for all the tasks a worker runs). With
+    `keep`, at most that many objects of this `kind` stay, the least recently used going first (a source's
+    semantic index: a worker meets many sources)."""
+    cache = _CACHE.setdefault(kind, {})
+    if key in cache:
+        cache[key] = cache.pop(key)  # most recently used last
+    else:
+        cache[key] = make()
+        while keep is not None and len(cache) > keep:
+            cache.pop(next(iter(cache)))
+    return cache[key]
+
+
+def clear_worker_cache() -> None:
+    """Forget every cached object (run_datatrove calls it after each run: with one worker the tasks run in the
+    driver, whose cache would otherwise keep every stage's tokenizer and tables to the end of the build)."""
+    _CACHE.clear()
 
 
 def stat_total(stats: dict[str, int], name: str) -> int:

@@ -152,3 +152,40 @@ def load_recipe(version: str | None = None, path: Path | None = None,
         sha256=hashlib.sha256(raw).hexdigest(),
         overrides={k: dict(v) for k, v in sorted((overrides or {}).items())},
     )
+
+
+def cut_recipe(version: str, wanted: list[str], dest: Path) -> list[str]:
+    """Write bundled recipe `version` cut down to the `wanted` stages and every stage they read (transitively,
+    from each stage's `inputs`), in the recipe's order, without the params of the stages left out; returns
+    the stage list. For runs that need only part of a build (the ledger's decisions, dedup): the benchmarks
+    and the tests that check them build this instead of the whole recipe."""
+    import re
+
+    from cpp_data.stages import STAGES
+
+    text = (resources.files("cpp_data.pipeline.recipes") / f"{version}.toml").read_text()
+    order = tomllib.loads(text)["stages"]
+    need, todo = set(), list(wanted)
+    while todo:
+        name = todo.pop()
+        if name not in STAGES:
+            raise RecipeError(f"no stage {name!r} (stages: {', '.join(STAGES)})")
+        if name not in need:
+            need.add(name)
+            todo += list(STAGES[name].inputs)
+    stages = [s for s in order if s in need]
+    text, n = re.subn(r"^stages\s*=\s*\[.*?\]", "stages = [" + ", ".join(f'"{s}"' for s in stages) + "]", text,
+                      count=1, flags=re.S | re.M)
+    if n != 1:
+        raise RecipeError(f"recipe {version}: no `stages = [...]` list found")
+    kept, skipping = [], False
+    for line in text.splitlines(keepends=True):
+        header = re.match(r"^\s*\[params\.([A-Za-z0-9_]+)\]", line)
+        if header:
+            skipping = header.group(1) not in stages
+        elif re.match(r"^\s*\[", line):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    Path(dest).write_text("".join(kept))
+    return stages

@@ -215,7 +215,6 @@ class PackBlock(PipelineStep):
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         from cpp_data.schemas.indexed import PartialWriter
-        from cpp_data.stages.lib.shard_tasks import write_piece
 
         block = json.loads((self.work / "blocks.json").read_text())[rank]
         p, roles, T = self.p, self.info["roles"], self.p.seq_length

@@ -26,14 +26,14 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.executors import run_datatrove, worker_cache
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import keys
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib.inputs import license_parts
-from cpp_data.stages.lib.shard_tasks import WORK, worker_cache
+from cpp_data.stages.lib.shard_tasks import WORK
 
 SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256",
                  "license_spdx",
@@ -209,6 +209,7 @@ class Shards(Stage):
     scope = "corpus"
     inputs = ("license", "near_dedup")
     Params = ShardParams
+    resumable_tasks = True
 
     summary_counts = {"documents": "documents", "train_documents": "train_documents",
                       "valid_documents": "valid_documents", "shards": "shards", "shard_bytes": "shard_bytes",
@@ -224,8 +225,7 @@ class Shards(Stage):
         # at most max_buckets bucket files per task (file-descriptor limits)
         nb = min(p.max_buckets, max(1, math.ceil(total_bytes / p.bucket_bytes)))
         work = ctx.out / WORK
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir()
+        work.mkdir(exist_ok=True)  # a resumed stage keeps its finished tasks' buckets
         run_datatrove(ctx.executor, [RouteDocuments([str(x) for x in parts], removed_file, work, p, nb)], len(parts),
                       work / "_datatrove" / "route", f"{ctx.label}: route")
         routed = [json.loads((work / f"route-{r:05d}.json").read_text()) for r in range(len(parts))]

@@ -42,14 +42,13 @@ import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.clang_index.levels import dependency_levels
-from cpp_data.pipeline.executors import run_datatrove, stat_total
+from cpp_data.pipeline.executors import run_datatrove, stat_total, worker_cache
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import name_graph, syntax
-from cpp_data.stages.lib.shard_tasks import (WORK, SliceWork, clean_work, map_shards, merge_shards, plan_slices,
-                                             worker_cache)
+from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, merge_shards, plan_slices
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
 ENRICHED = "v6"  # the generation whose columns these shards carry, whatever the recipe's (they feed v4 too)
@@ -191,8 +190,8 @@ class Analyze(SliceWork):
             stat("total_bytes", fs.n_bytes)
             for name in _ARRAYS:
                 arrays[name].append(getattr(fs, name))
-            sem = (worker_cache(("semantics", self.semantics[repo]), lambda: SemanticIndex(Path(self.semantics[repo])))
-                   if repo in self.semantics else None)
+            sem = (worker_cache(self.semantics[repo], lambda: SemanticIndex(Path(self.semantics[repo])),
+                                "semantics", keep=8) if repo in self.semantics else None)
             cols = document_columns(text, path, fs, sem, {"source_repo": repo, "source_commit": commit,
                                                           "source_path": path, "license_spdx": lic})
             stat("chunks", len(cols["chunk_boundaries"]))

@@ -20,13 +20,13 @@ import pyarrow.parquet as pq
 
 from pathlib import Path
 
-from cpp_data.pipeline.executors import stat_total
+from cpp_data.pipeline.executors import stat_total, worker_cache
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.reader import shard_files
-from cpp_data.stages.lib.shard_tasks import SliceWork, clean_work, rewrite_shards_as_tasks, worker_cache
+from cpp_data.stages.lib.shard_tasks import SliceWork, clean_work, rewrite_shards_as_tasks
 from cpp_data.tokenizer.files import load_tokenizer
 
 

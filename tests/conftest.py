@@ -61,6 +61,24 @@ def build(sources: Path, out: Path, *extra: str, check: bool = True, **kw) -> su
                    "--no-progress", *extra, check=check, **kw)
 
 
+def provenance_recipe(directory: Path, *extra: str) -> Path:
+    """The v6 recipe cut down to the shards, the ledger, `extra` stages and what they read, written as
+    directory/v6.toml (so its builds are still named v6-...): for tests of decisions that the later stages
+    (structure, tokenizer, exports) never change, which then build in a fraction of the time."""
+    from cpp_data.pipeline.recipe import cut_recipe
+
+    directory.mkdir(parents=True, exist_ok=True)
+    cut_recipe("v6", ["shards", "ledger", *extra], directory / "v6.toml")
+    return directory / "v6.toml"
+
+
+def provenance_build(sources: Path, out: Path, *extra: str, stages: tuple[str, ...] = (), check: bool = True,
+                     **kw) -> subprocess.CompletedProcess:
+    """`build` with the provenance recipe (plus `stages`), written beside `out`."""
+    recipe = provenance_recipe(Path(out).parent / f"{Path(out).name}-recipe", *stages)
+    return build(sources, out, "--recipe", str(recipe), *extra, check=check, **kw)
+
+
 def build_dir(out: Path) -> Path:
     builds = [d for d in (out / "builds").iterdir() if d.is_dir() and (d / "_COMPLETE").exists()]
     assert len(builds) == 1, builds
@@ -90,6 +108,20 @@ def reference_build(tmp_path_factory) -> Path:
     ])
     build(sources, tmp / "out")
     return build_dir(tmp / "out")
+
+
+TINY = [{"name": "nlohmann-json", "url": str(NLOHMANN)}, {"name": "poco-json", "url": str(POCO / "JSON")}]
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tmp_path_factory) -> tuple[Path, Path]:
+    """(sources, build) of a local build of two small sources (nlohmann-json and POCO's JSON headers, about 80
+    files): what the executors' tests rebuild on Ray and Slurm, where every task is a process of its own."""
+    need(NLOHMANN, POCO)
+    tmp = tmp_path_factory.mktemp("tiny")
+    sources = write_sources(tmp / "sources.toml", TINY)
+    build(sources, tmp / "out")
+    return sources, build_dir(tmp / "out")
 
 
 def make_git_repo(path: Path, files: dict[str, bytes | str], branch: str = "main") -> str:
@@ -126,8 +158,9 @@ def copy_tree(src: Path, dst: Path, limit: int | None = None) -> dict[str, bytes
     return files
 
 
-__all__ = ["build", "build_dir", "copy_tree", "data_digests", "make_git_repo", "need", "run_cli", "write_sources",
-           "shutil"]
+__all__ = ["build", "build_dir", "copy_tree", "data_digests", "make_git_repo", "need", "provenance_build", "provenance_recipe",
+           "run_cli",
+           "write_sources", "shutil"]
 
 
 def run_in_terminal(args: list[str], timeout: float = 900) -> tuple[int, str]:

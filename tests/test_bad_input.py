@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import pyarrow.parquet as pq
 
-from conftest import GOOGLETEST, build, build_dir, make_git_repo, need, run_cli, write_sources
+from conftest import (GOOGLETEST, build, build_dir, make_git_repo, need, provenance_build, provenance_recipe, run_cli,
+                      write_sources)
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -41,7 +42,7 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
     (tree / "CMakeLists.txt").write_text("project(x)\n")
     sources = write_sources(tmp_path / "s.toml", [{"name": "messy", "url": str(tree), "license": "BSD-3-Clause"}])
     out = tmp_path / "out"
-    proc = build(sources, out)
+    proc = provenance_build(sources, out)
     assert "Traceback" not in proc.stderr
     ledger = _ledger(out)
     expect = {
@@ -102,7 +103,7 @@ def test_empty_git_repository_is_a_clear_error(tmp_path):
 def test_empty_directory_builds_with_a_warning(tmp_path):
     (tmp_path / "nothing").mkdir()
     sources = write_sources(tmp_path / "s.toml", [{"name": "nothing", "url": str(tmp_path / "nothing")}])
-    proc = build(sources, tmp_path / "out")
+    proc = provenance_build(sources, tmp_path / "out")
     assert "no documents" in proc.stderr
     run_cli("validate", str(build_dir(tmp_path / "out")))
 
@@ -133,7 +134,7 @@ def test_git_source_symlinks_and_submodule_free_collect(tmp_path):
                    check=True)
     sources = write_sources(tmp_path / "s.toml", [{"name": "gt", "url": str(repo), "ref": "main"}])
     out = tmp_path / "out"
-    build(sources, out)
+    provenance_build(sources, out)
     ledger = _ledger(out)
     assert ledger["include/passwd.h"]["reason"] == "symlink"
     assert ledger["include/gtest.h"]["decision"] == "kept"
@@ -166,8 +167,9 @@ def test_every_file_reached_gets_one_ledger_row(tmp_path):
     probe = subprocess.run([*drop, "cat", str(tree / "unreadable.cc")], capture_output=True)
     assert probe.returncode != 0, "the capabilities were not dropped: root still reads a mode-000 file"
     out = tmp_path / "out"
-    proc = subprocess.run([*drop, *CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
-                           "--workers", "2", "--no-progress"], capture_output=True, text=True)
+    proc = subprocess.run([*drop, *CLI, "build", "--recipe", str(provenance_recipe(tmp_path / "recipe")), "--sources",
+                           str(sources), "--out", str(out), "--workers", "2", "--no-progress"], capture_output=True,
+                          text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     rows = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()

@@ -18,16 +18,24 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def corpus(tmp_path) -> tuple[Path, Path]:
-    """20 real googletest files as a directory source, and a first build of them."""
+@pytest.fixture(scope="module")
+def first_build(tmp_path_factory) -> tuple[Path, Path]:
+    """20 real googletest files as a directory source, and a first build of them (made once: each test damages
+    a copy of it)."""
     need(GOOGLETEST)
-    copy_tree(GOOGLETEST / "googletest" / "src", tmp_path / "src", limit=20)
-    sources = write_sources(tmp_path / "s.toml", [{"name": "gt", "url": str(tmp_path / "src"),
-                                                   "license": "BSD-3-Clause"}])
-    out = tmp_path / "out"
-    _build(sources, out)
-    return sources, out
+    tmp = tmp_path_factory.mktemp("cache")
+    copy_tree(GOOGLETEST / "googletest" / "src", tmp / "src", limit=20)
+    sources = write_sources(tmp / "s.toml", [{"name": "gt", "url": str(tmp / "src"), "license": "BSD-3-Clause"}])
+    _build(sources, tmp / "out")
+    return sources, tmp / "out"
+
+
+@pytest.fixture
+def corpus(first_build, tmp_path) -> tuple[Path, Path]:
+    """The sources and this test's own copy of the first build's output directory."""
+    sources, out = first_build
+    shutil.copytree(out, tmp_path / "out", symlinks=True)
+    return sources, tmp_path / "out"
 
 
 def _build(sources: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import GOOGLETEST, build, make_git_repo, need, run_cli, write_sources
+from conftest import GOOGLETEST, make_git_repo, need, provenance_build, run_cli, write_sources
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -29,7 +29,7 @@ def test_diff_reports_documents_refusals_licenses_and_tables(tmp_path):
     sources = write_sources(tmp_path / "s.toml", [{"name": "gt", "url": str(repo), "ref": "main",
                                                    "license": "BSD-3-Clause"}])
     out = tmp_path / "out"
-    build(sources, out)
+    provenance_build(sources, out)
     first = (out / "builds" / "LATEST").read_text().strip()
 
     names = sorted(files)
@@ -39,7 +39,7 @@ def test_diff_reports_documents_refusals_licenses_and_tables(tmp_path):
     (repo / names[2]).write_bytes(GPL_HEADER.encode() + (repo / names[2]).read_bytes().split(b"\n\n", 1)[1])
     _commit(repo, "second")
     run_cli("sources", "lock", str(sources))
-    build(sources, out)
+    provenance_build(sources, out)
     second = (out / "builds" / "LATEST").read_text().strip()
     assert first != second
 

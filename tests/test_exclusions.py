@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import pyarrow.parquet as pq
 
-from conftest import GOOGLETEST, build, build_dir, need, run_cli
+from conftest import GOOGLETEST, build_dir, need, provenance_build, run_cli
 
 # A benchmark solution (a HumanEval-style C++ task) and its prompt, as JSONL
 SOLUTION = """#include <vector>
@@ -63,7 +63,7 @@ def test_opt_out_and_decontamination_are_honoured(tmp_path: Path):
     sources.write_text(
         '[[source]]\nname = "a"\nurl = "a"\nlicense = "MIT"\n\n[[source]]\nname = "b"\nurl = "b"\nlicense = "MIT"\n\n'
         '[opt_out]\npaths = ["gen/*"]\nfiles = ["optout.toml"]\n\n[decontaminate]\npaths = ["bench/tasks.jsonl"]\n')
-    proc = build(sources, tmp_path / "out")
+    proc = provenance_build(sources, tmp_path / "out")
     rows = pq.read_table(build_dir(tmp_path / "out") / "provenance" / "ledger.parquet").to_pylist()
     ledger = {(r["source_repo"], r["source_path"]): (r["decision"], r["reason"]) for r in rows}
     assert ledger == {
@@ -78,7 +78,7 @@ def test_opt_out_and_decontamination_are_honoured(tmp_path: Path):
     # a longer n-gram than the overlap lets it through; a new reference reruns from decontaminate on
     text = sources.read_text() + "ngram = 400\n"
     sources.write_text(text)
-    proc = build(sources, tmp_path / "out")
+    proc = provenance_build(sources, tmp_path / "out")
     assert "decontaminate[a]: running" in proc.stdout and "collect[a]: running" not in proc.stdout
     newest = sorted((tmp_path / "out" / "builds").glob("v6-*"), key=lambda d: d.stat().st_mtime)[-1]
     rows = pq.read_table(newest / "provenance" / "ledger.parquet").to_pylist()

@@ -1,4 +1,5 @@
-"""Near-dedup quality on a labelled set built from real C++ files (googletest, POCO), run through the real build.
+"""Near-dedup quality on a labelled set built from real C++ files (googletest, POCO), run through the real build
+(the v6 recipe up to the shards and the ledger: the later stages never change a dedup decision).
 
 Planted near-duplicates (in a vendored copy of the corpus): renamed identifiers, reformatted whitespace, edited
 comments, small insertions and deletions, a copy under another path with another license banner, and an
@@ -18,7 +19,7 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import GOOGLETEST, POCO, build, build_dir, need, write_sources
+from conftest import GOOGLETEST, POCO, build, build_dir, need, provenance_recipe, write_sources
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
@@ -104,7 +105,7 @@ def test_near_dedup_quality_on_labelled_real_files(tmp_path):
         {"name": "vendor", "url": str(vendor), "license": "BSD-3-Clause"},
     ])
     out = tmp_path / "out"
-    proc = build(sources, out)
+    proc = build(sources, out, "--recipe", str(provenance_recipe(tmp_path / "recipe")))
     ledger = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()
     keeper = {(r["source_repo"], r["source_path"]): (r["keeper_repo"], r["keeper_path"]) for r in ledger
               if r["decision"] in ("near_duplicate", "exact_duplicate")}
@@ -168,7 +169,8 @@ def test_vendored_source_loses_to_upstream_even_in_a_larger_repo(tmp_path):
     base = [{"name": "nlohmann", "url": str(NLOHMANN)}, {"name": "app", "url": str(app), "license": "MIT"}]
 
     def keepers(sources, out):
-        build(write_sources(tmp_path / f"{out}.toml", sources), tmp_path / out)
+        build(write_sources(tmp_path / f"{out}.toml", sources), tmp_path / out, "--recipe",
+              str(provenance_recipe(tmp_path / "recipe")))
         rows = pq.read_table(build_dir(tmp_path / out) / "provenance" / "ledger.parquet").to_pylist()
         return {r["source_path"]: (r["decision"], r["keeper_repo"]) for r in rows if r["source_repo"] in ("app", "nlohmann")
                 and r["source_path"] in ("include/json.hpp", "json.hpp", "include/json_fwd.hpp", "json_fwd.hpp")}

@@ -48,7 +48,8 @@ def two_node_cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_two_node_ray_build_matches_local_bytes(small_sources, reference_build, tmp_path, two_node_cluster):
+def test_two_node_ray_build_matches_local_bytes(tiny_reference, tmp_path, two_node_cluster):
+    small_sources, reference_build = tiny_reference
     out = tmp_path / "ray"
     proc = build(small_sources, out, "--executor", "ray", "--ray-address", two_node_cluster)
     assert "executor ray" in proc.stdout

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 STUB = Path(__file__).parent / "slurm_stub"
 
 
-def test_slurm_executor_scripts_run_to_identical_bytes(small_sources, reference_build, tmp_path, monkeypatch):
+def test_slurm_executor_scripts_run_to_identical_bytes(tiny_reference, tmp_path, monkeypatch):
+    small_sources, reference_build = tiny_reference
     spool = tmp_path / "spool"
     monkeypatch.setenv("PATH", f"{STUB}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_STUB_DIR", str(spool))
@@ -32,7 +33,8 @@ def test_slurm_executor_scripts_run_to_identical_bytes(small_sources, reference_
     assert "bin/activate" in first  # the job activates the same environment
 
 
-def test_slurm_job_that_never_ran_fails_instead_of_hanging(small_sources, tmp_path, monkeypatch):
+def test_slurm_job_that_never_ran_fails_instead_of_hanging(tiny_reference, tmp_path, monkeypatch):
+    small_sources = tiny_reference[0]
     monkeypatch.setenv("PATH", f"{STUB}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_STUB_DIR", str(tmp_path / "spool"))
     monkeypatch.setenv("SLURM_STUB_LOSE_JOBS", "1")

@@ -24,7 +24,6 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -103,16 +102,6 @@ class SliceWork:
     def finalize(self, table: pa.Table, rank: int, work: Path) -> pa.Table:
         """A piece of rank `rank` just before it is written into its file (default: as it is)."""
         return table
-
-
-_CACHE: dict[Any, Any] = {}
-
-
-def worker_cache(key: Any, make):
-    """One object per worker process and key (a tokenizer loaded once for all the tasks a worker runs)."""
-    if key not in _CACHE:
-        _CACHE[key] = make()
-    return _CACHE[key]
 
 
 def write_piece(table: pa.Table, path: Path) -> None:

@@ -41,7 +41,6 @@ import bisect
 import itertools
 import re
 import zlib
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 
