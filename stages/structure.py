@@ -337,8 +337,9 @@ def route_to_groups(work: Path, ranks: int, group_rows: int) -> int:
     for kind in ("defs", "calls"):
         for r in range(ranks):
             repos = pq.read_table(work / "graph_in" / f"{kind}-{r:05d}.parquet", columns=["source_repo"])
-            for repo in repos.column("source_repo").to_pylist():
-                rows[repo] += 1
+            counts = pc.value_counts(repos.column("source_repo").combine_chunks())
+            for repo, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+                rows[repo] += n
     group_of, g, filled = {}, 0, 0
     for repo in sorted(rows):
         if filled and filled + rows[repo] > group_rows:
@@ -354,7 +355,9 @@ def route_to_groups(work: Path, ranks: int, group_rows: int) -> int:
             t = pq.read_table(work / "graph_in" / f"{kind}-{r:05d}.parquet")
             if not t.num_rows:
                 continue
-            g_col = np.array([group_of[x] for x in t.column("source_repo").to_pylist()])
+            names = pa.array(sorted(group_of))
+            g_col = np.array([group_of[x] for x in names.to_pylist()])[
+                pc.index_in(t.column("source_repo"), names).to_numpy(zero_copy_only=False)]
             for k in np.unique(g_col):
                 writers[k].write_table(t.filter(pa.array(g_col == k)))
         for w in writers:
@@ -370,6 +373,7 @@ class Structure(Stage):
     inputs = ("shards", "semantics")
     Params = StructureParams
     resumable_tasks = True
+    publishes = ("shards",)  # a recipe that stops here publishes the shards with their structure columns
 
     def run(self, ctx: StageContext) -> dict:
         p: StructureParams = self.params

@@ -93,11 +93,25 @@ def data_digests(build: Path) -> dict[str, str]:
     return out
 
 
-@pytest.fixture(scope="session")
-def reference_build(tmp_path_factory) -> Path:
-    """One clean build of the small corpus, shared by tests that compare against it."""
-    need(GOOGLETEST, NLOHMANN, POCO)
-    tmp = tmp_path_factory.mktemp("reference")
+def shared_directory(tmp_path_factory, name: str, make) -> Path:
+    """A directory the whole test session shares, made once by `make(directory)`: under pytest-xdist the first
+    worker that needs it makes it while the others wait on a lock file, so N workers do not build it N times."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' common base
+    target = root / name
+    with FileLock(str(target) + ".lock"):
+        if not (target / ".made").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            make(target)
+            (target / ".made").touch()
+    return target
+
+
+def _reference(tmp: Path) -> None:
     sources = write_sources(tmp / "sources.toml", [
         # configure = false: libclang's CMake configure and 99 TUs are tested on their own (test_clang_index,
         # test_configure, and the main job in CI); the many builds sharing this corpus stay fast
@@ -107,7 +121,14 @@ def reference_build(tmp_path_factory) -> Path:
         {"name": "poco-net", "url": str(POCO / "Net")},
     ])
     build(sources, tmp / "out")
-    return build_dir(tmp / "out")
+
+
+@pytest.fixture(scope="session")
+def reference_build(tmp_path_factory) -> Path:
+    """One clean build of the small corpus, shared by tests that compare against it (they copy it before
+    changing anything)."""
+    need(GOOGLETEST, NLOHMANN, POCO)
+    return build_dir(shared_directory(tmp_path_factory, "reference", _reference) / "out")
 
 
 TINY = [{"name": "nlohmann-json", "url": str(NLOHMANN)}, {"name": "poco-json", "url": str(POCO / "JSON")}]
@@ -118,10 +139,12 @@ def tiny_reference(tmp_path_factory) -> tuple[Path, Path]:
     """(sources, build) of a local build of two small sources (nlohmann-json and POCO's JSON headers, about 80
     files): what the executors' tests rebuild on Ray and Slurm, where every task is a process of its own."""
     need(NLOHMANN, POCO)
-    tmp = tmp_path_factory.mktemp("tiny")
-    sources = write_sources(tmp / "sources.toml", TINY)
-    build(sources, tmp / "out")
-    return sources, build_dir(tmp / "out")
+
+    def make(tmp: Path) -> None:
+        build(write_sources(tmp / "sources.toml", TINY), tmp / "out")
+
+    tmp = shared_directory(tmp_path_factory, "tiny", make)
+    return tmp / "sources.toml", build_dir(tmp / "out")
 
 
 def make_git_repo(path: Path, files: dict[str, bytes | str], branch: str = "main") -> str:

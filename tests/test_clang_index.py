@@ -15,7 +15,7 @@ from cpp_data.clang_index.index import index_project
 from cpp_data.clang_index.levels import dependency_levels
 from cpp_data.clang_index.pool import HOOK_ENV
 
-from conftest import GOOGLETEST, build_dir, data_digests, need, run_cli, write_sources
+from conftest import GOOGLETEST, build_dir, data_digests, need, provenance_recipe, run_cli, write_sources
 
 FIX = Path(__file__).parent / "fixtures" / "clang_project"
 
@@ -164,7 +164,8 @@ def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
 
     proj = _fixture_source(tmp_path)
     sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
-    run_cli("build", "--version", "v6", "--sources", str(sources), "--out", str(tmp_path / "out"), "--workers", "1",
+    recipe = str(provenance_recipe(tmp_path / "recipe", "structure"))  # up to the structure columns
+    run_cli("build", "--recipe", recipe, "--sources", str(sources), "--out", str(tmp_path / "out"), "--workers", "1",
             "--no-progress")
     build = build_dir(tmp_path / "out")
     rows = {r["source_path"]: r for f in sorted((build / "shards").glob("*.parquet"))
@@ -182,7 +183,7 @@ def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
     assert info["directory"].startswith("<source>") and str(proj) not in info["command"]
     # again into another output directory, with another worker count: the same build, byte for byte (the TUs'
     # timings and the paths of the stage's scratch are no part of any output)
-    run_cli("build", "--version", "v6", "--sources", str(sources), "--out", str(tmp_path / "out2"), "--workers",
+    run_cli("build", "--recipe", recipe, "--sources", str(sources), "--out", str(tmp_path / "out2"), "--workers",
             "2", "--no-progress")
     assert build_dir(tmp_path / "out2").name == build.name
     assert data_digests(build_dir(tmp_path / "out2")) == data_digests(build)

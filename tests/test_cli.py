@@ -47,8 +47,11 @@ def test_bad_recipe_parameter_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_status_writes_current_and_changelog(reference_build):
-    out = reference_build.parent.parent
+def test_status_writes_current_and_changelog(reference_build, tmp_path):
+    import shutil
+
+    out = tmp_path / "out"  # a copy: the reference output directory is shared by the whole session
+    shutil.copytree(reference_build.parent.parent, out, symlinks=True)
     proc = run_cli("status", "--out", str(out))
     assert reference_build.name in proc.stdout
     assert (out / "status" / "current.json").is_file() and (out / "status" / "current.md").is_file()
