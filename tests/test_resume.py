@@ -1,0 +1,76 @@
+"""A build killed with SIGKILL in the middle of a stage resumes to the same bytes as a clean build: finished
+datatrove tasks are kept, the rest run, and a killed build never publishes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CLI, GOOGLETEST, NLOHMANN, build, build_dir, data_digests, need, write_sources
+
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
+
+
+def _partials(out: Path, stage: str) -> list[Path]:
+    return list((out / "cache" / stage).glob("*.partial")) if (out / "cache" / stage).is_dir() else []
+
+
+def _small_parts_recipe(tmp_path: Path) -> Path:
+    """The v6 recipe with many small datatrove tasks in every stage that has them: 25 files per part, small
+    shuffle buckets and shard files, 16 documents per structure/token_columns/export task, packing blocks of 64
+    documents."""
+    from importlib import resources
+
+    text = (resources.files("cpp_data.pipeline.recipes") / "v6.toml").read_text()
+    text = text.replace("files_per_part = 500", "files_per_part = 25")
+    text = text.replace("[params.shards]", "[params.shards]\nbucket_bytes = 65536")
+    text = text.replace("docs_per_shard = 50_000", "docs_per_shard = 100")
+    text = text.replace("[params.structure]", "[params.structure]\nrows_per_task = 16")
+    text = text.replace("[params.megatron_export]", "[params.token_columns]\nrows_per_task = 16\n\n"
+                        "[params.megatron_export]\nrows_per_task = 16")
+    text = text.replace("block_docs = 16_384", "block_docs = 64")
+    recipe = tmp_path / "small-parts.toml"
+    recipe.write_text(text)
+    return recipe
+
+
+def test_sigkill_mid_stage_resumes_to_identical_bytes(tmp_path):
+    need(GOOGLETEST, NLOHMANN)
+    small_sources = write_sources(tmp_path / "sources.toml", [  # two sources: enough tasks in every stage
+        {"name": "googletest", "url": str(GOOGLETEST), "license": "BSD-3-Clause", "configure": False},
+        {"name": "nlohmann-json", "url": str(NLOHMANN)}])
+    recipe = _small_parts_recipe(tmp_path)
+    clean = tmp_path / "clean"
+    build(small_sources, clean, "--recipe", str(recipe))
+    out = tmp_path / "killed"
+    cmd = [*CLI, "build", "--recipe", str(recipe), "--sources", str(small_sources), "--out", str(out),
+           "--workers", "2", "--no-progress"]
+    killed_in, resumed = [], []
+    stages = ("filter", "shards", "structure", "packed_rows")  # token_columns and export: the same map/merge
+    for stage in stages:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            # kill once some of the stage's tasks finished, so the resume must keep them and run the rest
+            done = [p for p in _partials(out, stage) if any(p.glob("**/_datatrove/**/completions/*"))]
+            if done:
+                os.kill(proc.pid, signal.SIGKILL)
+                killed_in.append(stage)
+                break
+            time.sleep(0.005)
+        output = proc.communicate()[0]
+        resumed += [ln for ln in output.splitlines() if "resuming finished tasks" in ln]
+        time.sleep(0.5)  # let orphaned datatrove workers notice their parent died (PR_SET_PDEATHSIG)
+    assert killed_in == list(stages), killed_in
+    assert len(resumed) >= len(stages) - 1, resumed  # each stage resumed with its finished tasks kept
+    sealed_builds = [d for d in (out / "builds").glob("*") if (d / "_COMPLETE").exists()] \
+        if (out / "builds").exists() else []
+    assert sealed_builds == [], "a killed build must not publish"
+    build(small_sources, out, "--recipe", str(recipe))
+    assert data_digests(build_dir(out)) == data_digests(build_dir(clean))
+    assert not list((out / "cache").glob("*/*.partial"))
