@@ -147,6 +147,26 @@ def _peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
+def keep_freed_memory() -> None:
+    """On CPU, let glibc keep the memory PyTorch frees instead of returning it to the kernel: every step
+    allocates and frees the logits ([tokens, vocabulary] floats, hundreds of MB), which glibc serves with a fresh
+    mmap each time, and the page faults of touching it again cost as much system time as the step's compute
+    (measured: a 30-step tiny run, 25 s wall with 18 s of system time, 15 s with 1.6 s). No effect elsewhere."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_top_pad, m_mmap_max = -1, -2, -4
+    libc.mallopt(m_mmap_max, 0)  # large blocks from the heap, which is reused, not from one-off mmaps
+    libc.mallopt(m_trim_threshold, 1 << 34)  # and never trimmed back to the kernel
+    libc.mallopt(m_top_pad, 1 << 28)
+
+
 def train(c: TrainConfig, log=print) -> dict:
     """Run (or resume) a training run; returns the summary (on every rank; rank 0 writes the files)."""
     import torch.distributed as dist
@@ -167,6 +187,7 @@ def train(c: TrainConfig, log=print) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
     else:
         apply_cpu_patches()
+        keep_freed_memory()
     lead = rank == 0
     log = log if lead else (lambda *a, **k: None)
     seq = c.seq_length or spec["seq_length"]

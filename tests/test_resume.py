@@ -51,7 +51,7 @@ def test_sigkill_mid_stage_resumes_to_identical_bytes(tmp_path):
     cmd = [*CLI, "build", "--recipe", str(recipe), "--sources", str(small_sources), "--out", str(out),
            "--workers", "2", "--no-progress"]
     killed_in, resumed = [], []
-    stages = ("filter", "shards", "structure", "packed_rows")  # token_columns and export: the same map/merge
+    stages = ("filter", "structure", "packed_rows")  # shards, token_columns, export: the same task machinery
     for stage in stages:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
