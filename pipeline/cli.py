@@ -191,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ex = group("export", help="export a build for training (Megatron bin/idx, packed rows)")
     em = leaf(ex, "megatron", cmd_export, help="Megatron bin/idx per split, plus a launch spec",
-              description="Write <name>_train and <name>_valid .bin/.idx with megatron-core's IndexedDatasetBuilder "
+              description="Write <name>_train and <name>_valid .bin/.idx as megatron-core's IndexedDatasetBuilder does "
                           "(one document per sequence, EOD appended, dtype by megatron-core's rule for the "
                           "vocabulary size; a training prefix per weight group when the sources set weights), "
                           "export.json with each file's SHA-256, arguments.json and a launch.json whose paths are "

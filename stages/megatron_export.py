@@ -2,11 +2,12 @@
 (docs/DESIGN.md section 10), one training prefix per weight group of the sources; the launch_spec stage
 describes them for a training launch.
 
-Writing goes through schemas/indexed.py (megatron-core's own builder and dtype rule; the format is written
-down there). The documents are cut into slices of `rows_per_task` (stages/lib/shard_tasks.py) and each slice is a
+Writing goes through schemas/indexed.py (megatron-core's format, dtype rule and bytes; the format is
+written down there). The documents are cut into slices of `rows_per_task` (stages/lib/shard_tasks.py) and each slice is a
 datatrove task on the build's executor that writes a partial bin/idx per prefix; the driver then joins each
-prefix's partials in shard order with megatron-core's `add_index` (a copy of the .bin files and the index
-arrays), which gives the same bytes as writing the documents one by one. Token ids come from the shards'
+prefix's partials in shard order (join_partials: the .bin files back to back and the index arrays
+streamed, the bytes of megatron-core's `add_index` with memory that does not grow with the documents), which
+gives the same bytes as writing the documents one by one. Token ids come from the shards'
 `token_ids` column when present, else from the tokenizer. Identical inputs give identical bytes, whatever the
 slicing, the number of workers or the executor.
 """
@@ -188,7 +189,7 @@ def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, w
     {prefix name: {split, sources, documents, tokens, samples, dtype, bin_sha256, ...}}."""
     from types import SimpleNamespace
 
-    from cpp_data.schemas.indexed import IndexedWriter
+    from cpp_data.schemas.indexed import join_partials
     from cpp_data.schemas.launch_spec import split_groups
 
     info = tokenizer_info(tokenizer_dir)
@@ -207,12 +208,10 @@ def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, w
         ranks = [r for r, s in enumerate(slices) if listing[s.file]["split"] == split]
         for suffix, members, _ in split_groups(split, weights):
             prefix = f"{name}_{split}{suffix}"
-            writer = IndexedWriter(out / prefix, info["vocab_size"])
-            for r in ranks:
-                written = json.loads((parts / f"{r:05d}.json").read_text())[prefix]
-                if written["sequences"]:
-                    writer.add_index(parts / f"{prefix}-{r:05d}", written)
-            got = writer.close()
+            pieces = [(parts / f"{prefix}-{r:05d}", json.loads((parts / f"{r:05d}.json").read_text())[prefix])
+                      for r in ranks]
+            got = join_partials(out / prefix, [(path, w) for path, w in pieces if w["sequences"]],
+                                info["vocab_size"])
             got["documents"] = got.pop("sequences")
             if suffix and not got["documents"]:  # a weight group whose sources left no training document
                 for ext in (".bin", ".idx"):
@@ -228,7 +227,7 @@ def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, w
 
 class MegatronExport(Stage):
     name = "megatron_export"
-    libraries = ('pyarrow', 'numpy', 'tokenizers', 'megatron-core')
+    libraries = ('pyarrow', 'numpy', 'tokenizers')
     version = 2
     scope = "corpus"
     inputs = ("token_columns", "tokenizer")

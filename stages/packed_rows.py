@@ -5,8 +5,8 @@ A document longer than `seq_length` is cut into `seq_length` pieces; no other do
 packed best-fit-decreasing within blocks of `block_docs` documents (memory stays bounded by one block; the
 order of blocks follows the shuffled shards) and rows are right-padded with EOD. Each block is a datatrove task
 on the build's executor; then one task per output file puts the blocks' rows into the rolled files with
-pack_id counted over the whole prefix, and the driver joins the blocks' partial bin/idx with megatron-core's
-add_index, so the bytes are those of packing the blocks one after another. Columns per row:
+pack_id counted over the whole prefix, and the driver joins the blocks' partial bin/idx (join_partials: the
+bytes of megatron-core's add_index), so the bytes are those of packing the blocks one after another. Columns per row:
   input_ids, target_ids      seq_length ids; target_ids[k] is the next token of the same document, PAD where
                              there is none (a document's EOD, padding, the last token of a cropped piece)
   loss_mask                  1 where target_ids is a real next token, else 0
@@ -370,9 +370,9 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     them; writes packed.json (files, telemetry per split, and per prefix its split, sources and counts).
 
     As datatrove tasks on `executor`: one per packing block (`block_plan`), then one per output file; the
-    driver joins each prefix's partial bin/idx with megatron-core's add_index. Scratch under out/_work."""
+    driver joins each prefix's partial bin/idx (schemas/indexed.join_partials). Scratch under out/_work."""
     from cpp_data.pipeline.executors import run_datatrove
-    from cpp_data.schemas.indexed import IndexedWriter
+    from cpp_data.schemas.indexed import join_partials
     from cpp_data.schemas.launch_spec import split_groups
     from cpp_data.stages.lib.shard_tasks import WORK
 
@@ -410,11 +410,9 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
             for k, job in enumerate(plan):
                 if job["key"] == key:
                     f += json.loads((work / "written" / f"{k:05d}.json").read_text())
-            indexed = IndexedWriter(out / f"cpp_packed_{key}", info["vocab_size"])
-            for r in mine:
-                if written[r]["indexed"]["sequences"]:
-                    indexed.add_index(work / "parts" / f"{r:05d}", written[r]["indexed"])
-            info_idx = indexed.close()
+            pieces = [(work / "parts" / f"{r:05d}", written[r]["indexed"]) for r in mine]
+            info_idx = join_partials(out / f"cpp_packed_{key}", [(path, w) for path, w in pieces if w["sequences"]],
+                                     info["vocab_size"])
             for ext in (".bin", ".idx"):
                 path = out / f"cpp_packed_{key}{ext}"
                 f.append({"path": f"packed/{path.name}", "split": split, "rows": info_idx["sequences"],
