@@ -15,8 +15,8 @@ configured only when --semantics is given (its 99 TUs take about three minutes o
 
     .venv/bin/python bench/scale.py --scales 1 2 4 --workers 1 2 [--semantics] [--work /tmp/scale]
 
-Writes bench/results/scale.{json,md,png}. Times are wall seconds on this machine with nothing else running;
-compare runs of one invocation only.
+Writes bench/results/<--name>.{json,md,png} (scale by default). Times are wall seconds on this machine
+with nothing else running; compare runs of one invocation only.
 """
 
 from __future__ import annotations
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--semantics", action="store_true", help="configure googletest and index its TUs")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cpp-data-scale"))
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    ap.add_argument("--name", default="scale", help="results file stem (scale-semantics for a --semantics run)")
     a = ap.parse_args(argv)
     base = sum(tree_bytes(url) for _, url, _ in DEFAULT)
     runs = []
@@ -209,9 +210,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"(tree {r['peak_rss_mib_tree']}), wall {r['wall_seconds']} s", flush=True)
             shutil.rmtree(out, ignore_errors=True)
     a.results.mkdir(parents=True, exist_ok=True)
-    (a.results / "scale.json").write_text(json.dumps({"runs": runs, "cpus": os.cpu_count()}, indent=1) + "\n")
-    _markdown(runs, a.results / "scale.md")
-    _plot(runs, a.results / "scale.png")
+    (a.results / f"{a.name}.json").write_text(json.dumps({"runs": runs, "cpus": os.cpu_count()}, indent=1) + "\n")
+    _markdown(runs, a.results / f"{a.name}.md")
+    _plot(runs, a.results / f"{a.name}.png")
 
 
 def _markdown(runs: list[dict], path: Path) -> None:
