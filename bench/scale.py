@@ -1,7 +1,8 @@
 """How a v6 build scales with corpus size and workers: MB/s and peak RSS of the process tree, per stage.
 
 For each scale (1x: the default corpus of sources/debian.toml; 2x and 4x: the same plus Debian's Qt 5, Eigen
-and Boost headers, copied into one extra directory source until the corpus is that many times larger) and
+and Boost headers (apt-get install qtbase5-dev libeigen3-dev libboost-dev), copied into one extra directory
+source until the corpus is that many times larger) and
 each worker count, it runs `cpp-data build --version v6` into a fresh output directory and watches it:
 
 - the build's own events (`--log-format json`: stage_start, stage_done) say which stage runs when;
@@ -176,6 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default="scale", help="results file stem (scale-semantics for a --semantics run)")
     a = ap.parse_args(argv)
     base = sum(tree_bytes(url) for _, url, _ in DEFAULT)
+    missing = [t for t in EXTRA_TREES if not os.path.isdir(t)]
+    if max(a.scales) > 1 and missing:
+        raise SystemExit(f"{', '.join(missing)} missing: apt-get install qtbase5-dev libeigen3-dev libboost-dev")
     runs = []
     for scale in a.scales:
         extra = None

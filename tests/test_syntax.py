@@ -255,3 +255,24 @@ def test_structure_columns_in_a_build(reference_build):
                     assert st.FUNC_BODY in ids or st.FUNC_SIGNATURE in ids
             rows += 1
     assert rows > 300
+
+
+@pytest.mark.skipif(not os.path.isdir(GTEST), reason="googletest sources not installed")
+def test_call_graph_does_not_depend_on_how_the_join_is_cut():
+    """name_graph.resolve joins calls to definitions in chunks of at most max_join_rows candidate rows (its
+    memory bound): any cut gives the same edges, order and candidate counts."""
+    import pyarrow as pa
+
+    from cpp_data.stages.lib import name_graph
+
+    defs, calls = [], []
+    for k, (path, text) in enumerate(sorted(_load_tree(GTEST).items())):
+        d, c = name_graph.file_rows(path, st.analyze(text), k)
+        defs += d
+        calls += c
+    d = pa.Table.from_pylist(defs, schema=name_graph.DEFINITIONS)
+    c = pa.Table.from_pylist(calls, schema=name_graph.CALLS)
+    whole = name_graph.resolve(d, c, max_join_rows=10**9)
+    assert whole.num_rows > 1000
+    for rows in (997, 20_000):  # many chunks, a few
+        assert name_graph.resolve(d, c, max_join_rows=rows).equals(whole), rows
