@@ -1,7 +1,7 @@
 """Megatron indexed datasets (`<prefix>.bin` + `<prefix>.idx`) as cpp-data writes and reads them.
 
 A build's tasks write partial datasets (PartialWriter) that the driver joins (join_partials); both
-write, with numpy, exactly the bytes megatron-core's own `IndexedDatasetBuilder` writes (tests/test_export.py
+write, with numpy, exactly the bytes megatron-core's own `IndexedDatasetBuilder` writes (tests/test_indexed.py
 compares them), and reading is megatron-core's own `IndexedDataset`, so what Megatron reads is what its builder
 would have written. IndexedWriter, the builder itself, writes one sequence at a time where no task split is
 wanted. The dtype is megatron-core's `DType.optimal_dtype` rule: uint16 under 65,500
@@ -18,6 +18,8 @@ sequence, every sequence exactly seq_length ids).
 from __future__ import annotations
 
 import os
+import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,29 @@ def partial_dtype(vocab_size: int) -> np.dtype:
 
 
 _DTYPE_CODE = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+_MAGIC = b"MMIDIDX\x00\x00"
+_HEADER = 34  # magic 9, version 8, dtype code 1, sequence count 8, document count 8
+_CHUNK = 1 << 20  # index entries copied at a time by join_partials
+
+
+def _header(code: int, sequences: int, documents: int) -> bytes:
+    """An .idx header in the format above; `documents` is the document index's length (documents + 1)."""
+    return _MAGIC + struct.pack("<QBQQ", 1, code, sequences, documents)
+
+
+def _check_vocab(prefix: Path, max_id: int, vocab_size: int) -> None:
+    """Refuse ids past the vocabulary: a uint16 file would wrap them silently."""
+    if max_id >= vocab_size:
+        raise ValueError(f"{prefix}: token id {max_id} does not fit the vocabulary of {vocab_size}")
+
+
+def _result(prefix: Path, sequences: int, tokens: int, max_id: int, dtype) -> dict:
+    """What a finished `<prefix>.bin/.idx` reports: counts, dtype and both files' SHA-256."""
+    dtype = np.dtype(dtype)
+    return {"prefix": prefix.name, "sequences": sequences, "tokens": tokens, "max_token_id": max_id,
+            "dtype": dtype.name, "dtype_code": _DTYPE_CODE[dtype],
+            "bin_sha256": sha256_file(prefix.with_suffix(".bin")),
+            "idx_sha256": sha256_file(prefix.with_suffix(".idx"))}
 
 
 class PartialWriter:
@@ -38,7 +63,7 @@ class PartialWriter:
     published): the format above, one sequence per document, written with numpy.
 
     Hand-written because importing torch and megatron-core costs every worker process about 5 s, which on a
-    small build is more than the work; the joined result is megatron-core's builder's (tests/test_export.py
+    small build is more than the work; the joined result is megatron-core's builder's (tests/test_indexed.py
     compares it byte for byte with adding each sequence to the builder and with its add_index)."""
 
     def __init__(self, prefix: Path, vocab_size: int):
@@ -57,35 +82,26 @@ class PartialWriter:
         self.tokens += len(ids)
 
     def close(self) -> dict:
-        import struct
-
         self._bin.close()
-        if self.max_id >= self.vocab_size:
-            raise ValueError(f"{self.prefix}: token id {self.max_id} does not fit the vocabulary of {self.vocab_size}")
+        _check_vocab(self.prefix, self.max_id, self.vocab_size)
         lengths = np.array(self.lengths, dtype=np.int32)
         pointers = np.r_[0, np.cumsum(lengths.astype(np.int64) * self.dtype.itemsize)[:-1]].astype(np.int64) \
             if len(lengths) else np.zeros(0, np.int64)
         with open(self.prefix.with_suffix(".idx"), "wb") as f:
-            f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", _DTYPE_CODE[self.dtype]))
-            f.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1))
+            f.write(_header(_DTYPE_CODE[self.dtype], len(lengths), len(lengths) + 1))
             f.write(lengths.tobytes() + pointers.tobytes() + np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
         return {"sequences": len(lengths), "tokens": self.tokens, "max_token_id": self.max_id}
 
 
-_HEADER = 34  # magic 9, version 8, dtype code 1, sequence count 8, document count 8
-_CHUNK = 1 << 20  # index entries copied at a time by join_partials
-
-
 def _idx_header(path: Path) -> tuple[int, int, int]:
     """(dtype code, sequences, documents + 1) of an .idx file in the format above."""
-    import struct
-
     with open(path, "rb") as f:
         head = f.read(_HEADER)
-    if len(head) < _HEADER or head[:9] != b"MMIDIDX\x00\x00" or struct.unpack("<Q", head[9:17])[0] != 1:
-        raise ValueError(f"{path}: not a version-1 Megatron index")
-    code, = struct.unpack("<B", head[17:18])
-    sequences, documents = struct.unpack("<QQ", head[18:34])
+    if len(head) < _HEADER or head[:9] != _MAGIC:
+        raise ValueError(f"{path}: not a Megatron index")
+    version, code, sequences, documents = struct.unpack("<QBQQ", head[9:])
+    if version != 1:
+        raise ValueError(f"{path}: Megatron index version {version}, not 1")
     return code, sequences, documents
 
 
@@ -96,16 +112,17 @@ def _copy_array(f, path: Path, dtype, offset: int, count: int, add: int = 0) -> 
     data = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))
     for i in range(0, count, _CHUNK):
         chunk = np.asarray(data[i:i + _CHUNK])
-        f.write((chunk + np.asarray(add, dtype)).astype(dtype).tobytes() if add else chunk.tobytes())
+        f.write((chunk + np.asarray(add, dtype)).tobytes() if add else chunk.tobytes())
     del data
 
 
-def join_partials(prefix: Path, parts: list[tuple[Path, dict]], vocab_size: int, digests: bool = True) -> dict:
+def join_partials(prefix: Path, parts: list[tuple[Path, dict]], vocab_size: int) -> dict:
     """Join partial datasets (PartialWriter's: their prefix and what close returned), in order, into
-    `<prefix>.bin/.idx`; returns what IndexedWriter.close returns.
+    `<prefix>.bin/.idx`; returns what IndexedWriter.close returns. A partial with no sequences adds nothing
+    (its files are not read).
 
     The result is byte for byte what megatron-core's `IndexedDatasetBuilder.add_index` of each partial and
-    `finalize` write (tests/test_export.py holds it to that): the .bin files back to back, then an index of the
+    `finalize` write (tests/test_indexed.py holds it to that): the .bin files back to back, then an index of the
     partials' sequence lengths, their byte pointers shifted by the bytes before them, and their document
     indices shifted by the sequences before them.
 
@@ -113,14 +130,12 @@ def join_partials(prefix: Path, parts: list[tuple[Path, dict]], vocab_size: int,
     index (about 136 bytes per sequence measured: 650 MiB for 5 M sequences, 13 GB for the 100 M documents of
     a 1 TB corpus) and importing torch and megatron-core costs the driver about 5 s per export; this streams
     each array from the partials' memory-mapped .idx files a chunk at a time, so memory stays flat."""
-    import shutil
-
     prefix = Path(prefix)
+    parts = [(part, w) for part, w in parts if w["sequences"]]
     dtype = partial_dtype(vocab_size)
     code = _DTYPE_CODE[dtype]
     max_id = max((w["max_token_id"] for _, w in parts), default=-1)
-    if max_id >= vocab_size:
-        raise ValueError(f"{prefix}: token id {max_id} does not fit the vocabulary of {vocab_size}")
+    _check_vocab(prefix, max_id, vocab_size)
     heads = []
     for part, _ in parts:
         got = _idx_header(part.with_suffix(".idx"))
@@ -137,11 +152,8 @@ def join_partials(prefix: Path, parts: list[tuple[Path, dict]], vocab_size: int,
             sizes.append(part.with_suffix(".bin").stat().st_size)
     sequences = sum(h[1] for h in heads)
     documents = sum(h[2] - 1 for h in heads) + 1
-    import struct
-
     with open(tmp_idx, "wb") as f:
-        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code))
-        f.write(struct.pack("<QQ", sequences, documents))
+        f.write(_header(code, sequences, documents))
         for (part, _), (_, n, _) in zip(parts, heads):
             _copy_array(f, part.with_suffix(".idx"), np.int32, _HEADER, n)
         shift = 0
@@ -155,12 +167,7 @@ def join_partials(prefix: Path, parts: list[tuple[Path, dict]], vocab_size: int,
             shift += n
     os.replace(tmp_bin, prefix.with_suffix(".bin"))
     os.replace(tmp_idx, prefix.with_suffix(".idx"))
-    out = {"prefix": prefix.name, "sequences": sequences, "tokens": sum(w["tokens"] for _, w in parts),
-           "max_token_id": max_id, "dtype": dtype.name, "dtype_code": code}
-    if digests:
-        out |= {"bin_sha256": sha256_file(prefix.with_suffix(".bin")),
-                "idx_sha256": sha256_file(prefix.with_suffix(".idx"))}
-    return out
+    return _result(prefix, sequences, sum(w["tokens"] for _, w in parts), max_id, dtype)
 
 
 def indexed_dtype(vocab_size: int):
@@ -195,32 +202,13 @@ class IndexedWriter:
         self.sequences += 1
         self.tokens += len(ids)
 
-    def add_index(self, prefix: Path, written: dict) -> None:
-        """Append a whole dataset written by another IndexedWriter (`written`: what its close returned), with
-        megatron-core's own `add_index`: its .bin is copied, its sequence lengths and document index appended, so
-        the result is byte-identical to adding its sequences here one by one."""
-        self._builder.add_index(str(prefix))
-        self.sequences += written["sequences"]
-        self.tokens += written["tokens"]
-        self.max_id = max(self.max_id, written["max_token_id"])
-
-    def close(self, digests: bool = True) -> dict:
-        """Finalize and rename into place; refuses ids past the vocabulary (a uint16 file would wrap them).
-        `digests`: the SHA-256 of both files in the result (not wanted for partials that are merged at once)."""
-        from megatron.core.datasets.indexed_dataset import DType
-
+    def close(self) -> dict:
+        """Finalize and rename into place; refuses ids past the vocabulary (_check_vocab)."""
         self._builder.finalize(str(self._idx))
-        if self.max_id >= self.vocab_size:
-            raise ValueError(f"{self.prefix}: token id {self.max_id} does not fit the vocabulary of {self.vocab_size}")
+        _check_vocab(self.prefix, self.max_id, self.vocab_size)
         os.replace(self._bin, self.prefix.with_suffix(".bin"))
         os.replace(self._idx, self.prefix.with_suffix(".idx"))
-        out = {"prefix": self.prefix.name, "sequences": self.sequences, "tokens": self.tokens,
-               "max_token_id": self.max_id, "dtype": np.dtype(self.dtype).name,
-               "dtype_code": DType.code_from_dtype(self.dtype)}
-        if digests:
-            out |= {"bin_sha256": sha256_file(self.prefix.with_suffix(".bin")),
-                    "idx_sha256": sha256_file(self.prefix.with_suffix(".idx"))}
-        return out
+        return _result(self.prefix, self.sequences, self.tokens, self.max_id, self.dtype)
 
 
 def read_sequences(prefix: Path):

@@ -3,9 +3,9 @@
 describes them for a training launch.
 
 Writing goes through schemas/indexed.py (megatron-core's format, dtype rule and bytes; the format is
-written down there). The documents are cut into slices of `rows_per_task` (stages/lib/shard_tasks.py) and each slice is a
-datatrove task on the build's executor that writes a partial bin/idx per prefix; the driver then joins each
-prefix's partials in shard order (join_partials: the .bin files back to back and the index arrays
+written down there). The documents are cut into slices of `rows_per_task` (stages/lib/shard_tasks.py) and each
+slice is a datatrove task on the build's executor that writes a partial bin/idx per prefix; the driver then
+joins each prefix's partials in shard order (join_partials: the .bin files back to back and the index arrays
 streamed, the bytes of megatron-core's `add_index` with memory that does not grow with the documents), which
 gives the same bytes as writing the documents one by one. Token ids come from the shards'
 `token_ids` column when present, else from the tokenizer. Identical inputs give identical bytes, whatever the
@@ -208,10 +208,9 @@ def export_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, name: str, w
         ranks = [r for r, s in enumerate(slices) if listing[s.file]["split"] == split]
         for suffix, members, _ in split_groups(split, weights):
             prefix = f"{name}_{split}{suffix}"
-            pieces = [(parts / f"{prefix}-{r:05d}", json.loads((parts / f"{r:05d}.json").read_text())[prefix])
-                      for r in ranks]
-            got = join_partials(out / prefix, [(path, w) for path, w in pieces if w["sequences"]],
-                                info["vocab_size"])
+            got = join_partials(out / prefix, [(parts / f"{prefix}-{r:05d}",
+                                                json.loads((parts / f"{r:05d}.json").read_text())[prefix])
+                                               for r in ranks], info["vocab_size"])
             got["documents"] = got.pop("sequences")
             if suffix and not got["documents"]:  # a weight group whose sources left no training document
                 for ext in (".bin", ".idx"):

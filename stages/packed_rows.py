@@ -410,8 +410,8 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
             for k, job in enumerate(plan):
                 if job["key"] == key:
                     f += json.loads((work / "written" / f"{k:05d}.json").read_text())
-            pieces = [(work / "parts" / f"{r:05d}", written[r]["indexed"]) for r in mine]
-            info_idx = join_partials(out / f"cpp_packed_{key}", [(path, w) for path, w in pieces if w["sequences"]],
+            info_idx = join_partials(out / f"cpp_packed_{key}",
+                                     [(work / "parts" / f"{r:05d}", written[r]["indexed"]) for r in mine],
                                      info["vocab_size"])
             for ext in (".bin", ".idx"):
                 path = out / f"cpp_packed_{key}{ext}"
