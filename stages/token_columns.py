@@ -11,6 +11,7 @@ bytes do not depend on the slicing or the number of workers.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.reader import shard_files
 from cpp_data.stages.lib.shard_tasks import SliceWork, clean_work, rewrite_shards_as_tasks
 from cpp_data.tokenizer.files import load_tokenizer
+from cpp_data.tokenizer.pretokenizer import byte_symbols
 
 
 @dataclass(frozen=True)
@@ -39,32 +41,73 @@ class TokenColumnsParams:
     # group's per-character columns, so smaller slices cost more decoding (the output bytes do not depend on it)
 
 
-def mirror_column(col: pa.ListArray, token_starts: list[np.ndarray], fill) -> pa.ListArray:
-    """A per-character list column sampled at each token's first character (vectorized per row group)."""
+def token_byte_lengths(tok) -> np.ndarray:
+    """Bytes of text each id stands for, indexed by id. A byte-level BPE entry spells one byte per character
+    (GPT-2's printable remapping); an entry with a character outside that alphabet (a special token's literal)
+    stands for its UTF-8 bytes."""
+    alphabet = set(byte_symbols())
+    lengths = np.zeros(tok.get_vocab_size(with_added_tokens=True), np.int64)
+    for token, i in tok.get_vocab(with_added_tokens=True).items():
+        lengths[i] = len(token) if alphabet.issuperset(token) else len(token.encode("utf-8"))
+    return lengths
+
+
+def token_char_starts(texts: pa.Array, ids: np.ndarray, counts: np.ndarray, byte_lengths: np.ndarray) -> np.ndarray:
+    """For every token of every document (`ids` flat, `counts` tokens per document), the index in its document
+    of the character holding the token's first byte: the start of the offsets tokenizers reports, without an
+    Encoding's offsets list per document (converting those to numpy cost as much as half the encoding).
+
+    Byte-level BPE tokens cover the text's UTF-8 bytes in order, so a token starts at its document's byte
+    offset plus the lengths of the tokens before it; the character holding byte b is the number of UTF-8 lead
+    bytes up to and including b, less one, taken over the column's one data buffer."""
+    texts = texts.cast(pa.large_string()) if pa.types.is_string(texts.type) else texts
+    offsets = np.frombuffer(texts.buffers()[1], np.int64, len(texts) + 1, texts.offset * 8)
+    data = np.frombuffer(texts.buffers()[2], np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0])) \
+        if texts.buffers()[2] is not None else np.zeros(0, np.uint8)
+    lead = np.cumsum((data & 0xC0) != 0x80, dtype=np.int64) - 1  # char index (in the buffer) of each byte
+    doc_byte = offsets[:-1] - offsets[0]
+    doc_char = lead[np.minimum(doc_byte, max(len(data) - 1, 0))] if len(data) else np.zeros(len(doc_byte), np.int64)
+    sizes = byte_lengths[ids]
+    ends = np.cumsum(sizes)
+    first = np.repeat(np.cumsum(counts) - counts, counts)  # flat index of each token's document's first token
+    within = ends - sizes - (ends[first] - sizes[first])  # byte offset of each token in its document
+    owner = np.repeat(np.arange(len(counts)), counts)
+    return lead[doc_byte[owner] + within] - doc_char[owner]
+
+
+def mirror_column(col: pa.ListArray, starts: np.ndarray, counts: np.ndarray, fill) -> pa.ListArray:
+    """A per-character list column sampled at each token's first character: `starts` flat over the documents,
+    `counts` tokens per document. A start past its document's characters takes the last one, and a document
+    whose list is empty gets `fill` (neither happens to a column of one value per character)."""
     values = col.values.to_numpy(zero_copy_only=False)
-    offsets = col.offsets.to_numpy()
-    picked = []
-    for i, starts in enumerate(token_starts):
-        n = offsets[i + 1] - offsets[i]
-        picked.append(values[offsets[i] + np.minimum(starts, n - 1)] if n else np.full(len(starts), fill))
-    lengths = np.zeros(len(token_starts) + 1, dtype=np.int32)
-    np.cumsum([len(x) for x in token_starts], out=lengths[1:])
-    flat = np.concatenate(picked) if picked else np.zeros(0)
-    return pa.ListArray.from_arrays(pa.array(lengths), pa.array(flat).cast(col.type.value_type))
+    offsets = col.offsets.to_numpy().astype(np.int64)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    n = (offsets[1:] - offsets[:-1])[owner]
+    lengths = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=lengths[1:])
+    at = offsets[:-1][owner] + np.minimum(starts, n - 1)
+    picked = values[np.where(n > 0, at, 0)] if len(values) else np.zeros(len(at), values.dtype)
+    if not (n > 0).all():
+        picked = np.where(n > 0, picked, fill)
+    return pa.ListArray.from_arrays(pa.array(lengths), pa.array(picked).cast(col.type.value_type))
 
 
-def add_token_columns(table: pa.Table, tok, generation: str) -> pa.Table:
-    texts = table.column("text").to_pylist()
+def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.ndarray | None = None) -> pa.Table:
+    texts = table.column("text").combine_chunks()
     mirrors = [c for c in generation_columns(generation) if c.per_char and c.name in table.column_names]
-    # offsets are needed only to mirror character columns; without them the faster ids-only path does
-    encodings = (tok.encode_batch(texts, add_special_tokens=False) if mirrors
-                 else tok.encode_batch_fast(texts, add_special_tokens=False))
-    out = table.append_column("token_ids", pa.array([e.ids for e in encodings], type=pa.list_(pa.int32())))
+    encodings = tok.encode_batch_fast(texts.to_pylist(), add_special_tokens=False)
+    id_lists = [e.ids for e in encodings]
+    counts = np.fromiter((len(x) for x in id_lists), np.int64, len(id_lists))
+    ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(counts.sum()))
+    lengths = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=lengths[1:])
+    out = table.append_column("token_ids", pa.ListArray.from_arrays(pa.array(lengths), pa.array(ids)))
     if mirrors:
-        starts = [np.fromiter((a for a, _ in e.offsets), dtype=np.int64, count=len(e.offsets)) for e in encodings]
+        starts = token_char_starts(texts, ids, counts, token_byte_lengths(tok) if byte_lengths is None
+                                   else byte_lengths)
         for col in mirrors:
             out = out.append_column(f"token_{col.name}",
-                                    mirror_column(table.column(col.name).combine_chunks(), starts, col.fill))
+                                    mirror_column(table.column(col.name).combine_chunks(), starts, counts, col.fill))
     schema = write_schema(generation, out.column_names)
     return out.select(schema.names).cast(schema)
 
@@ -79,11 +122,15 @@ class Tokenize(SliceWork):
         self.columns = ["text"] + [c.name for c in generation_columns(generation) if c.per_char and c.name in present]
 
     def transform(self, table: pa.Table, piece, rank: int, work: Path, stat) -> pa.Table:
-        tok = worker_cache(("tokenizer", self.tokenizer), lambda: load_tokenizer(Path(self.tokenizer)))
-        out = add_token_columns(table, tok, self.generation)
+        tok, byte_lengths = worker_cache(("tokenizer", self.tokenizer), self._load)
+        out = add_token_columns(table, tok, self.generation, byte_lengths)
         stat(f"tokens_file_{piece.file}", int(pa.compute.sum(pa.compute.list_value_length(
             out.column("token_ids"))).as_py() or 0))
         return out.select([n for n in out.column_names if n not in table.column_names])
+
+    def _load(self) -> tuple:
+        tok = load_tokenizer(Path(self.tokenizer))
+        return tok, token_byte_lengths(tok)
 
     def schema(self, names: list[str]) -> pa.Schema:
         return write_schema(self.generation, names)
