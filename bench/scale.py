@@ -91,6 +91,17 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     names: dict[int, str] = {}
@@ -117,18 +128,28 @@ def _descendants(root: int) -> list[int]:
 
 
 class Sampler(threading.Thread):
-    """Peak RSS (tree and largest process, KiB) per stage label, the label set from the build's events."""
+    """Peak RSS (tree and largest process, KiB) and CPU seconds of the process tree per stage label, the label
+    set from the build's events. CPU is the growth of each live process's utime + stime between samples, so
+    the last 0.2 s of a process that exits is missed (task processes live as long as their stage's run)."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.pid, self.stage, self.peaks, self.stop = pid, "startup", {}, threading.Event()
+        self.cpu: dict[str, float] = {}
+        self._ticks: dict[int, int] = {}
 
     def run(self) -> None:
+        hz = os.sysconf("SC_CLK_TCK")
         while not self.stop.is_set():
-            sizes = [_rss_kb(p) for p in _descendants(self.pid)]
+            pids = _descendants(self.pid)
+            sizes = [_rss_kb(p) for p in pids]
             tree, largest = sum(sizes), max(sizes, default=0)
             old = self.peaks.get(self.stage, (0, 0))
             self.peaks[self.stage] = (max(old[0], tree), max(old[1], largest))
+            ticks = {p: _cpu_ticks(p) for p in pids}
+            grown = sum(max(0, t - self._ticks.get(p, 0)) for p, t in ticks.items())
+            self._ticks = ticks
+            self.cpu[self.stage] = self.cpu.get(self.stage, 0.0) + grown / hz
             time.sleep(0.2)
 
 
@@ -164,6 +185,7 @@ def run_build(sources: Path, out: Path, workers: int) -> dict:
     wall = time.monotonic() - t0
     return {"wall_seconds": round(wall, 1), "stage_seconds": {k: round(v, 2) for k, v in stages.items()},
             "peak_rss_mib": {k: [round(a / 1024), round(b / 1024)] for k, (a, b) in sampler.peaks.items()},
+            "cpu_seconds": {k: round(v, 1) for k, v in sampler.cpu.items()},
             "summary": summary}
 
 
@@ -222,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
 def _markdown(runs: list[dict], path: Path) -> None:
     stages = sorted({k for r in runs for k in r["stage_seconds"]}, key=lambda k: -max(
         r["stage_seconds"].get(k, 0) for r in runs))
-    head = "| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} s (peak MiB)" for r in runs) + " |"
+    head = "| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} s (CPU s, peak MiB)" for r in runs) + " |"
     lines = [f"# v6 build scaling ({os.cpu_count()} CPUs)", "",
              "| run | MB collected | MB/s all but semantics | peak RSS any process MiB | peak RSS tree MiB | wall s |",
              "|---|---|---|---|---|---|"]
@@ -239,7 +261,8 @@ def _markdown(runs: list[dict], path: Path) -> None:
         cells = []
         for r in runs:
             peak = r["peak_rss_mib"].get(k, [0, 0])[1]
-            cells.append(f"{r['stage_seconds'].get(k, 0):.1f} ({peak})")
+            cpu = r.get("cpu_seconds", {}).get(k, 0)
+            cells.append(f"{r['stage_seconds'].get(k, 0):.1f} ({cpu:.1f}, {peak})")
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     path.write_text("\n".join(lines) + "\n")
 
