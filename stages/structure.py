@@ -47,7 +47,7 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
-from cpp_data.stages.lib import name_graph, syntax
+from cpp_data.stages.lib import name_graph, repo_groups, syntax
 from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, merge_shards, plan_slices
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
@@ -330,39 +330,18 @@ def _write(table: pa.Table, path: Path, **kw) -> None:
 
 
 def route_to_groups(work: Path, ranks: int, group_rows: int) -> int:
-    """Route every analyze task's definition and call rows to the group of its repository (repositories in
-    name order, cut into groups of about `group_rows` rows, a repository never split): one streaming pass,
-    one open writer per group. Returns the number of groups."""
-    rows: dict[str, int] = defaultdict(int)
-    for kind in ("defs", "calls"):
-        for r in range(ranks):
-            repos = pq.read_table(work / "graph_in" / f"{kind}-{r:05d}.parquet", columns=["source_repo"])
-            counts = pc.value_counts(repos.column("source_repo").combine_chunks())
-            for repo, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
-                rows[repo] += n
-    group_of, g, filled = {}, 0, 0
-    for repo in sorted(rows):
-        if filled and filled + rows[repo] > group_rows:
-            g, filled = g + 1, 0
-        group_of[repo] = g
-        filled += rows[repo]
-    groups = g + 1 if group_of else 0
-    out = work / "graph_groups"
-    out.mkdir(exist_ok=True)
+    """Route every analyze task's definition and call rows to the group of its repository (stages/lib/
+    repo_groups.py: repositories in name order, groups of about `group_rows` rows, a repository never split).
+    Returns the number of groups."""
+    inputs = {kind: [work / "graph_in" / f"{kind}-{r:05d}.parquet" for r in range(ranks)] for kind in ("defs", "calls")}
+    sizes: dict[str, int] = defaultdict(int)
+    for paths in inputs.values():
+        for repo, n in repo_groups.repository_sizes(paths).items():
+            sizes[repo] += n
+    group_of = repo_groups.repository_groups(sizes, group_rows)
     for kind, schema in (("defs", GRAPH_DEFINITIONS), ("calls", GRAPH_CALLS)):
-        writers = [pq.ParquetWriter(out / f"{kind}-{k:05d}.parquet", schema, compression="zstd") for k in range(groups)]
-        for r in range(ranks):
-            t = pq.read_table(work / "graph_in" / f"{kind}-{r:05d}.parquet")
-            if not t.num_rows:
-                continue
-            names = pa.array(sorted(group_of))
-            g_col = np.array([group_of[x] for x in names.to_pylist()])[
-                pc.index_in(t.column("source_repo"), names).to_numpy(zero_copy_only=False)]
-            for k in np.unique(g_col):
-                writers[k].write_table(t.filter(pa.array(g_col == k)))
-        for w in writers:
-            w.close()
-    return groups
+        repo_groups.route(inputs[kind], schema, group_of, work / "graph_groups", kind)
+    return max(group_of.values()) + 1 if group_of else 0
 
 
 class Structure(Stage):
