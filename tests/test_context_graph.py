@@ -4,23 +4,33 @@ within the budget, every piece traceable to its file and character range."""
 from __future__ import annotations
 
 import glob
+import json
 
 import pytest
 import pyarrow.parquet as pq
 
-from conftest import GOOGLETEST, build_dir, need, run_cli, write_sources
+from conftest import GOOGLETEST, NLOHMANN, build_dir, data_digests, need, run_cli, write_sources
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def test_v4_context_documents(tmp_path):
-    need(GOOGLETEST)
+    need(GOOGLETEST, NLOHMANN)
     sources = write_sources(tmp_path / "s.toml", [{"name": "googletest", "url": str(GOOGLETEST),
-                                                   "license": "BSD-3-Clause", "configure": False}])
+                                                   "license": "BSD-3-Clause", "configure": False},
+                                                  {"name": "nlohmann-json", "url": str(NLOHMANN)}])
     out = tmp_path / "out"
     run_cli("build", "--version", "v4", "--sources", str(sources), "--out", str(out), "--workers", "2",
             "--no-progress")
     build = build_dir(out)
+    # One repository per documents task and slices of 50 files: the same bytes (the work splits by repository,
+    # and the documents come back in shard order whatever the tasks)
+    split_out = tmp_path / "split"
+    run_cli("build", "--version", "v4", "--sources", str(sources), "--out", str(split_out), "--workers", "2",
+            "--no-progress", "--set", "context_graph.group_bytes=1", "--set", "context_graph.rows_per_task=50")
+    assert data_digests(build_dir(split_out)) == data_digests(build)
+    stage = json.loads(next((split_out / "cache" / "context_graph").glob("*/stage.json")).read_text())
+    assert stage["counts"]["tasks"]["documents"] == 2 and stage["counts"]["tasks"]["extract"] > 2, stage["counts"]
     run_cli("validate", str(build))
     rows = [r for f in sorted(glob.glob(str(build / "shards" / "*.parquet"))) for r in pq.read_table(f).to_pylist()]
     assert len(rows) > 1000
@@ -41,7 +51,7 @@ def test_v4_context_documents(tmp_path):
             start = r["text"].index("\n", at) + 1
             assert r["text"][start:start + len(body)] == body
             pos, body_bytes = start + len(body), body_bytes + len(body.encode())
-            assert c["source_repo"] == "googletest" and c["license_spdx"]
+            assert c["source_repo"] == r["source_repo"] and c["license_spdx"]  # never across repositories
         assert r["text"].endswith(body + "\n") and f"// target: {pieces[-1]['source_path']}: {r['target_name']}\n" in r["text"]
         assert body_bytes <= 16_384
         with_both += bool(r["n_callers"] and r["n_callees"])
