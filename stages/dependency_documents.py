@@ -6,7 +6,8 @@ functions it reaches through call and reference edges up to `max_depth` (5), ord
 (leaves first, so definitions precede their use), then the function itself. Over `budget_bytes` the
 dependencies of the highest level are dropped first. `build_info` is the compile command of the TU the function
 was indexed from; `constituents` give every piece's source_repo, source_commit, source_path, byte range in the file and license.
-Only dependencies on the root's side of the train/valid split are used.
+Only dependencies on the root's side of the train/valid split are used. Work and memory go one repository at a
+time (its functions, edges, preamble and kept files' licenses): libclang's edges never leave a repository.
 """
 
 from __future__ import annotations
@@ -39,6 +40,20 @@ class DependencyDocumentsParams:
     valid_fraction: float = 0.01
     docs_per_shard: int = 50_000
     row_group_size: int = 1024
+
+
+def kept_licenses(ctx: StageContext, repo: str, removed) -> dict[tuple[str, str], dict]:
+    """{(repo, path): license columns} of `repo`'s files that the license stage kept and dedup did not remove:
+    one repository at a time, since a document's pieces never leave their repository."""
+    out = {}
+    for part in license_parts(ctx, repo):
+        t = pq.read_table(part, columns=["source_repo", "source_commit", "source_path", "license_spdx",
+                                         "license_source", "license_confidence", "license_family"])
+        keep = ~keys.contains(removed, keys.table_keys(t))
+        for row, k in zip(t.to_pylist(), keep):
+            if k:
+                out[(row["source_repo"], row["source_path"])] = row
+    return out
 
 
 def _rows(path) -> list[dict]:
@@ -94,14 +109,6 @@ class DependencyDocuments(Stage):
     def run(self, ctx: StageContext) -> dict:
         p: DependencyDocumentsParams = self.params
         removed = keys.read_removed(ctx.input("near_dedup").path / "removed_keys.parquet")
-        license_of = {}
-        for part in license_parts(ctx):
-            t = pq.read_table(part, columns=["source_repo", "source_commit", "source_path", "license_spdx", "license_source",
-                                             "license_confidence", "license_family"])
-            keep = ~keys.contains(removed, keys.table_keys(t))
-            for row, k in zip(t.to_pylist(), keep):
-                if k:
-                    license_of[(row["source_repo"], row["source_path"])] = row
         schema = write_schema(p.generation, DOC_COLUMNS)
         out = ctx.out / "shards"
         out.mkdir()
@@ -112,6 +119,7 @@ class DependencyDocuments(Stage):
         for art in sorted(ctx.inputs["semantics"], key=lambda a: a.source):
             repo = art.source
             commit = next(s.commit for s in ctx.sources if s.name == repo)
+            license_of = kept_licenses(ctx, repo, removed)
             functions = [f for f in _rows(art.path / "functions.parquet") if (repo, f["file"]) in license_of]
             by_usr = {f["usr"]: f for f in functions}
             callees = defaultdict(list)
