@@ -35,8 +35,12 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same directory, fsync, then rename."""
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` via a temporary file in the same directory, fsync (unless not `durable`), then
+    rename. The rename makes the write atomic against a killed process; the fsync makes it survive a power
+    loss. Cache entries skip it (pipeline/cache.py: their outputs are verified before reuse, so a torn entry
+    runs again). An fsync waits for the journal to commit what else was written, so behind a stage's Parquet
+    writes one took up to 0.34 s here: a small 4-source build made 81 fsyncs costing 0.79 s, now 21 (0.02 s)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -45,24 +49,25 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), durable)
 
 
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def atomic_write_json(path: Path, obj, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable)
 
 
-def seal(directory: Path, final: Path) -> None:
+def seal(directory: Path, final: Path, durable: bool = True) -> None:
     """Mark `directory` complete and move it to `final` in one rename (replacing an older `final`)."""
-    atomic_write_text(Path(directory) / COMPLETE, "")
+    atomic_write_text(Path(directory) / COMPLETE, "", durable)
     final = Path(final)
     old = None
     if final.exists():

@@ -272,8 +272,8 @@ class Runner:
             "seconds": seconds,
             "finished_at": _now(),
             "cpp_data_version": __version__,
-        })
-        seal(partial, final)
+        }, durable=False)
+        seal(partial, final, durable=False)  # verified before reuse (pipeline/cache.py), so no fsync
         log(f"{task.label}: done in {seconds:.1f}s", event="stage_done", seconds=seconds, **where)
 
     def artifacts(self, stage: str) -> list[Artifact]:

@@ -136,3 +136,20 @@ def test_editing_a_stage_reruns_it_and_early_cutoff_keeps_the_rest(corpus, tmp_p
     # shards wrote the same bytes, so structure and token_columns after it are reused
     assert not any(r.startswith(("collect", "filter", "license", "structure", "token_columns", "megatron_export"))
                    for r in ran), ran
+
+
+def test_a_torn_stage_record_reruns_its_stage(corpus):
+    """Cache records are written without fsync (pipeline/cache.py): what a power loss can leave of one, an
+    empty or cut stage.json, reads as damage and the stage runs again to the same bytes."""
+    sources, out = corpus
+    before = {p.name: p.read_bytes() for p in (_latest(out) / "shards").glob("*.parquet")}
+    (_entry(out, "token_columns") / "stage.json").write_text("")
+    record = _entry(out, "packed_rows") / "stage.json"
+    record.write_bytes(record.read_bytes()[: record.stat().st_size // 2])
+    proc = _build(sources, out)
+    assert proc.returncode == 3, proc.stdout  # the same build: nothing new to publish
+    assert "token_columns: cached output damaged (stage.json unreadable" in proc.stdout
+    assert "packed_rows: cached output damaged (stage.json unreadable" in proc.stdout
+    assert _ran(proc) == ["token_columns", "packed_rows"]
+    assert {p.name: p.read_bytes() for p in (_latest(out) / "shards").glob("*.parquet")} == before
+    assert _ran(_build(sources, out)) == []
