@@ -16,6 +16,8 @@ decode(encode(x)) == x for any text. Measured on the default corpus (held-out 5%
 
 from __future__ import annotations
 
+import functools
+
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 CODE_PATTERN = (
@@ -44,15 +46,25 @@ def empty_code_tokenizer() -> Tokenizer:
     return tok
 
 
+@functools.cache
+def _code_split() -> pre_tokenizers.Split:
+    return pre_tokenizers.Split(Regex(CODE_PATTERN), behavior="isolated")
+
+
 def pieces(text: str) -> list[str]:
     """The pre-tokens of `text` in plain text (for tests and for checking band entries)."""
-    return [p for p, _ in pre_tokenizers.Split(Regex(CODE_PATTERN), behavior="isolated").pre_tokenize_str(text)]
+    return [p for p, _ in _code_split().pre_tokenize_str(text)]
 
 
 def byte_symbols() -> list[str]:
     """The 256 symbols byte-level BPE uses for bytes 0..255, in byte order (GPT-2's printable remapping).
 
     tokenizers exposes the alphabet only as an unordered set; the byte order is what fixes their ids."""
+    return list(_byte_symbols())
+
+
+@functools.cache
+def _byte_symbols() -> tuple[str, ...]:  # made once: training spells every band entry with it
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
         + list(range(ord("®"), ord("ÿ") + 1))
     table, extra = {}, 0
@@ -62,10 +74,10 @@ def byte_symbols() -> list[str]:
         else:
             table[b] = chr(256 + extra)
             extra += 1
-    return [table[b] for b in range(256)]
+    return tuple(table[b] for b in range(256))
 
 
 def to_byte_symbols(text: str) -> str:
     """`text` as byte-level BPE spells it in its vocabulary (`" return"` -> `"Ġreturn"`)."""
-    sym = byte_symbols()
+    sym = _byte_symbols()
     return "".join(sym[b] for b in text.encode("utf-8"))
