@@ -7,14 +7,15 @@ what remains is linked, unless more than `max_candidates` remain. Edges are dedu
 file, callee, callee file), in the order the calls come (then the definitions), keeping the candidate count of
 the last call that made the edge.
 
-Here the rule runs on two Arrow tables instead of Python objects per call: definitions and calls, joined on
-the short name by pyarrow, the three filters applied per call group with numpy, so the structure stage can
-hold one repository's definitions and calls as columns (a few dozen bytes a row) rather than the spans and
-arrays of every file. The join is cut into chunks of calls whose candidate rows stay under `max_join_rows`,
-which bounds memory even where a generic name (`get`, `size`) has thousands of definitions. A joined row
-carries a dozen strings (a few hundred bytes with the copies the sort and filters make): at the former 4 M rows
-a chunk, the 92 MB single-repository source of bench/scale.py's 4x corpus (Qt 5, Eigen, Boost) took the graph
-task to 4.3 GB; at 500 k its peak was 1.1 GB, and the stage ran faster (51.8 s against 63.4 s).
+Here the rule runs on two Arrow tables instead of Python objects per call, so the structure stage can hold one
+repository's definitions and calls as columns (a few dozen bytes a row) rather than the spans and arrays of
+every file. The join runs on integer codes (`resolve`): a call's candidates are a run of the definitions sorted
+by (name, order), the filters compare codes of paths and scopes, and the qualifier test runs once per distinct
+(qualifier, scope) pair. Chunks of consecutive calls keep the candidate rows under `max_join_rows`, which
+bounds memory even where a generic name (`get`, `size`) has thousands of definitions. Measured on the 92 MB
+single-repository source of bench/scale.py's 4x corpus: joining the tables themselves (a dozen strings per
+candidate row, chunks of 500 k rows) took 9.0 s and 705 MiB over the tables; the codes take 2.2 s and 256 MiB,
+with the same edges, order and candidate counts.
 
 Hand-written because no library resolves C++ calls by name; pyarrow and numpy do the joins and group scans.
 """
@@ -72,24 +73,40 @@ def _group_any(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.repeat(np.maximum.reduceat(mask.astype(np.int8), starts).astype(bool), np.diff(np.r_[starts, len(mask)]))
 
 
-def _resolve_chunk(calls: pa.Table, defs: pa.Table, max_candidates: int | None) -> pa.Table:
-    joined = calls.rename_columns([f"c_{n}" for n in calls.column_names]).join(
-        defs.rename_columns([f"d_{n}" for n in defs.column_names]), keys="c_name", right_keys="d_name",
-        join_type="inner", use_threads=False)
-    if joined.num_rows == 0:
-        return EDGES.empty_table().append_column("order", pa.array([], pa.int64()))
-    joined = joined.sort_by([("c_order", "ascending"), ("d_order", "ascending")])
-    call_order = joined.column("c_order").to_numpy()
-    starts = np.flatnonzero(np.r_[True, call_order[1:] != call_order[:-1]])
-    suffix = pc.equal(joined.column("c_qualifier"), "").to_numpy(zero_copy_only=False)
+def _dictionary(*columns: pa.ChunkedArray) -> tuple[pa.Array, list[np.ndarray]]:
+    """(the distinct strings, each column as int codes into them): equal strings, equal codes, across columns."""
+    both = pa.chunked_array([c for col in columns for c in col.chunks], type=pa.string())
+    strings = pc.unique(both)
+    codes = pc.fill_null(pc.index_in(both, strings), -1).to_numpy()
+    out, at = [], 0
+    for col in columns:
+        out.append(codes[at:at + len(col)])
+        at += len(col)
+    return strings, out
+
+
+def _codes(*columns: pa.ChunkedArray) -> list[np.ndarray]:
+    return _dictionary(*columns)[1]
+
+
+def _resolve_chunk(ci: np.ndarray, di: np.ndarray, calls: pa.Table, defs: pa.Table, ids: dict,
+                   max_candidates: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rule over candidate rows (call row ci, definition row di), grouped by call in call order and
+    definition order within a call; returns the kept rows' (call row, definition row, candidates)."""
+    starts = np.flatnonzero(np.r_[True, ci[1:] != ci[:-1]])
+    suffix = ids["no_qualifier"][ci]
     written = np.flatnonzero(~suffix)  # calls with a qualifier: is it a suffix of the candidate's scope?
-    if len(written):
-        idx = pa.array(written)
-        suffix[written] = [s == q or s.endswith("::" + q) for q, s in zip(
-            pc.take(joined.column("c_qualifier"), idx).to_pylist(), pc.take(joined.column("d_scope"), idx).to_pylist())]
-    same_file = pc.equal(joined.column("c_source_path"), joined.column("d_source_path")).to_numpy(zero_copy_only=False)
-    same_scope = pc.equal(joined.column("c_caller_scope"), joined.column("d_scope")).to_numpy(zero_copy_only=False)
-    keep = np.ones(len(call_order), dtype=bool)
+    if len(written):  # tested once per distinct (qualifier, scope) pair, far fewer than candidate rows
+        strings = ids["strings"]
+        n = len(strings) + 1
+        pairs, inverse = np.unique(ids["qualifier"][ci[written]] * n + ids["def_scope"][di[written]],
+                                   return_inverse=True)
+        test = np.array([s == q or s.endswith("::" + q) for q, s in zip(
+            strings.take(pa.array(pairs // n)).to_pylist(), strings.take(pa.array(pairs % n)).to_pylist())], bool)
+        suffix[written] = test[inverse.reshape(-1)]
+    same_file = ids["call_path"][ci] == ids["def_path"][di]
+    same_scope = ids["caller_scope"][ci] == ids["def_scope"][di]
+    keep = np.ones(len(ci), dtype=bool)
     for test in (suffix, same_file, same_scope):  # each narrows, unless it would leave a call no candidate
         narrowed = keep & test
         keep = np.where(_group_any(narrowed, starts), narrowed, keep)
@@ -97,39 +114,61 @@ def _resolve_chunk(calls: pa.Table, defs: pa.Table, max_candidates: int | None) 
     count = np.repeat(count, np.diff(np.r_[starts, len(keep)]))
     if max_candidates is not None:
         keep &= count <= max_candidates
-    sel = pa.array(keep)
-    j = joined.filter(sel)
-    return pa.table({"caller_file": j.column("c_source_path"), "caller": j.column("c_caller"),
-                     "callee_file": j.column("d_source_path"), "callee": j.column("d_qualname"),
-                     "candidates": pa.array(count[keep], pa.int32()),
-                     "order": pa.array(np.arange(len(keep))[keep], pa.int64())})
+    return ci[keep], di[keep], count[keep]
 
 
 def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
-            max_join_rows: int = 500_000) -> pa.Table:
-    """Edges (EDGES) of one repository from its definitions (DEFINITIONS) and calls (CALLS), in call order."""
+            max_join_rows: int = 1_000_000) -> pa.Table:
+    """Edges (EDGES) of one repository from its definitions (DEFINITIONS) and calls (CALLS), in call order.
+
+    The join runs on integer codes: every call's candidates are the definitions of its short name, a run of
+    the definitions sorted by (name, order), so a chunk of calls becomes two arrays of row numbers (16 bytes a
+    candidate row) and the filters compare codes of paths and scopes; strings are taken only for calls with a
+    written qualifier and for the edges kept. Chunks of consecutive calls stay under `max_join_rows` candidate
+    rows. (Joining the tables themselves carried a dozen strings per candidate row: the 92 MB repository of
+    bench/scale.py's 4x corpus took its task to 1 GB at 500 k rows a chunk.)"""
     defs = defs.sort_by("order")
     calls = calls.sort_by("order")
     if defs.num_rows == 0 or calls.num_rows == 0:
         return EDGES.empty_table()
-    per_name = defs.group_by("name").aggregate([("name", "count")])
-    lookup = pc.index_in(calls.column("name"), per_name.column("name"))
-    fanout = pc.fill_null(pc.take(per_name.column("name_count"), lookup), 0).to_numpy()
-    calls = calls.filter(pa.array(fanout > 0))
-    fanout = fanout[fanout > 0]
-    parts, start, base = [], 0, 0
-    bounds = np.cumsum(fanout)
-    while start < calls.num_rows:  # chunks of consecutive calls whose joins stay under max_join_rows
-        stop = max(start + 1, int(np.searchsorted(bounds, (bounds[start - 1] if start else 0) + max_join_rows,
-                                                  side="right")))
-        part = _resolve_chunk(calls.slice(start, stop - start), defs, max_candidates)
-        parts.append(part.set_column(part.column_names.index("order"), "order",
-                                     pc.add(part.column("order"), base)))
-        base += int(bounds[stop - 1] - (bounds[start - 1] if start else 0))
+    def_name, call_name = _codes(defs.column("name"), calls.column("name"))
+    by_name = np.lexsort((np.arange(len(def_name)), def_name))  # definitions by (name, order): runs per name
+    names_sorted = def_name[by_name]
+    lo = np.searchsorted(names_sorted, call_name, side="left")
+    fanout = np.searchsorted(names_sorted, call_name, side="right") - lo
+    fanout[call_name < 0] = 0
+    call_path, def_path = _codes(calls.column("source_path"), defs.column("source_path"))
+    strings, (caller_scope, def_scope, qualifier) = _dictionary(calls.column("caller_scope"), defs.column("scope"),
+                                                               calls.column("qualifier"))
+    ids = {"call_path": call_path, "def_path": def_path, "caller_scope": caller_scope, "def_scope": def_scope,
+           "qualifier": qualifier, "strings": strings,
+           "no_qualifier": pc.equal(calls.column("qualifier"), "").to_numpy(zero_copy_only=False)}
+    rows = np.flatnonzero(fanout > 0)  # calls with at least one candidate, in call order
+    bounds = np.cumsum(fanout[rows])
+    kept_c, kept_d, kept_n = [], [], []
+    start = 0
+    while start < len(rows):  # chunks of consecutive calls whose candidates stay under max_join_rows
+        before = bounds[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(bounds, before + max_join_rows, side="right")))
+        chunk = rows[start:stop]
+        n = fanout[chunk]
+        ci = np.repeat(chunk, n)
+        first = np.repeat(np.cumsum(n) - n, n)
+        di = by_name[np.repeat(lo[chunk], n) + np.arange(len(ci)) - first]
+        c, d, k = _resolve_chunk(ci, di, calls, defs, ids, max_candidates)
+        kept_c.append(c)
+        kept_d.append(d)
+        kept_n.append(k)
         start = stop
-    edges = pa.concat_tables(parts)
-    if edges.num_rows == 0:
+    c, d = np.concatenate(kept_c), np.concatenate(kept_d)
+    if len(c) == 0:
         return EDGES.empty_table()
+    edges = pa.table({"caller_file": pc.take(calls.column("source_path"), pa.array(c)),
+                      "caller": pc.take(calls.column("caller"), pa.array(c)),
+                      "callee_file": pc.take(defs.column("source_path"), pa.array(d)),
+                      "callee": pc.take(defs.column("qualname"), pa.array(d)),
+                      "candidates": pa.array(np.concatenate(kept_n), pa.int32()),
+                      "order": pa.array(np.arange(len(c)), pa.int64())})
     keys = ["caller", "caller_file", "callee", "callee_file"]
     firsts = edges.group_by(keys, use_threads=False).aggregate([("order", "min"), ("candidates", "last")])
     firsts = firsts.sort_by("order_min")
