@@ -41,7 +41,10 @@ class TokenizerParams:
     # a cpp-data tokenizer to reuse instead of training one: its directory, or a build (or OUT) holding it;
     # `build --tokenizer PATH` sets it. Token ids then stay those of the earlier build (continued training).
     frozen: str = ""
-    sample_bytes: int = 2_000_000_000  # text the trainer sees at most (seeded sample above it)
+    # text the trainer sees at most (a seeded sample above it): its memory follows its sample, 941 MiB at 128 MB
+    # of C++ and 1,337 MiB at 166 MB in a process of its own (bench/results/tokenizer_memory.md), so this keeps
+    # the build's process under 2 GB whatever the corpus
+    sample_bytes: int = 128_000_000
     sample_seed: int = 42
 
 
