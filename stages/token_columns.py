@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pathlib import Path
@@ -75,39 +75,67 @@ def token_char_starts(texts: pa.Array, ids: np.ndarray, counts: np.ndarray, byte
     return lead[doc_byte[owner] + within] - doc_char[owner]
 
 
-def mirror_column(col: pa.ListArray, starts: np.ndarray, counts: np.ndarray, fill) -> pa.ListArray:
-    """A per-character list column sampled at each token's first character: `starts` flat over the documents,
-    `counts` tokens per document. A start past its document's characters takes the last one, and a document
-    whose list is empty gets `fill` (neither happens to a column of one value per character)."""
-    values = col.values.to_numpy(zero_copy_only=False)
-    offsets = col.offsets.to_numpy().astype(np.int64)
+def mirror_values(values: np.ndarray, offsets: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+                  fill) -> np.ndarray:
+    """The values of a per-character list column (flat `values`, the documents' `offsets` into them) at each
+    token's first character: `starts` flat over the documents, `counts` tokens per document. A start past its
+    document's characters takes the last one, and a document whose list is empty gets `fill` (neither happens
+    to a column of one value per character)."""
     owner = np.repeat(np.arange(len(counts)), counts)
     n = (offsets[1:] - offsets[:-1])[owner]
-    lengths = np.zeros(len(counts) + 1, dtype=np.int32)
-    np.cumsum(counts, out=lengths[1:])
     at = offsets[:-1][owner] + np.minimum(starts, n - 1)
     picked = values[np.where(n > 0, at, 0)] if len(values) else np.zeros(len(at), values.dtype)
     if not (n > 0).all():
         picked = np.where(n > 0, picked, fill)
-    return pa.ListArray.from_arrays(pa.array(lengths), pa.array(picked).cast(col.type.value_type))
+    return picked
 
 
-def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.ndarray | None = None) -> pa.Table:
+def _batches(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Runs of consecutive documents of at most `limit` bytes together (a larger document alone)."""
+    out, a, total = [], 0, 0
+    for i, n in enumerate(sizes.tolist()):
+        if i > a and total + n > limit:
+            out.append((a, i))
+            a, total = i, 0
+        total += n
+    if a < len(sizes):
+        out.append((a, len(sizes)))
+    return out
+
+
+def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.ndarray | None = None,
+                      batch_bytes: int = 1 << 20) -> pa.Table:
+    """token_ids and the per-token mirror of every per-character column, encoding `batch_bytes` of text at a
+    time: a row group's Encodings and per-token index arrays at once took a task to 1 GB."""
     texts = table.column("text").combine_chunks()
     mirrors = [c for c in generation_columns(generation) if c.per_char and c.name in table.column_names]
-    encodings = tok.encode_batch_fast(texts.to_pylist(), add_special_tokens=False)
-    id_lists = [e.ids for e in encodings]
-    counts = np.fromiter((len(x) for x in id_lists), np.int64, len(id_lists))
-    ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(counts.sum()))
-    lengths = np.zeros(len(counts) + 1, dtype=np.int32)
-    np.cumsum(counts, out=lengths[1:])
-    out = table.append_column("token_ids", pa.ListArray.from_arrays(pa.array(lengths), pa.array(ids)))
-    if mirrors:
-        starts = token_char_starts(texts, ids, counts, token_byte_lengths(tok) if byte_lengths is None
-                                   else byte_lengths)
-        for col in mirrors:
-            out = out.append_column(f"token_{col.name}",
-                                    mirror_column(table.column(col.name).combine_chunks(), starts, counts, col.fill))
+    chars = {c.name: table.column(c.name).combine_chunks() for c in mirrors}
+    values = {name: col.values.to_numpy(zero_copy_only=False) for name, col in chars.items()}
+    offsets = {name: col.offsets.to_numpy().astype(np.int64) for name, col in chars.items()}
+    if mirrors and byte_lengths is None:
+        byte_lengths = token_byte_lengths(tok)
+    id_parts, count_parts, picked = [], [], {c.name: [] for c in mirrors}
+    for a, b in _batches(pc.binary_length(texts).to_numpy(zero_copy_only=False), batch_bytes):
+        part = texts.slice(a, b - a)
+        id_lists = [e.ids for e in tok.encode_batch_fast(part.to_pylist(), add_special_tokens=False)]
+        counts = np.fromiter((len(x) for x in id_lists), np.int64, len(id_lists))
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(counts.sum()))
+        del id_lists
+        id_parts.append(ids)
+        count_parts.append(counts)
+        if mirrors:
+            starts = token_char_starts(part, ids, counts, byte_lengths)
+            for col in mirrors:
+                picked[col.name].append(mirror_values(values[col.name], offsets[col.name][a:b + 1], starts, counts,
+                                                      col.fill))
+    counts = np.concatenate(count_parts) if count_parts else np.zeros(0, np.int64)
+    lengths = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    ids = np.concatenate(id_parts) if id_parts else np.zeros(0, np.int32)
+    out = table.append_column("token_ids", pa.ListArray.from_arrays(lengths, pa.array(ids)))
+    for col in mirrors:
+        flat = np.concatenate(picked[col.name]) if picked[col.name] else np.zeros(0, values[col.name].dtype)
+        out = out.append_column(f"token_{col.name}", pa.ListArray.from_arrays(
+            lengths, pa.array(flat).cast(chars[col.name].type.value_type)))
     schema = write_schema(generation, out.column_names)
     return out.select(schema.names).cast(schema)
 
@@ -124,7 +152,7 @@ class Tokenize(SliceWork):
     def transform(self, table: pa.Table, piece, rank: int, work: Path, stat) -> pa.Table:
         tok, byte_lengths = worker_cache(("tokenizer", self.tokenizer), self._load)
         out = add_token_columns(table, tok, self.generation, byte_lengths)
-        stat(f"tokens_file_{piece.file}", int(pa.compute.sum(pa.compute.list_value_length(
+        stat(f"tokens_file_{piece.file}", int(pc.sum(pc.list_value_length(
             out.column("token_ids"))).as_py() or 0))
         return out.select([n for n in out.column_names if n not in table.column_names])
 
