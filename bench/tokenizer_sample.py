@@ -1,7 +1,7 @@
 """What training the tokenizer on a bounded sample costs in compression: bytes per token on held-out documents
 for tokenizers trained on every candidate document and on seeded samples of a few budgets.
 
-The training texts, the held-out set and the sample are the tokenizer stage's own (stages/tokenizer.py:
+The training texts, the held-out set and the sample are the tokenizer stage's own (stages/lib/tokenizer_training.py:
 candidate_bytes, training_texts with the fraction the stage would use for that `sample_bytes`); held-out
 documents are the validation split plus the training files the stage holds out. Same vocabulary size and band.
 
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from cpp_data.schemas.reader import resolve_build, shard_files
 from cpp_data.stages.lib import keys
-from cpp_data.stages.tokenizer import TokenizerParams, candidate_bytes, iter_documents, training_texts
+from cpp_data.stages.lib.tokenizer_training import candidate_bytes, iter_documents, training_texts
+from cpp_data.stages.tokenizer import TokenizerParams
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.train import train_cpp_tokenizer
 

@@ -49,10 +49,10 @@ def quiet_datatrove() -> None:
 def bind_children_to_this_process() -> None:
     """Every child this process forks from now on dies with it (datatrove's Manager server and pool workers
     otherwise outlive a killed build). Processes started by exec (git, the forkserver) are not affected."""
-    os.register_at_fork(after_in_child=_die_with_parent)
+    os.register_at_fork(after_in_child=die_with_parent)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to kill this worker when its parent dies, so a killed build leaves no writer behind."""
     if sys.platform.startswith("linux"):
         import ctypes
@@ -73,7 +73,7 @@ class DieWithParent:
         self.logging_dir = logging_dir
 
     def __call__(self, data, rank: int = 0, world_size: int = 1):
-        _die_with_parent()
+        die_with_parent()
         if self.logging_dir is not None:
             nodes = Path(self.logging_dir) / "nodes"
             nodes.mkdir(parents=True, exist_ok=True)

@@ -10,25 +10,23 @@ when the candidate documents hold more than `sample_bytes` of text, each is take
 sample_bytes of text, the same documents on every run, chosen without reading them. The sample is recorded:
 its fraction, documents and bytes in the stage's counts and the manifest, and the doc_id of every document in
 sample.parquet. A corpus under the budget trains on all of it, as before. The same shards and recipe give a byte-identical
-tokenizer.json; its SHA-256 goes in the build manifest.
+tokenizer.json; its SHA-256 goes in the build manifest. The training runs in a process of its own
+(stages/lib/tokenizer_training.py), so its memory is the sample's and not the driver's too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.manifest import sha256_file
-from cpp_data.schemas.reader import iter_shard, shard_files
-from cpp_data.stages.lib import keys
+from cpp_data.schemas.reader import shard_files
+from cpp_data.stages.lib.tokenizer_training import train_in_own_process
 from cpp_data.tokenizer.band import load_band
-from cpp_data.tokenizer.files import load_tokenizer, save_tokenizer
-from cpp_data.tokenizer.train import check_band_pieces, padding_ids, train_cpp_tokenizer
+from cpp_data.tokenizer.files import TOKENIZER_JSON, load_tokenizer
+from cpp_data.tokenizer.train import check_band_pieces, padding_ids
 
 
 @dataclass(frozen=True)
@@ -46,37 +44,6 @@ class TokenizerParams:
     # the build's process under 2 GB whatever the corpus
     sample_bytes: int = 128_000_000
     sample_seed: int = 42
-
-
-def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:
-    for f in files:
-        for t in iter_shard(f, None, columns):
-            yield from t.to_pylist()
-
-
-def training_texts(files: list[Path], heldout_fraction: float, fraction: float = 1.0, seed: int = 0,
-                   taken: list | None = None) -> Iterator[str]:
-    """Texts of the training documents the tokenizer learns from: not held out, and in the sample (`fraction`
-    of the hash space); the doc_id and size of each one yielded go to `taken`."""
-    cols = ["text", "doc_id", "source_repo", "source_path", "source_commit", "size_bytes"]
-    for row in iter_documents(files, cols):
-        if keys.tokenizer_heldout(row["source_repo"], row["source_path"], heldout_fraction):
-            continue
-        if keys.tokenizer_sampled(seed, row["source_repo"], row["source_path"], row["source_commit"], fraction):
-            if taken is not None:
-                taken.append((row["doc_id"], row["size_bytes"]))
-            yield row["text"]
-
-
-def candidate_bytes(files: list[Path], heldout_fraction: float) -> tuple[int, int]:
-    """(documents, bytes of text) the tokenizer could train on: the training split less its held-out files,
-    from two small columns."""
-    n = total = 0
-    for t in (t for f in files for t in iter_shard(f, None, ["source_repo", "source_path", "size_bytes"])):
-        for repo, path, size in zip(*(t.column(c).to_pylist() for c in t.column_names)):
-            if not keys.tokenizer_heldout(repo, path, heldout_fraction):
-                n, total = n + 1, total + size
-    return n, total
 
 
 class TokenizerStage(Stage):
@@ -106,29 +73,22 @@ class TokenizerStage(Stage):
         unusable = check_band_pieces(band)
         if unusable:
             raise ValueError(f"band entries the pre-tokenizer never yields whole: {unusable[:5]}")
-        train_files = shard_files(ctx.input("shards").path, "train")
-        n = sum(pq.read_metadata(f).num_rows for f in train_files)
-        candidates, total = candidate_bytes(train_files, p.heldout_fraction)
-        fraction = 1.0 if total <= p.sample_bytes else p.sample_bytes / total
-        taken: list[tuple[str, int]] = []
-        texts = training_texts(train_files, p.heldout_fraction, fraction, p.sample_seed, taken)
-        tok = train_cpp_tokenizer(texts, band, p.vocab_size, length=round(candidates * fraction),
-                                  min_frequency=p.min_frequency, show_progress=ctx.executor.progress,
-                                  cap_to_corpus=p.cap_vocab_to_corpus)
-        pq.write_table(pa.table({"doc_id": pa.array([d for d, _ in taken], pa.string())}),
-                       ctx.out / "sample.parquet", compression="zstd")
-        sample = {"fraction": round(fraction, 6), "seed": p.sample_seed, "budget_bytes": p.sample_bytes,
-                  "documents": len(taken), "bytes": sum(b for _, b in taken), "of_documents": candidates,
-                  "of_bytes": total}
-        path = save_tokenizer(tok, band, ctx.out / "tokenizer")
+        job = {"files": [str(f) for f in shard_files(ctx.input("shards").path, "train")],
+               "heldout_fraction": p.heldout_fraction, "sample_bytes": p.sample_bytes, "sample_seed": p.sample_seed,
+               "band_file": p.band_file, "vocab_size": p.vocab_size, "min_frequency": p.min_frequency,
+               "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.progress, "out": str(ctx.out)}
+        trained = train_in_own_process(job, ctx.out / "_work")
+        shutil.rmtree(ctx.out / "_work")
+        path = ctx.out / "tokenizer" / TOKENIZER_JSON
         check = load_tokenizer(path)
         size = check.get_vocab_size()
-        if size != tok.get_vocab_size() or size > p.vocab_size:
-            raise AssertionError(f"{path}: vocabulary {size}, trained {tok.get_vocab_size()}, recipe {p.vocab_size}")
+        if size != trained["vocab_size"] or size > p.vocab_size:
+            raise AssertionError(f"{path}: vocabulary {size}, trained {trained['vocab_size']}, recipe {p.vocab_size}")
         padding = padding_ids(check)
         return {"vocab_size": size, "requested_vocab_size": p.vocab_size, "learned_ids": size - padding,
                 "padding_ids": padding, "band_revision": band.revision, "band_entries": len(band.entries),
-                "train_documents_seen": n, "sha256": sha256_file(path), "training_sample": sample}
+                "train_documents_seen": trained["train_documents_seen"], "sha256": sha256_file(path),
+                "training_sample": trained["training_sample"]}
 
 
 def frozen_tokenizer_dir(given: str) -> Path:

@@ -203,6 +203,30 @@ def test_tokenizer_trains_the_asked_vocabulary_or_what_the_corpus_fills(chain):
     assert (chain["tokenizer"][0].path / "tokenizer" / "tokenizer.json").is_file()
 
 
+def test_tokenizer_trains_in_a_process_of_its_own_and_its_errors_come_back(chain, tmp_path):
+    """The trainer runs in a child process (its memory is the sample's, not the driver's): the stage's
+    process never imports the trainer's allocations, and an impossible vocabulary comes back as the child's
+    one-line error, not a traceback or a silent failure."""
+    import dataclasses
+    import resource
+
+    from cpp_data.stages.lib.tokenizer_training import train_in_own_process
+
+    params = load_recipe("v6").params["tokenizer"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    art = _run("tokenizer", params, {"shards": chain["shards"]}, tmp_path / "again")
+    assert art.counts["sha256"] == chain["tokenizer"][0].counts["sha256"]  # the same bytes, run again
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before > 0.2  # a child did the training
+    with pytest.raises(ValueError, match="vocab_size 300 is smaller than the fixed band"):
+        _run("tokenizer", dataclasses.replace(params, vocab_size=300), {"shards": chain["shards"]},
+             tmp_path / "small")
+    job = {"files": ["/nonexistent/train-00000.parquet"], "heldout_fraction": 0.05, "sample_bytes": 1,
+           "sample_seed": 1, "band_file": "", "vocab_size": 1024, "min_frequency": 2, "cap_to_corpus": True,
+           "show_progress": False, "out": str(tmp_path / "nowhere")}
+    with pytest.raises(ValueError, match="/nonexistent/train-00000.parquet"):
+        train_in_own_process(job, tmp_path / "scratch")
+
+
 def test_token_columns_decode_back_to_the_text(chain):
     from cpp_data.tokenizer.files import load_tokenizer
 

@@ -190,7 +190,7 @@ def test_training_sample_is_bounded_seeded_and_nested(tmp_path):
     another sample; under the budget, every candidate document."""
     import pyarrow.parquet as pq
 
-    from cpp_data.stages.tokenizer import candidate_bytes, training_texts
+    from cpp_data.stages.lib.tokenizer_training import candidate_bytes, training_texts
 
     rows = [{"text": f"int f{i}() {{ return {i}; }}\n" * (1 + i % 7), "doc_id": f"d{i}", "source_repo": f"r{i % 3}",
              "source_path": f"src/f{i}.cc", "source_commit": "c0"} for i in range(3000)]
