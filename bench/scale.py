@@ -2,12 +2,14 @@
 
 For each scale (1x: the default corpus of sources/debian.toml; 2x and 4x: the same plus Debian's Qt 5, Eigen
 and Boost headers (apt-get install qtbase5-dev libeigen3-dev libboost-dev), copied into one extra directory
-source until the corpus is that many times larger) and
-each worker count, it runs `cpp-data build --version v6` into a fresh output directory and watches it:
+source until the corpus is that many times larger, or, with --extra-repo-mb N, into sources of at most N MB
+each, as a corpus grows by repositories) and each worker count, it runs `cpp-data build --version v6` into a
+fresh output directory (with any --set overrides) and watches it:
 
 - the build's own events (`--log-format json`: stage_start, stage_done) say which stage runs when;
 - a sampler reads /proc every 0.2 s for every process descended from the build (Ray's and a browser's
-  processes left out) and records, per stage, the peak RSS of the whole tree and of its largest process.
+  processes left out) and records, per stage, the peak RSS of the whole tree and of its largest process, and
+  the CPU seconds of the tree.
 
 MB/s is megabytes of C/C++ collected (the build summary's bytes) over the stage's seconds; "all but semantics"
 is the issue's speed figure, since libclang's time depends on how many translation units a project has and not
@@ -15,6 +17,7 @@ on corpus bytes: semantics is reported as TUs per second per worker instead. goo
 configured only when --semantics is given (its 99 TUs take about three minutes on two cores).
 
     .venv/bin/python bench/scale.py --scales 1 2 4 --workers 1 2 [--semantics] [--work /tmp/scale]
+        [--extra-repo-mb 16] [--set tokenizer.sample_bytes=8000000 ...] [--name NAME]
 
 Writes bench/results/<--name>.{json,md,png} (scale by default). Times are wall seconds on this machine
 with nothing else running; compare runs of one invocation only.
@@ -45,11 +48,13 @@ def tree_bytes(root: str) -> int:
                if f.lower().endswith(SUFFIXES) and not os.path.islink(os.path.join(d, f)))
 
 
-def extra_corpus(dest: Path, want: int) -> int:
-    """Copy C/C++ files of EXTRA_TREES, in sorted path order, into dest until `want` bytes; returns bytes."""
+def extra_corpus(dest: Path, want: int, repo_bytes: int = 0) -> int:
+    """Copy C/C++ files of EXTRA_TREES, in sorted path order, into dest until `want` bytes; returns bytes. With
+    `repo_bytes`, the files go into subdirectories part-NN of at most that many bytes each, one source apiece
+    (sources_file), as a corpus that grows by repositories; else into one directory, one source."""
     if dest.exists():
         shutil.rmtree(dest)
-    got = 0
+    got, part, in_part = 0, 0, 0
     for root in EXTRA_TREES:
         for d, dirs, fs in sorted(os.walk(root)):
             dirs.sort()
@@ -59,10 +64,15 @@ def extra_corpus(dest: Path, want: int) -> int:
                     return got
                 if not f.lower().endswith(SUFFIXES) or os.path.islink(src):
                     continue
-                target = dest / Path(root).name / os.path.relpath(src, root)
+                size = os.path.getsize(src)
+                if repo_bytes and in_part and in_part + size > repo_bytes:
+                    part, in_part = part + 1, 0
+                base = dest / f"part-{part:02d}" if repo_bytes else dest
+                target = base / Path(root).name / os.path.relpath(src, root)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, target)
-                got += os.path.getsize(src)
+                got += size
+                in_part += size
     return got
 
 
@@ -75,7 +85,10 @@ def sources_file(path: Path, extra: Path | None, semantics: bool) -> None:
         if name == "googletest" and not semantics:
             lines.append("configure = false")
         lines.append("")
-    if extra is not None:
+    parts = sorted(extra.glob("part-*")) if extra is not None else []
+    for part in parts:  # a corpus grown by repositories (--extra-repo-mb)
+        lines += ["[[source]]", f'name = "extra-{part.name}"', f'url = "{part}"', ""]
+    if extra is not None and not parts:
         lines += ["[[source]]", 'name = "extra"', f'url = "{extra}"', ""]
     path.write_text("\n".join(lines))
 
@@ -153,9 +166,10 @@ class Sampler(threading.Thread):
             time.sleep(0.2)
 
 
-def run_build(sources: Path, out: Path, workers: int) -> dict:
+def run_build(sources: Path, out: Path, workers: int, settings: list[str] = ()) -> dict:
     cmd = [str(REPO / ".venv" / "bin" / "cpp-data"), "build", "--version", "v6", "--sources", str(sources),
-           "--out", str(out), "--workers", str(workers), "--log-format", "json", "--no-progress"]
+           "--out", str(out), "--workers", str(workers), "--log-format", "json", "--no-progress",
+           *[x for kv in settings for x in ("--set", kv)]]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = Sampler(proc.pid)
@@ -197,6 +211,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/cpp-data-scale"))
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default="scale", help="results file stem (scale-semantics for a --semantics run)")
+    ap.add_argument("--extra-repo-mb", type=float, default=0,
+                    help="cut the extra text into sources of at most this many MB each (default: one source)")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="STAGE.PARAM=VALUE",
+                    help="a recipe override for every build (cpp-data build --set), repeatable")
     a = ap.parse_args(argv)
     base = sum(tree_bytes(url) for _, url, _ in DEFAULT)
     missing = [t for t in EXTRA_TREES if not os.path.isdir(t)]
@@ -207,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         extra = None
         if scale > 1:
             extra = a.work / f"extra-{scale}x"
-            got = extra_corpus(extra, (scale - 1) * base)
+            got = extra_corpus(extra, (scale - 1) * base, int(a.extra_repo_mb * 1e6))
             print(f"{scale}x: extra source of {got / 1e6:.1f} MB", flush=True)
         sources = a.work / f"sources-{scale}x.toml"
         sources.parent.mkdir(parents=True, exist_ok=True)
@@ -215,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         for workers in a.workers:
             out = a.work / f"out-{scale}x-w{workers}"
             shutil.rmtree(out, ignore_errors=True)
-            r = run_build(sources, out, workers)
+            r = run_build(sources, out, workers, a.settings)
             collected = (r["summary"] or {}).get("cpp_bytes_collected") or base * scale
             secs = r["stage_seconds"]
             not_sem = sum(v for k, v in secs.items() if k != "semantics")
@@ -230,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
             if tus and (index_s or secs.get("semantics")):  # the TU tasks' wall time, without the configure run
                 r["semantics_tus"] = tus
                 r["semantics_tus_per_s_per_worker"] = round(tus / (index_s or secs["semantics"]) / workers, 3)
+            r["settings"] = a.settings
             runs.append(r)
             print(f"{scale}x w{workers}: {r['mb_collected']} MB, all but semantics "
                   f"{r['mb_per_s_all_but_semantics']} MB/s, peak RSS {r['peak_rss_mib_any_process']} MiB "
