@@ -46,7 +46,7 @@ from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib import repo_groups
-from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, plan_slices
+from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, plan_slices, write_task_table
 
 ENRICHED = "v6"  # the generation of the structure stage's shards (their metadata columns' types)
 
@@ -117,14 +117,8 @@ class Extract(SliceWork):
                              "start": c["start"], "end": c["end"], "split": split,
                              "order_row": piece.first_row + i, "order_chunk": k})
         (work / "functions").mkdir(exist_ok=True)
-        _write(pa.Table.from_pylist(rows, schema=function_schema()), work / "functions" / f"{rank:05d}.parquet")
+        write_task_table(pa.Table.from_pylist(rows, schema=function_schema()), work / "functions" / f"{rank:05d}.parquet")
         stat("functions", len(rows))
-
-
-def _write(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
 
 
 def build_document(target: Function, callees: list[Function], callers: list[Function], budget: int) -> dict:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import keys
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib.inputs import license_parts
-from cpp_data.stages.lib.shard_tasks import WORK
+from cpp_data.stages.lib.shard_tasks import WORK, write_task_table
 
 SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256",
                  "license_spdx",
@@ -112,19 +111,13 @@ class RouteDocuments(PipelineStep):
         for s_name, mask in (("valid", split), ("train", ~split)):
             for b in np.unique(bucket[mask]).tolist():
                 sub = table.filter(pa.array(mask & (bucket == b)))
-                _write(sub, out / f"{s_name}-{b:05d}-{rank:05d}.parquet")
+                write_task_table(sub, out / f"{s_name}-{b:05d}-{rank:05d}.parquet", compression="none")
                 rows[s_name][b] = sub.num_rows
         (self.work / f"route-{rank:05d}.json").write_text(json.dumps(
             {"documents": table.num_rows, "valid": int(split.sum()), "first": first, "rows": rows}))
         self.stat_update("documents", value=table.num_rows)
         return
         yield
-
-
-def _write(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="none")
-    os.replace(tmp, path)
 
 
 def _bucket(work: Path, split: str, b: int) -> pa.Table:
@@ -176,10 +169,10 @@ def _ensure_validation(work: Path, first: tuple[int, str, str]) -> None:
                                pa.compute.equal(t.column("source_path"), path))
         if not pa.compute.any(mask).as_py():
             continue
-        _write(t.filter(mask), f.with_name("valid" + f.name[len("train"):]))
+        write_task_table(t.filter(mask), f.with_name("valid" + f.name[len("train"):]), compression="none")
         rest = t.filter(pa.compute.invert(mask))
         if rest.num_rows:
-            _write(rest, f)
+            write_task_table(rest, f, compression="none")
         else:
             f.unlink()
 

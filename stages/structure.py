@@ -29,7 +29,6 @@ slice; the graph phase holds one repository's definition and call rows as column
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -48,7 +47,8 @@ from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import name_graph, repo_groups, syntax
-from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, merge_shards, plan_slices
+from cpp_data.stages.lib.shard_tasks import (WORK, SliceWork, clean_work, map_shards, merge_shards, plan_slices,
+                                             write_task_table)
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
 ENRICHED = "v6"  # the generation whose columns these shards carry, whatever the recipe's (they feed v4 too)
@@ -315,18 +315,12 @@ class GraphGroup(PipelineStep):
             doc_rows += rows
             self.stat_update("call_edges_by_name", value=edges.num_rows)
         doc_rows.sort(key=lambda d: (d["rank"], d["row"]))
-        _write(pa.concat_tables(edge_tables) if edge_tables else CALL_GRAPH.empty_table(),
+        write_task_table(pa.concat_tables(edge_tables) if edge_tables else CALL_GRAPH.empty_table(),
                out / f"edges-{rank:05d}.parquet")
-        _write(pa.Table.from_pylist(doc_rows, schema=DOCUMENT_GRAPH), out / f"docs-{rank:05d}.parquet",
+        write_task_table(pa.Table.from_pylist(doc_rows, schema=DOCUMENT_GRAPH), out / f"docs-{rank:05d}.parquet",
                row_group_size=4096)  # small row groups: each merge task reads only its ranks' rows
         return
         yield
-
-
-def _write(table: pa.Table, path: Path, **kw) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd", **kw)
-    os.replace(tmp, path)
 
 
 def route_to_groups(work: Path, ranks: int, group_rows: int) -> int:

@@ -113,6 +113,14 @@ def write_piece(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def write_task_table(table: pa.Table, path: Path, compression: str = "zstd", **kw) -> None:
+    """A task's intermediate table as a Parquet file, written under a hidden temporary name and renamed into
+    place, so a killed task leaves no half file under the name its successor reads."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression=compression, **kw)
+    os.replace(tmp, path)
+
+
 def read_piece(path: Path) -> pa.Table:
     with pa.memory_map(str(path)) as source:
         return pa.ipc.open_file(source).read_all()
