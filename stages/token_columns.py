@@ -59,7 +59,8 @@ def token_char_starts(texts: pa.Array, ids: np.ndarray, counts: np.ndarray, byte
 
     Byte-level BPE tokens cover the text's UTF-8 bytes in order, so a token starts at its document's byte
     offset plus the lengths of the tokens before it; the character holding byte b is the number of UTF-8 lead
-    bytes up to and including b, less one, taken over the column's one data buffer."""
+    bytes up to and including b, less one, taken over the column's one data buffer. Checked: each document's
+    tokens must add up to its bytes, else ValueError (no silent misalignment)."""
     texts = texts.cast(pa.large_string()) if pa.types.is_string(texts.type) else texts
     offsets = np.frombuffer(texts.buffers()[1], np.int64, len(texts) + 1, texts.offset * 8)
     data = np.frombuffer(texts.buffers()[2], np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0])) \
@@ -68,6 +69,10 @@ def token_char_starts(texts: pa.Array, ids: np.ndarray, counts: np.ndarray, byte
     doc_byte = offsets[:-1] - offsets[0]
     doc_char = lead[np.minimum(doc_byte, max(len(data) - 1, 0))] if len(data) else np.zeros(len(doc_byte), np.int64)
     sizes = byte_lengths[ids]
+    covered = np.add.reduceat(sizes, (np.cumsum(counts) - counts)[counts > 0]) if len(sizes) else np.zeros(0, np.int64)
+    if not np.array_equal(covered, np.diff(offsets)[counts > 0]) or (np.diff(offsets)[counts == 0] != 0).any():
+        raise ValueError("the tokens do not spell their documents' bytes one for one (a tokenizer other than "
+                         "byte-level BPE without a normalizer?): token character offsets cannot be derived")
     ends = np.cumsum(sizes)
     first = np.repeat(np.cumsum(counts) - counts, counts)  # flat index of each token's document's first token
     within = ends - sizes - (ends[first] - sizes[first])  # byte offset of each token in its document

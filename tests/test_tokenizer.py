@@ -182,6 +182,13 @@ def test_token_mirrors_of_character_columns(reference_build: Path):
     assert any(len(tok.decode([i])) == 0 or "\ufffd" in tok.decode([i])  # a token inside a character exists
                for i in out.column("token_ids").to_pylist()[1])
     assert 2 in out.column("token_structure_ids").to_pylist()[0] and 3 in out.column("token_structure_ids").to_pylist()[0]
+    # token starts come from the ids' byte lengths: a tokenizer whose tokens do not spell the bytes is refused
+    from cpp_data.stages.token_columns import token_byte_lengths
+
+    wrong = token_byte_lengths(tok)
+    wrong[wrong > 1] -= 1
+    with pytest.raises(ValueError, match="do not spell their documents' bytes"):
+        add_token_columns(table, tok, "v6", wrong)
 
 
 def test_training_sample_is_bounded_seeded_and_nested(tmp_path):
