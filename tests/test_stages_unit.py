@@ -223,7 +223,7 @@ def test_tokenizer_trains_in_a_process_of_its_own_and_its_errors_come_back(chain
     job = {"files": ["/nonexistent/train-00000.parquet"], "heldout_fraction": 0.05, "sample_bytes": 1,
            "sample_seed": 1, "band_file": "", "vocab_size": 1024, "min_frequency": 2, "cap_to_corpus": True,
            "show_progress": False, "out": str(tmp_path / "nowhere")}
-    with pytest.raises(ValueError, match="/nonexistent/train-00000.parquet"):
+    with pytest.raises(FileNotFoundError, match="/nonexistent/train-00000.parquet"):  # the child's own exception
         train_in_own_process(job, tmp_path / "scratch")
 
 

@@ -12,6 +12,7 @@ give the same bytes as training in the driver did.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import subprocess
@@ -90,7 +91,8 @@ def run_job(job: dict) -> dict:
 
 def train_in_own_process(job: dict, scratch: Path) -> dict:
     """run_job in a fresh `python -m cpp_data.stages.lib.tokenizer_training` (dying with this process); its
-    result, or its error raised here as ValueError (RuntimeError when it died without saying why)."""
+    result, or its exception raised here (as the same builtin type, else RuntimeError naming it; RuntimeError
+    when it died without saying why)."""
     from cpp_data.pipeline.executors import die_with_parent
 
     scratch.mkdir(parents=True, exist_ok=True)
@@ -103,8 +105,11 @@ def train_in_own_process(job: dict, scratch: Path) -> dict:
     if result is None:
         raise RuntimeError(f"the tokenizer training process exited {proc.returncode} without a result "
                            f"(killed? out of memory?)")
-    if "error" in result:
-        raise ValueError(result["error"])
+    if "error" in result:  # the child's exception again, by its builtin type where it has one
+        kind = getattr(builtins, result.get("kind", ""), None)
+        if isinstance(kind, type) and issubclass(kind, Exception):
+            raise kind(result["error"])
+        raise RuntimeError(f"{result.get('kind')}: {result['error']}")
     return result
 
 
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_job(json.loads(job_path.read_text()))
     except Exception as exc:  # one line for the stage to raise; the traceback would be the trainer's internals
-        result = {"error": f"{type(exc).__name__}: {exc}"}
+        result = {"error": str(exc), "kind": type(exc).__name__}
     tmp = result_path.with_name(f".{result_path.name}.tmp")
     tmp.write_text(json.dumps(result))
     os.replace(tmp, result_path)
