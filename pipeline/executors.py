@@ -153,7 +153,7 @@ def _ensure_ray(cfg: ExecutorConfig) -> None:
 # detect-secrets, tokenizers, datasketch). Measured on a 60 MB v6 build with 2 workers: workers spent 14 CPU-s
 # importing, 6 of them in pandas, when each loaded its own; the forkserver's one load costs 2.3 s.
 WORKER_PRELOAD = ["numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pyarrow.dataset", "pandas",
-                  "datatrove.pipeline.base", "cpp_data.stages.lib.shard_tasks"]
+                  "datatrove.pipeline.base", "datasketch", "cpp_data.stages.lib.shard_tasks"]
 
 
 def _preload_workers() -> None:

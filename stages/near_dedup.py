@@ -38,7 +38,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
-from datasketch import MinHash
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
@@ -88,6 +87,9 @@ class SignatureStep(PipelineStep):
         self.out, self.p, self.removed_file = Path(out), params, Path(removed_file)
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        from datasketch import MinHash  # here, not at the top: it imports scipy (0.4 s), and every CLI command
+        # that loads the recipe imports this module; the tasks' forkserver preloads it (executors.WORKER_PRELOAD)
+
         p = self.p
         dup = pq.read_table(self.removed_file, columns=["source_repo", "source_path", "source_commit"])
         removed = keys.removed_keys([dup])
