@@ -61,6 +61,18 @@ def _init_distributed(device: torch.device, seed: int) -> None:
         model_parallel_cuda_manual_seed(seed)
 
 
+def _close_distributed() -> None:
+    """Undo _init_distributed: megatron-core's model-parallel groups, then the process group. For a caller that
+    only needed them for a moment (verify's gpt_dataset gate) and must leave its process as it found it."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _lr(step: int, c: TrainConfig) -> float:
     if step < c.warmup:
         return c.lr * (step + 1) / c.warmup

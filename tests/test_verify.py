@@ -23,8 +23,26 @@ def _copy_build(build: Path, dst: Path) -> Path:
 
 
 def test_verify_passes_and_promotes(reference_build: Path, tmp_path: Path):
+    """Run through the CLI's entry point in a fresh interpreter that then reports its own state, so that it also
+    shows (issue 13, point 6) that the gates leave nothing behind in the verifying process: no process group
+    (the gpt_dataset gate needs one for a moment), torch.cuda as torch made it (the train step patches it, in
+    the child process that trains)."""
+    import subprocess
+    import sys
+
     build = _copy_build(reference_build, tmp_path)
-    proc = run_cli("verify", str(build))
+    state = tmp_path / "state.json"
+    probe = ("import json, sys, torch, torch.distributed as d\n"
+             "names = ('is_available', 'device_count', 'current_device', 'set_device', 'synchronize')\n"
+             "before = [id(getattr(torch.cuda, n)) for n in names]\n"
+             "from cpp_data.pipeline.cli import main\n"
+             "rc = main(['verify', sys.argv[1]])\n"
+             "json.dump({'rc': rc, 'process_group': d.is_available() and d.is_initialized(),\n"
+             "           'cuda_unchanged': before == [id(getattr(torch.cuda, n)) for n in names]},\n"
+             "          open(sys.argv[2], 'w'))\n")
+    proc = subprocess.run([sys.executable, "-c", probe, str(build), str(state)], capture_output=True, text=True,
+                          timeout=900)
+    assert json.loads(state.read_text()) == {"rc": 0, "process_group": False, "cuda_unchanged": True}, proc.stderr
     for gate in ("files", "counts", "token_range", "decode", "empty_documents", "megatron_read", "gpt_dataset",
                  "packed", "packed_binidx", "train_step"):
         assert f"PASS  {gate}" in proc.stdout, proc.stdout
