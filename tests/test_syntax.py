@@ -276,3 +276,13 @@ def test_call_graph_does_not_depend_on_how_the_join_is_cut():
     assert whole.num_rows > 1000
     for rows in (997, 20_000):  # many chunks, a few
         assert name_graph.resolve(d, c, max_join_rows=rows).equals(whole), rows
+
+
+def test_calls_that_name_no_definition_make_no_edges():
+    """A repository whose calls all go to functions it does not define (a main() calling only the library)
+    has no edges; the join had no chunk to run and failed on it ("need at least one array")."""
+    files = {"main.cc": st.analyze('#include <cstdio>\nint main() { printf("x"); puts("y"); return 0; }\n'),
+             "util.cc": st.analyze("static int twice(int x) { return 2 * x; }\n")}
+    assert st.call_graph(files) == []
+    files["main.cc"] = st.analyze("int twice(int);\nint main() { return twice(2); }\n")
+    assert [(e.caller, e.callee) for e in st.call_graph(files)] == [("main", "twice")]

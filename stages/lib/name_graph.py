@@ -89,7 +89,7 @@ def _codes(*columns: pa.ChunkedArray) -> list[np.ndarray]:
     return _dictionary(*columns)[1]
 
 
-def _resolve_chunk(ci: np.ndarray, di: np.ndarray, calls: pa.Table, defs: pa.Table, ids: dict,
+def _resolve_chunk(ci: np.ndarray, di: np.ndarray, ids: dict,
                    max_candidates: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rule over candidate rows (call row ci, definition row di), grouped by call in call order and
     definition order within a call; returns the kept rows' (call row, definition row, candidates)."""
@@ -144,6 +144,8 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
            "qualifier": qualifier, "strings": strings,
            "no_qualifier": pc.equal(calls.column("qualifier"), "").to_numpy(zero_copy_only=False)}
     rows = np.flatnonzero(fanout > 0)  # calls with at least one candidate, in call order
+    if len(rows) == 0:  # no call names a definition of the repository (a main() calling only the library)
+        return EDGES.empty_table()
     bounds = np.cumsum(fanout[rows])
     kept_c, kept_d, kept_n = [], [], []
     start = 0
@@ -155,7 +157,7 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
         ci = np.repeat(chunk, n)
         first = np.repeat(np.cumsum(n) - n, n)
         di = by_name[np.repeat(lo[chunk], n) + np.arange(len(ci)) - first]
-        c, d, k = _resolve_chunk(ci, di, calls, defs, ids, max_candidates)
+        c, d, k = _resolve_chunk(ci, di, ids, max_candidates)
         kept_c.append(c)
         kept_d.append(d)
         kept_n.append(k)
