@@ -117,7 +117,8 @@ class Extract(SliceWork):
                              "start": c["start"], "end": c["end"], "split": split,
                              "order_row": piece.first_row + i, "order_chunk": k})
         (work / "functions").mkdir(exist_ok=True)
-        write_task_table(pa.Table.from_pylist(rows, schema=function_schema()), work / "functions" / f"{rank:05d}.parquet")
+        write_task_table(pa.Table.from_pylist(rows, schema=function_schema()),
+                         work / "functions" / f"{rank:05d}.parquet")
         stat("functions", len(rows))
 
 

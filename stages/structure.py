@@ -316,9 +316,9 @@ class GraphGroup(PipelineStep):
             self.stat_update("call_edges_by_name", value=edges.num_rows)
         doc_rows.sort(key=lambda d: (d["rank"], d["row"]))
         write_task_table(pa.concat_tables(edge_tables) if edge_tables else CALL_GRAPH.empty_table(),
-               out / f"edges-{rank:05d}.parquet")
+                         out / f"edges-{rank:05d}.parquet")
         write_task_table(pa.Table.from_pylist(doc_rows, schema=DOCUMENT_GRAPH), out / f"docs-{rank:05d}.parquet",
-               row_group_size=4096)  # small row groups: each merge task reads only its ranks' rows
+                         row_group_size=4096)  # small row groups: each merge task reads only its ranks' rows
         return
         yield
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.stages.lib import keys
 
 
@@ -121,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_job(json.loads(job_path.read_text()))
     except Exception as exc:  # one line for the stage to raise; the traceback would be the trainer's internals
         result = {"error": str(exc), "kind": type(exc).__name__}
-    tmp = result_path.with_name(f".{result_path.name}.tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, result_path)
+    atomic_write_json(result_path, result, durable=False)  # scratch: read once, by the stage that waits
     return 1 if "error" in result else 0
 
 
