@@ -8,7 +8,8 @@
 - Shards of an earlier schema revision (schemas/generations.SCHEMA_REVISION) read under today's names: a retired
   column is renamed to its successor, and list-of-struct columns whose fields were renamed are relabelled by
   position. The ledger has the same: `read_ledger`.
-Reading streams one row group at a time, so memory stays bounded by the row-group size.
+Reading streams one row group at a time, so memory stays bounded by the row-group size, and decodes each row
+group in batches of rows (`read_row_group`), so the decoder's scratch stays bounded by a batch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,24 @@ class ShardError(CheckFailed):
 
 class IncompleteBuild(BadInput, ShardError):
     """A directory given as a build that has no `_COMPLETE` marker: bad input (exit 2), never read."""
+
+
+BATCH_ROWS = 64  # rows per decoded batch of read_row_group
+
+
+def read_row_group(pf: pq.ParquetFile, rg: int, columns: list[str] | None = None,
+                   batch_rows: int = BATCH_ROWS) -> pa.Table:
+    """Row group `rg` of `pf` (its `columns`, or all), decoded `batch_rows` rows at a time: the same values and
+    rows as `pf.read_row_group`, in one chunk per batch.
+
+    Why not read_row_group: decoding a list column at once allocates the Parquet levels of every value of the
+    row group (for a per-character column, 4 bytes per character of text beside the values), and Arrow's
+    allocator keeps what was freed. Measured on a 9 MB-text v6 row group of 1,024 documents (56 MiB as Arrow):
+    the process grew by 405 to 575 MiB reading it whole, by about 160 MiB reading it 64 rows at a time, in the
+    same time (0.3 s)."""
+    batches = list(pf.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False))
+    schema = pf.schema_arrow if columns is None else pa.schema([pf.schema_arrow.field(n) for n in columns])
+    return pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema)
 
 
 def require_complete(directory: Path) -> Path:
@@ -130,7 +149,7 @@ def iter_shard(path: Path, generation: str | None, columns_wanted: list[str] | N
             raise ShardError(f"{path}: no column(s) {missing}")
         for rg in range(pf.num_row_groups):
             try:
-                yield pf.read_row_group(rg, columns=columns_wanted)
+                yield read_row_group(pf, rg, columns_wanted)
             except Exception as exc:
                 raise ShardError(f"{path}, row group {rg}: cannot be decoded ({exc})") from None
         return
@@ -148,7 +167,7 @@ def iter_shard(path: Path, generation: str | None, columns_wanted: list[str] | N
     for rg in range(pf.num_row_groups):
         where = f"{path}, row group {rg}"
         try:
-            table = pf.read_row_group(rg, columns=read)
+            table = read_row_group(pf, rg, read)
         except Exception as exc:
             raise ShardError(f"{where}: cannot be decoded ({exc})") from None
         yield conform(table, generation, where, columns_wanted)

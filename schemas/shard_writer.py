@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from cpp_data.schemas.manifest import sha256_file
+from cpp_data.schemas.reader import read_row_group
 
 SPLITS = ("train", "valid")
 
@@ -117,7 +118,7 @@ def rewrite_shards(src: Path, out: Path, transform, compression: str, compressio
         tmp = final.with_name(f".{final.name}.tmp")
         writer = None
         for rg in range(pf.num_row_groups):
-            table = transform(pf.read_row_group(rg), entry)
+            table = transform(read_row_group(pf, rg), entry)
             if writer is None:
                 writer = pq.ParquetWriter(tmp, table.schema, compression=compression,
                                           compression_level=compression_level, write_page_checksum=True)

@@ -54,7 +54,7 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
-from cpp_data.schemas.reader import iter_shard, shard_files
+from cpp_data.schemas.reader import iter_shard, read_row_group, shard_files
 from cpp_data.schemas.shard_writer import ShardParams, ShardWriter
 from cpp_data.tokenizer.files import tokenizer_info
 
@@ -127,7 +127,7 @@ def _documents(files: list[Path], meta_cols: list[str], lo: int = 0, hi: int | N
             if ordinal + n <= lo:
                 ordinal += n
                 continue
-            t = pf.read_row_group(rg, columns=["doc_id", "source_repo", "token_ids", *meta_cols])
+            t = read_row_group(pf, rg, ["doc_id", "source_repo", "token_ids", *meta_cols])
             ids = t.column("token_ids").combine_chunks()
             values, offsets = ids.values.to_numpy(zero_copy_only=False), ids.offsets.to_numpy()
             metas = {}

@@ -32,6 +32,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.schemas.manifest import sha256_file
+from cpp_data.schemas.reader import read_row_group
 
 WORK = "_work"  # scratch of the tasks (pieces, plans); pipeline/cache.py leaves it out of the sealed outputs
 
@@ -140,7 +141,7 @@ class MapSlices(PipelineStep):
         s = slice_of(load_plan(self.work_dir), rank)
         path = self.src / self.files[s.file]
         read = None if self.job.carry_input else self.job.columns
-        rows = pq.ParquetFile(path, page_checksum_verification=True).read_row_group(s.row_group, columns=read)
+        rows = read_row_group(pq.ParquetFile(path, page_checksum_verification=True), s.row_group, read)
         rows = rows.slice(s.start, s.stop - s.start)
         table = rows.select(self.job.columns) if self.job.columns is not None else rows
         out = self.job.transform(table, s, rank, self.work_dir, lambda k, v=1: self.stat_update(k, value=v))
@@ -180,7 +181,7 @@ class MergePieces(PipelineStep):
         source = pq.ParquetFile(self.src / self.files[rank], page_checksum_verification=True)
         for rg in sorted({s.row_group for _, s in mine}):
             pieces = [read_piece(self.work_dir / "pieces" / f"{r:05d}.arrow") for r, s in mine if s.row_group == rg]
-            base = pa.table({}) if self.job.carry_input else source.read_row_group(rg)
+            base = pa.table({}) if self.job.carry_input else read_row_group(source, rg)
             schema = self.job.schema([n for n in base.column_names if n not in pieces[0].column_names]
                                      + pieces[0].column_names)
             parts, at = [], 0
