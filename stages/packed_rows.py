@@ -2,11 +2,12 @@
 
 Each document becomes its token ids + EOD (on the training split, with FIM applied first at `fim_rate`).
 A document longer than `seq_length` is cut into `seq_length` pieces; no other document is ever split. Pieces are
-packed best-fit-decreasing within blocks of `block_docs` documents (memory stays bounded by one block; the
-order of blocks follows the shuffled shards) and rows are right-padded with EOD. Each block is a datatrove task
-on the build's executor; then one task per output file puts the blocks' rows into the rolled files with
-pack_id counted over the whole prefix, and the driver joins the blocks' partial bin/idx (join_partials: the
-bytes of megatron-core's add_index), so the bytes are those of packing the blocks one after another. Columns per row:
+packed best-fit-decreasing within blocks of `block_docs` documents or `block_bytes` of text, whichever is
+reached first (memory stays bounded by one block; the order of blocks follows the shuffled shards) and rows
+are right-padded with EOD. Each block is a datatrove task on the build's executor; then one task per output
+file puts the blocks' rows into the rolled files with pack_id counted over the whole prefix, and the driver
+joins the blocks' partial bin/idx (join_partials: the bytes of megatron-core's add_index), so the bytes are
+those of packing the blocks one after another. Columns per row:
   input_ids, target_ids      seq_length ids; target_ids[k] is the next token of the same document, PAD where
                              there is none (a document's EOD, padding, the last token of a cropped piece)
   loss_mask                  1 where target_ids is a real next token, else 0
@@ -67,6 +68,7 @@ class PackedParams:
     fim_spm_rate: float = 0.5
     seed: int = 42
     block_docs: int = 16_384
+    block_bytes: int = 16 * 2**20  # a block also closes at this much text: a task's memory follows its tokens
     rows_per_shard: int = 8192
     row_group_size: int = 256
 
@@ -168,29 +170,33 @@ def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     return bins
 
 
-def block_plan(files: list[Path], split: str, groups: list, block_docs: int) -> list[dict]:
-    """The packing blocks of one split: per prefix key (the split plus a weight group's suffix), runs of
-    `block_docs` of the group's documents in shard order, each as the ordinal range [lo, hi) it spans. One
-    streaming pass over the small source_repo column."""
+def block_plan(files: list[Path], split: str, groups: list, block_docs: int, block_bytes: int | None = None
+               ) -> list[dict]:
+    """The packing blocks of one split: per prefix key (the split plus a weight group's suffix), runs of the
+    group's documents in shard order of `block_docs` documents, or fewer once they hold `block_bytes` of text
+    (size_bytes; a larger document alone), each as the ordinal range [lo, hi) it spans. One streaming pass over
+    two small columns."""
     blocks: list[dict] = []
-    state = {suffix: {"count": 0, "lo": None, "last": None} for suffix, _, _ in groups}
+    state = {suffix: {"count": 0, "bytes": 0, "lo": None, "last": None} for suffix, _, _ in groups}
 
     def close(suffix: str, keep) -> None:
         st = state[suffix]
         if st["count"]:
             blocks.append({"key": split + suffix, "split": split, "lo": st["lo"], "hi": st["last"] + 1,
                            "documents": st["count"], "sources": sorted(keep) if keep is not None else None})
-        st.update(count=0, lo=None, last=None)
+        st.update(count=0, bytes=0, lo=None, last=None)
 
     ordinal = 0
     for f in files:
-        for t in iter_shard(f, None, ["source_repo"]):
-            for repo in t.column("source_repo").to_pylist():
+        for t in iter_shard(f, None, ["source_repo", "size_bytes"]):
+            for repo, size in zip(t.column("source_repo").to_pylist(), t.column("size_bytes").to_pylist()):
                 for suffix, _, keep in groups:
                     if keep is None or repo in keep:
                         st = state[suffix]
+                        if st["count"] and block_bytes is not None and st["bytes"] + size > block_bytes:
+                            close(suffix, keep)
                         st["lo"] = ordinal if st["lo"] is None else st["lo"]
-                        st["last"], st["count"] = ordinal, st["count"] + 1
+                        st["last"], st["count"], st["bytes"] = ordinal, st["count"] + 1, st["bytes"] + size
                         if st["count"] == block_docs:
                             close(suffix, keep)
                 ordinal += 1
@@ -386,7 +392,8 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     fills = {c.name: c.fill for c in cols}
     files = {split: [str(f) for f in shard_files(shards_dir, split)] for split in ("train", "valid")}
     blocks = [b for split in ("train", "valid")
-              for b in block_plan([Path(f) for f in files[split]], split, split_groups(split, weights), p.block_docs)]
+              for b in block_plan([Path(f) for f in files[split]], split, split_groups(split, weights), p.block_docs,
+                                    p.block_bytes)]
     _write_once(work / "blocks.json", blocks)
     run_datatrove(executor, [PackBlock(files, work, info, p, meta_cols, fills)], len(blocks),
                   work / "_datatrove" / "pack", f"{label}: pack")
