@@ -321,8 +321,10 @@ def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: 
               only: str | None = None, from_stage: str | None = None, force: bool = False,
               wait: bool = False, log=None) -> BuildResult:
     """Lock OUT, run the stages, publish the build; `log` hears of every stage (pipeline/buildlog.py)."""
+    from cpp_data.pipeline.allocator import use_system_allocator
     from cpp_data.pipeline.runner import _print_log
 
+    use_system_allocator()
     log = log or _print_log
     out = Path(out)
     t0 = time.monotonic()

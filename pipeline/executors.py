@@ -65,15 +65,19 @@ def die_with_parent() -> None:
 
 
 class DieWithParent:
-    """A first pipeline step: binds the task's process to its parent's life, records which node runs the task
-    (`nodes/<rank>` under the logging directory: the Ray node's IP and id, else the host name), then passes
-    data through."""
+    """A first pipeline step: binds the task's process to its parent's life, gives Arrow the build's allocator
+    (pipeline/allocator.py: a Ray or Slurm worker does not inherit the driver's environment), records which
+    node runs the task (`nodes/<rank>` under the logging directory: the Ray node's IP and id, else the host
+    name), then passes data through."""
 
     def __init__(self, logging_dir: Path | None = None):
         self.logging_dir = logging_dir
 
     def __call__(self, data, rank: int = 0, world_size: int = 1):
+        from cpp_data.pipeline.allocator import use_system_allocator
+
         die_with_parent()
+        use_system_allocator()
         if self.logging_dir is not None:
             nodes = Path(self.logging_dir) / "nodes"
             nodes.mkdir(parents=True, exist_ok=True)

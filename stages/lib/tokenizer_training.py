@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     job_path = Path(argv[0])
     result_path = job_path.with_name("result.json")
     try:
+        from cpp_data.pipeline.allocator import use_system_allocator
+
+        use_system_allocator()  # inherited from the build already; set again for a process started otherwise
         result = run_job(json.loads(job_path.read_text()))
     except Exception as exc:  # one line for the stage to raise; the traceback would be the trainer's internals
         result = {"error": str(exc), "kind": type(exc).__name__}
