@@ -177,7 +177,11 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     steps = [DieWithParent(logging_dir), *pipeline]
     if cfg.kind == "local":
         _preload_workers()
-        return QuietLocalExecutor(steps, tasks=tasks, workers=min(cfg.workers, tasks), logging_dir=str(logging_dir))
+        # One worker runs the tasks in this process (datatrove's rule for workers=1). With more, even a single
+        # task runs in a worker, so the driver never takes a task's peak: the structure stage's one graph task
+        # of a 92 MB repository took the driver to 576 MiB (bench/scale.py's 4x corpus).
+        workers = 1 if cfg.workers == 1 else max(2, min(cfg.workers, tasks))
+        return QuietLocalExecutor(steps, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
     if cfg.kind == "ray":
         from datatrove.executor.ray import RayPipelineExecutor
 
@@ -224,7 +228,7 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     if incomplete:
         raise RuntimeError(f"{label}: {len(incomplete)} of {tasks} tasks did not complete; see {logging_dir}/logs")
     _count_nodes(logging_dir)
-    if cfg.kind == "local" and min(cfg.workers, tasks) == 1:  # the tasks ran in this process
+    if cfg.kind == "local" and cfg.workers == 1:  # the tasks ran in this process
         clear_worker_cache()
     return collect_stats(logging_dir)
 
