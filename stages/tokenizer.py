@@ -39,10 +39,11 @@ class TokenizerParams:
     # a cpp-data tokenizer to reuse instead of training one: its directory, or a build (or OUT) holding it;
     # `build --tokenizer PATH` sets it. Token ids then stay those of the earlier build (continued training).
     frozen: str = ""
-    # text the trainer sees at most (a seeded sample above it): its memory follows its sample, 941 MiB at 128 MB
-    # of C++ and 1,337 MiB at 166 MB in a process of its own (bench/results/tokenizer_memory.md), so this keeps
-    # the build's process under 2 GB whatever the corpus
-    sample_bytes: int = 128_000_000
+    # text the trainer sees at most (a seeded sample above it). Its process's peak follows the sample: 405 MiB
+    # on the default corpus's 14 MB, 498 on 24 MB and 842 on 62 MB of bench/scale.py's 4x corpus (docs/
+    # SCALING.md), so 24 MB keeps it near the build's other processes whatever the corpus. It costs 1.7% in
+    # held-out bytes per token against training on all 62 MB (bench/results/tokenizer_sample-4x.md).
+    sample_bytes: int = 24_000_000
     sample_seed: int = 42
 
 
