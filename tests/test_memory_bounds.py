@@ -102,3 +102,33 @@ def test_a_single_task_runs_outside_the_driver_when_there_are_workers(tmp_path):
         task = json.loads((out / "0.json").read_text())
         assert (task["pid"] != os.getpid()) == (workers == 2)
         assert task["pool"] == "system" or task["variable"] not in (None, "system")  # set by the task's first step
+
+
+def test_loguru_works_out_its_library_directories_once_per_sys_path():
+    """Each handler datatrove adds per task made loguru ask sysconfig for every scheme's paths (docs/SCALING.md)."""
+    code = '''
+import io, sys, sysconfig
+from loguru import logger
+from loguru._better_exceptions import ExceptionFormatter
+from cpp_data.pipeline.executors import remember_loguru_lib_dirs
+calls = [0]
+get_path = sysconfig.get_path
+def counted(*a, **k):
+    calls[0] += 1
+    return get_path(*a, **k)
+sysconfig.get_path = counted
+logger.add(io.StringIO())
+one = calls[0]
+before = ExceptionFormatter._get_lib_dirs()
+remember_loguru_lib_dirs()
+calls[0] = 0
+for _ in range(3):
+    logger.add(io.StringIO())
+cached = calls[0]
+sys.path.insert(0, "/nonexistent")
+logger.add(io.StringIO())
+print(one, cached, calls[0] - cached, ExceptionFormatter._get_lib_dirs() == before)
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    one, cached, after_change, same = int(out[0]), int(out[1]), int(out[2]), out[3]
+    assert one > 0 and cached == one and after_change == one and same == "True"
