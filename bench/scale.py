@@ -21,8 +21,9 @@ configured only when --semantics is given (its 99 TUs take about three minutes o
     .venv/bin/python bench/scale.py --scales 1 2 4 --workers 1 2 [--semantics] [--work /tmp/scale]
         [--extra-repo-mb 16] [--set tokenizer.sample_bytes=8000000 ...] [--name NAME]
 
-Writes bench/results/<--name>.{json,md,png} (scale by default). Times are wall seconds on this machine
-with nothing else running; compare runs of one invocation only.
+Writes bench/results/<--name>.{json,md,png} (scale by default), with each run's output digest (the published
+files' SHA-256s, README.md aside), so the runs of one scale show whether the worker count changed a byte.
+Times are wall seconds on this machine with nothing else running; compare runs of one invocation only.
 """
 
 from __future__ import annotations
@@ -215,6 +216,19 @@ def run_build(sources: Path, out: Path, workers: int, settings: list[str] = ()) 
             "summary": summary}
 
 
+def output_digest(out: Path) -> str | None:
+    """SHA-256 over the published build's (path, SHA-256) pairs from its manifest, README.md left out (it holds
+    the build's own timings): equal digests, byte-identical outputs."""
+    import hashlib
+
+    manifests = sorted((out / "builds").glob("v6-*/manifest.json"))
+    if not manifests:
+        return None
+    files = json.loads(manifests[-1].read_text())["files"]
+    pairs = sorted((f["path"], f["sha256"]) for f in files if f["path"] != "README.md")
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 2, 4])
@@ -261,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
                 r["semantics_tus"] = tus
                 r["semantics_tus_per_s_per_worker"] = round(tus / (index_s or secs["semantics"]) / workers, 3)
             r["settings"] = a.settings
+            r["output_digest"] = output_digest(out)
             runs.append(r)
             print(f"{scale}x w{workers}: {r['mb_collected']} MB, all but semantics "
                   f"{r['mb_per_s_all_but_semantics']} MB/s, high-water mark {r['high_water_mib_any_process']} MiB, "
@@ -285,6 +300,12 @@ def _markdown(runs: list[dict], path: Path) -> None:
         lines.append(f"| {r['scale']}x w{r['workers']} | {r['mb_collected']} | {r['mb_per_s_all_but_semantics']} | "
                      f"{r.get('high_water_mib_any_process', '')} | {r['peak_rss_mib_any_process']} | "
                      f"{r['peak_rss_mib_tree']} | {r['wall_seconds']} |")
+    for scale in sorted({r["scale"] for r in runs}):
+        digests = {r["workers"]: r.get("output_digest") for r in runs if r["scale"] == scale}
+        if len(digests) > 1:
+            same = len(set(digests.values())) == 1 and None not in digests.values()
+            lines.append(f"\n{scale}x: output digest per worker count {digests}: "
+                         f"{'identical' if same else 'DIFFERENT'}")
     sem = [r for r in runs if r.get("semantics_tus_per_s_per_worker")]
     if sem:
         lines += ["", "| run | TUs | TUs/s per worker |", "|---|---|---|"]

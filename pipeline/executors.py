@@ -93,9 +93,10 @@ def die_with_parent() -> None:
 
 class DieWithParent:
     """A first pipeline step: binds the task's process to its parent's life, gives Arrow the build's allocator
-    (pipeline/allocator.py: a Ray or Slurm worker does not inherit the driver's environment), records which
-    node runs the task (`nodes/<rank>` under the logging directory: the Ray node's IP and id, else the host
-    name), then passes data through."""
+    (pipeline/allocator.py: a Ray or Slurm worker does not inherit the driver's environment) and loguru its
+    remembered library directories (the task's later handlers), records which node runs the task
+    (`nodes/<rank>` under the logging directory: the Ray node's IP and id, else the host name), then passes
+    data through."""
 
     def __init__(self, logging_dir: Path | None = None):
         self.logging_dir = logging_dir
