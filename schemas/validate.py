@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from cpp_data.schemas.generations import columns
 from cpp_data.schemas.manifest import load_manifest, sha256_file
-from cpp_data.schemas.reader import ShardError, require_complete, struct_fields_renamed
+from cpp_data.schemas.reader import ShardError, read_row_group, require_complete, struct_fields_renamed
 
 
 def _locate_corruption(path: Path) -> str | None:
@@ -25,7 +25,7 @@ def _locate_corruption(path: Path) -> str | None:
     for rg in range(pf.num_row_groups):
         for name in pf.schema_arrow.names:
             try:
-                pf.read_row_group(rg, columns=[name])
+                read_row_group(pf, rg, [name])
             except Exception as exc:
                 return f"{path}, row group {rg}, column {name!r}: {exc}"
     return None
@@ -55,7 +55,7 @@ def check_shard(path: Path, generation: str, expected_rows: int | None) -> None:
     for rg in range(pf.num_row_groups):
         for name in schema.names:
             try:
-                table = pf.read_row_group(rg, columns=[name])
+                table = read_row_group(pf, rg, [name])
             except Exception as exc:
                 raise ShardError(f"{path}, row group {rg}, column {name!r}: cannot be decoded ({exc})") from None
             if name == "text" and table.column(0).null_count:
