@@ -217,15 +217,15 @@ def run_build(sources: Path, out: Path, workers: int, settings: list[str] = ()) 
 
 
 def output_digest(out: Path) -> str | None:
-    """SHA-256 over the published build's (path, SHA-256) pairs from its manifest, README.md left out (it holds
-    the build's own timings): equal digests, byte-identical outputs."""
+    """SHA-256 over the published build's (path, SHA-256) pairs from its manifest, the dataset card (README.md,
+    kind "card") left out: it holds the build's own timings. Equal digests, byte-identical outputs."""
     import hashlib
 
     manifests = sorted((out / "builds").glob("v6-*/manifest.json"))
     if not manifests:
         return None
     files = json.loads(manifests[-1].read_text())["files"]
-    pairs = sorted((f["path"], f["sha256"]) for f in files if f["path"] != "README.md")
+    pairs = sorted((f["path"], f["sha256"]) for f in files if f.get("kind") != "card")
     return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
 
 
