@@ -11,11 +11,13 @@ fresh output directory (with any --set overrides) and watches it:
   processes left out) and records, per stage, the peak RSS of the whole tree and of its largest process, and
   the CPU seconds of the tree; and, for the whole build, the largest high-water mark (VmHWM) any process
   reached: the kernel keeps it exactly, so a spike between two samples still counts (the headline memory
-  figure; the sampled per-stage peaks say which stage it was).
+  figure; the sampled per-stage peaks say which stage it was). While the tokenizer trains beside structure,
+  the samples go to "structure+tokenizer".
 
 MB/s is megabytes of C/C++ collected (the build summary's bytes) over the stage's seconds; "all but semantics"
-is the issue's speed figure, since libclang's time depends on how many translation units a project has and not
-on corpus bytes: semantics is reported as TUs per second per worker instead. googletest's CMake project is
+is the issue's speed figure, over the build's own wall time less the semantics stage's, since libclang's time
+depends on how many translation units a project has and not on corpus bytes: semantics is reported as TUs per
+second per worker instead. googletest's CMake project is
 configured only when --semantics is given (its 99 TUs take about three minutes on two cores).
 
     .venv/bin/python bench/scale.py --scales 1 2 4 --workers 1 2 [--semantics] [--work /tmp/scale]
@@ -156,6 +158,16 @@ class Sampler(threading.Thread):
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.pid, self.stage, self.peaks, self.stop = pid, "startup", {}, threading.Event()
+        self.running: list[str] = []  # stages running now: the tokenizer runs beside structure
+
+    def started(self, name: str) -> None:
+        self.running.append(name)
+        self.stage = "+".join(self.running)
+
+    def finished(self, name: str) -> None:
+        if name in self.running:
+            self.running.remove(name)
+        self.stage = "+".join(self.running) or "between stages"
         self.cpu: dict[str, float] = {}
         self._ticks: dict[int, int] = {}
         self.high_water: dict[int, int] = {}  # pid -> VmHWM KiB, the last value read while it lived
@@ -195,11 +207,11 @@ def run_build(sources: Path, out: Path, workers: int, settings: list[str] = ()) 
             continue
         kind = event.get("event")
         if kind == "stage_start":
-            sampler.stage = event["label"].split("[")[0]
+            sampler.started(event["label"].split("[")[0])
         elif kind == "stage_done":
             name = event["label"].split("[")[0]
             stages[name] = stages.get(name, 0.0) + float(event.get("seconds", 0.0))
-            sampler.stage = "between stages"
+            sampler.finished(name)
         elif kind == "summary":
             summary = event["summary"]
     err = proc.stderr.read()
@@ -262,7 +274,9 @@ def main(argv: list[str] | None = None) -> None:
             r = run_build(sources, out, workers, a.settings)
             collected = (r["summary"] or {}).get("cpp_bytes_collected") or base * scale
             secs = r["stage_seconds"]
-            not_sem = sum(v for k, v in secs.items() if k != "semantics")
+            # the build's own time less semantics: the stage seconds added up would count the tokenizer's
+            # training twice, since it runs beside structure
+            not_sem = ((r["summary"] or {}).get("wall_seconds") or r["wall_seconds"]) - secs.get("semantics", 0.0)
             r.update(scale=scale, workers=workers, mb_collected=round(collected / 1e6, 1),
                      mb_per_s_all_but_semantics=round(collected / 1e6 / not_sem, 3) if not_sem else None,
                      mb_per_s_per_stage={k: round(collected / 1e6 / v, 2) for k, v in secs.items() if v > 0.05},

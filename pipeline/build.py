@@ -23,7 +23,7 @@ from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
 from cpp_data.pipeline.outlock import OutputLock
 from cpp_data.pipeline.recipe import Recipe
-from cpp_data.pipeline.runner import Runner
+from cpp_data.pipeline.runner import RunReport, Runner
 from cpp_data.pipeline.sources import LockedSource, write_lock
 from cpp_data.schemas.dataset_card import dataset_card
 from cpp_data.schemas.generations import SCHEMA_REVISION
@@ -85,9 +85,11 @@ def _summary_value(cls: type, artifacts: list, key: str) -> Any:
     return artifacts[0].counts.get(key) if artifacts else None
 
 
-def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
+def summarize(runner: Runner, seconds: float, report: RunReport | None = None) -> dict[str, Any]:
     """Files seen, kept, refused by rule, duplicates, shards, bytes, time and throughput: each field from the
-    latest stage in recipe order that declares it (Stage.summary_counts)."""
+    latest stage in recipe order that declares it (Stage.summary_counts). Throughput is C/C++ collected over
+    the runner's wall time when this run ran every stage (`report` says), else over the stages' recorded
+    seconds added up, which overstates a build whose tokenizer ran beside structure (Stage.runs_beside)."""
     summary: dict[str, Any] = {"sources": len(runner.sources), **SUMMARY_FIELDS}
     for cls, artifacts in recipe_stages(runner):
         for field_name, key in cls.summary_counts.items():
@@ -96,11 +98,12 @@ def summarize(runner: Runner, seconds: float) -> dict[str, Any]:
     stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
     from cpp_data.pipeline.executors import TASKS_PER_NODE
 
+    spent = report.seconds if report is not None and report.ran and not report.cached else stage_seconds
     summary.update({
         "tasks_per_node": dict(sorted(TASKS_PER_NODE.items())),  # this run's executor tasks (cached stages ran none)
         "wall_seconds": round(seconds, 2),
         "stage_seconds": round(stage_seconds, 2),
-        "throughput_mb_s": round(summary["cpp_bytes_collected"] / 1e6 / stage_seconds, 2) if stage_seconds else None,
+        "throughput_mb_s": round(summary["cpp_bytes_collected"] / 1e6 / spent, 2) if spent else None,
     })
     summary["warnings"] = _warnings(summary)
     return summary
@@ -331,10 +334,10 @@ def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: 
     with OutputLock(out, wait=wait):
         write_lock(out / "sources.lock", sources)
         runner = Runner(out, recipe, sources, executor, only=only, from_stage=from_stage, force=force)
-        runner.run(log=log)
+        report = runner.run(log=log)
         if not runner.all_sealed():
             return BuildResult(None, False, {})
-        summary = summarize(runner, time.monotonic() - t0)
+        summary = summarize(runner, time.monotonic() - t0, report)
         build_dir, new = publish(runner, recipe, sources, summary, log=log)
         atomic_write_text(out / "builds" / "LATEST", build_dir.name + "\n")
     return BuildResult(build_dir, new, summary)

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -194,41 +195,71 @@ class Runner:
                     shutil.rmtree(entry, ignore_errors=True)
 
     def run(self, log=None) -> RunReport:
-        """Run every stage instance that is not sealed, in recipe order. `log(text, event=..., **fields)` hears
-        of each one: stage_cached, stage_repaired, stage_start, stage_done (pipeline/buildlog.py)."""
-        log = log or _print_log
+        """Run every stage instance that is not sealed, in recipe order; except that a stage instance that runs
+        beside the others (Stage.runs_beside) starts, in a thread of its own, as soon as the instances it reads
+        are done, and is waited for before the first instance that reads it and at the end (not with --only).
+        `log(text, event=..., **fields)` hears of each one: stage_cached, stage_repaired, stage_start,
+        stage_done (pipeline/buildlog.py); calls to it never overlap."""
+        log = _one_at_a_time(log or _print_log)
         report = RunReport()
         t0 = time.monotonic()
         self.clean_temporaries()
         order = self.recipe.stages
         todo = [t for t in self.tasks if not (self.only is not None and t.name != self.only
                                               and order.index(t.name) > order.index(self.only))]
-        for k, task in enumerate(todo, 1):  # --only never runs what comes after the stage
-            where = {"label": task.label, "index": k, "total": len(todo)}
-            if not self.resolve(task):  # recipe order: every input ran or was verified above
-                raise StageFailed(f"{task.label}: an input has no sealed output")
-            final = task.directory(self.out)
-            input_of_only = self.only is not None and task.name != self.only
-            if is_sealed(final) and not self._forced(task):
-                problem = self.entry_damage(task)  # checked once per task: it reads every cached byte
-                if problem is None:
-                    report.cached.append(task.label)
-                    log(f"{task.label}: cached", event="stage_cached", **where)
+        index = {id(t): k for k, t in enumerate(todo, 1)}  # --only never runs what comes after the stage
+        done: set[int] = set()  # id() of the instances whose output is sealed and checked
+        beside: dict[int, _Beside] = {}
+        try:
+            for task in todo:
+                if id(task) in beside:
                     continue
-                if input_of_only:
-                    raise StageFailed(f"--only {self.only}: its input {task.label} is damaged ({problem}); "
-                                      f"run the build without --only to rebuild it")
-                log(f"{task.label}: cached output damaged ({problem}); running it again", event="stage_repaired",
-                    **where)
-                report.repaired.append(task.label)
-            elif input_of_only and not is_sealed(final):
-                raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
-                                  f"run the build without --only first")
-            self._run_task(task, final, log, where)
-            report.ran.append(task.label)
+                for dep in _input_tasks(task):
+                    if id(dep) in beside and id(dep) not in done:
+                        beside[id(dep)].join()
+                        done.add(id(dep))
+                self._visit(task, index[id(task)], len(todo), log, report)
+                done.add(id(task))
+                for later in todo if self.only is None else ():
+                    if (later.stage.runs_beside and id(later) not in done and id(later) not in beside
+                            and all(id(d) in done for d in _input_tasks(later))):
+                        beside[id(later)] = _Beside(self, later, index[id(later)], len(todo), log, report)
+            for key, b in beside.items():
+                if key not in done:
+                    b.join()
+                    done.add(key)
+        except Exception:
+            for b in beside.values():  # a stage failed: one running beside still finishes and seals its
+                b.wait()               # output, so the next run reuses it (an interrupt does not wait)
+            raise
         self.clean_temporaries(finished=True)
         report.seconds = time.monotonic() - t0
         return report
+
+    def _visit(self, task: Task, k: int, total: int, log, report: RunReport, beside: bool = False) -> None:
+        """Reuse `task`'s sealed output once it is checked, else run it (inputs already done)."""
+        where = {"label": task.label, "index": k, "total": total}
+        if not self.resolve(task):  # recipe order: every input ran or was verified before
+            raise StageFailed(f"{task.label}: an input has no sealed output")
+        final = task.directory(self.out)
+        input_of_only = self.only is not None and task.name != self.only
+        if is_sealed(final) and not self._forced(task):
+            problem = self.entry_damage(task)  # checked once per task: it reads every cached byte
+            if problem is None:
+                report.cached.append(task.label)
+                log(f"{task.label}: cached", event="stage_cached", **where)
+                return
+            if input_of_only:
+                raise StageFailed(f"--only {self.only}: its input {task.label} is damaged ({problem}); "
+                                  f"run the build without --only to rebuild it")
+            log(f"{task.label}: cached output damaged ({problem}); running it again", event="stage_repaired",
+                **where)
+            report.repaired.append(task.label)
+        elif input_of_only and not is_sealed(final):
+            raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
+                              f"run the build without --only first")
+        self._run_task(task, final, log, where, beside)
+        report.ran.append(task.label)
 
     def entry_damage(self, task: Task) -> str | None:
         """None when a sealed entry holds exactly the outputs it was sealed with; else what is wrong."""
@@ -238,7 +269,7 @@ class Runner:
             return f"stage.json unreadable: {exc}"
         return damage(task.directory(self.out), recorded)
 
-    def _run_task(self, task: Task, final: Path, log, where: dict) -> None:
+    def _run_task(self, task: Task, final: Path, log, where: dict, beside: bool = False) -> None:
         partial = final.with_name(task.fingerprint + ".partial")
         if partial.exists() and not task.stage.resumable_tasks:
             shutil.rmtree(partial)
@@ -248,11 +279,12 @@ class Runner:
             out=partial,
             inputs={k: [t.artifact(self.out) for t in v] for k, v in task.inputs.items()},
             source=task.source,
-            executor=self.executor,
+            executor=dataclasses.replace(self.executor, progress=False) if beside else self.executor,
             label=task.label,
             sources=self.sources,
         )
-        log(f"{task.label}: running{' (resuming finished tasks)' if resumed else ''}", event="stage_start", **where)
+        log(f"{task.label}: running{' (resuming finished tasks)' if resumed else ''}"
+            f"{' beside the next stages' if beside else ''}", event="stage_start", **where)
         started = time.monotonic()
         try:
             counts = task.stage.run(ctx)
@@ -291,6 +323,46 @@ class Runner:
             records.append({k: meta.get(k) for k in ("stage", "source", "fingerprint", "version", "params",
                                                     "counts", "seconds", "finished_at", "fingerprint_of")})
         return records
+
+
+def _input_tasks(task: Task) -> list[Task]:
+    return [t for ts in task.inputs.values() for t in ts]
+
+
+class _Beside:
+    """A stage instance visited in a thread of its own (Stage.runs_beside); join() waits for it and raises
+    what it raised. A daemon thread: an interrupted build does not wait for it, and the process the stage
+    started dies with the thread (tokenizer_training binds it to the thread's life)."""
+
+    def __init__(self, runner: Runner, task: Task, k: int, total: int, log, report: RunReport):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._visit, args=(runner, task, k, total, log, report),
+                                       name=f"cpp-data {task.label}", daemon=True)
+        self.thread.start()
+
+    def _visit(self, runner: Runner, task: Task, k: int, total: int, log, report: RunReport) -> None:
+        try:
+            runner._visit(task, k, total, log, report, beside=True)
+        except BaseException as exc:  # raised again by join(), in the runner's thread
+            self.error = exc
+
+    def wait(self) -> None:
+        self.thread.join()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _one_at_a_time(log):
+    """`log` behind a lock: a stage running beside the others logs from its own thread."""
+    lock = threading.Lock()
+
+    def locked(text: str, **event) -> None:
+        with lock:
+            log(text, **event)
+    return locked
 
 
 def release_freed_heap() -> None:

@@ -64,6 +64,10 @@ class Stage(ABC):
     Params: ClassVar[type]
     # Keep a killed run's finished datatrove tasks (their outputs are whole files named by rank).
     resumable_tasks: ClassVar[bool] = False
+    # Its work runs in a process of its own, so the driver thread that runs it only waits: the runner starts it
+    # as soon as its inputs are done and goes on with the stages after it that do not read its output, joining
+    # it before the first one that does (pipeline/runner.py). The tokenizer's training runs beside structure.
+    runs_beside: ClassVar[bool] = False
     # Installed distributions whose version shapes this stage's output bytes (part of its fingerprint).
     libraries: ClassVar[tuple[str, ...]] = ("pyarrow", "numpy")
     # What the build summary takes from this stage's counts: {summary field: counts key}. A source-scoped

@@ -53,6 +53,7 @@ class TokenizerStage(Stage):
     version = 2
     scope = "corpus"
     inputs = ("shards",)
+    runs_beside = True  # the training is a process of its own: structure runs meanwhile (docs/SCALING.md)
     Params = TokenizerParams
 
     summary_counts = {"tokenizer_vocab_size": "vocab_size", "tokenizer_learned_ids": "learned_ids",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -90,17 +91,16 @@ def run_job(job: dict) -> dict:
 
 
 def train_in_own_process(job: dict, scratch: Path) -> dict:
-    """run_job in a fresh `python -m cpp_data.stages.lib.tokenizer_training` (dying with this process); its
-    result, or its exception raised here (as the same builtin type, else RuntimeError naming it; RuntimeError
-    when it died without saying why)."""
-    from cpp_data.pipeline.executors import die_with_parent
-
+    """run_job in a fresh `python -m cpp_data.stages.lib.tokenizer_training` (dying with the thread that
+    starts it, main() says how); its result, or its exception raised here (as the same builtin type, else
+    RuntimeError naming it; RuntimeError when it died without saying why). No preexec_fn: the runner calls
+    this from a thread of its own (Stage.runs_beside), and a preexec_fn is not safe in a process with threads."""
     scratch.mkdir(parents=True, exist_ok=True)
     job_path, result_path = scratch / "job.json", scratch / "result.json"
-    job_path.write_text(json.dumps(job))
+    job_path.write_text(json.dumps({**job, "parent_pid": os.getpid()}))
     result_path.unlink(missing_ok=True)
     proc = subprocess.run([sys.executable, "-m", "cpp_data.stages.lib.tokenizer_training", str(job_path)],
-                          preexec_fn=die_with_parent, stdout=subprocess.DEVNULL)
+                          stdout=subprocess.DEVNULL)
     result = json.loads(result_path.read_text()) if result_path.is_file() else None
     if result is None:
         raise RuntimeError(f"the tokenizer training process exited {proc.returncode} without a result "
@@ -117,11 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job_path = Path(argv[0])
     result_path = job_path.with_name("result.json")
+    from cpp_data.pipeline.executors import die_with_parent
+
+    job = json.loads(job_path.read_text())
+    die_with_parent()  # killed when the thread that started this process ends (PR_SET_PDEATHSIG) ...
+    if job.get("parent_pid") not in (None, os.getppid()):  # ... or already gone, before that took hold
+        return 1
     try:
         from cpp_data.pipeline.allocator import use_system_allocator
 
         use_system_allocator()  # inherited from the build already; set again for a process started otherwise
-        result = run_job(json.loads(job_path.read_text()))
+        result = run_job(job)
     except Exception as exc:  # one line for the stage to raise; the traceback would be the trainer's internals
         result = {"error": str(exc), "kind": type(exc).__name__}
     atomic_write_json(result_path, result, durable=False)  # scratch: read once, by the stage that waits
