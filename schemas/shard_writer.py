@@ -9,7 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
@@ -24,6 +26,12 @@ class ShardParams:
     generation: str = "v6"
     docs_per_shard: int = 50_000
     row_group_size: int = 1024
+    # ... and at most this many bytes of `text` per row group (one larger document stands alone; 0: no bound).
+    # Every task over the shards (structure, token_columns and their merges) holds a row group's per-character
+    # columns, at about 40 MiB per MB of text, so this bounds their memory where documents are large: 1,024
+    # rows of up to collect.max_bytes each could be 1 GB of text. Measured: a structure merge of a 16.6 MB row
+    # group (19 documents of 0.9 MB) peaked at 807 MiB; the default corpus's 1,024-row groups held 5 to 10 MB.
+    row_group_bytes: int = 4 * 2**20
     valid_fraction: float = 0.01
     seed: int = 42
     compression: str = "zstd"
@@ -33,8 +41,10 @@ class ShardParams:
 
 
 class ShardWriter:
-    """Rolls files of `docs_per_shard` rows with exact `row_group_size`-row row groups, each written to a
-    hidden temporary and renamed into place when full, listed with its rows, bytes and SHA-256.
+    """Rolls files of `docs_per_shard` rows with row groups of `row_group_size` rows, or fewer where
+    `row_group_bytes` of text comes first, each file written to a hidden temporary and renamed into place when
+    full, listed with its rows, bytes and SHA-256. A row group's bounds depend only on the sequence of rows
+    (never on how they were handed to `write`), so the same rows give the same file.
 
     Document shards are `shards/<split>-NNNNN.parquet`; the packed rows use the same writer with their own
     stem, kind and directory (`packed/<key>-NNNNN.parquet`, kind "packed"), and `add` a row at a time."""
@@ -46,6 +56,7 @@ class ShardWriter:
         self.rows: list[dict] = []  # rows given one at a time (add), not yet a table
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
+        self.pending_bytes = 0  # Arrow bytes of the pending text (offsets too): when to try a flush
         self.writer: pq.ParquetWriter | None = None
         self.rows_in_shard = 0
         self.index = 0
@@ -67,12 +78,18 @@ class ShardWriter:
 
     def _flush(self, final: bool) -> None:
         table = pa.concat_tables(self.pending) if self.pending else self.schema.empty_table()
+        ends = self._text_ends(table)
         pos = 0
-        while table.num_rows - pos >= self.p.row_group_size or (final and pos < table.num_rows):
-            if self.writer is None:
-                self._open()
+        while pos < table.num_rows:
             room = self.p.docs_per_shard - self.rows_in_shard
             n = min(self.p.row_group_size, room, table.num_rows - pos)
+            if ends is not None:  # the most rows from pos within row_group_bytes, at least one
+                before = int(ends[pos - 1]) if pos else 0
+                n = max(1, int(np.searchsorted(ends[pos:pos + n], before + self.p.row_group_bytes, "right")))
+            if not (final or n < table.num_rows - pos or n == self.p.row_group_size or n == room):
+                break  # the rows still to come could join this row group
+            if self.writer is None:
+                self._open()
             self.writer.write_table(table.slice(pos, n), row_group_size=n)
             self.rows_in_shard += n
             pos += n
@@ -80,11 +97,20 @@ class ShardWriter:
                 self._close_shard()
         rest = table.slice(pos)
         self.pending, self.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+        self.pending_bytes = rest.column("text").nbytes if "text" in rest.column_names else 0
+
+    def _text_ends(self, table: pa.Table) -> np.ndarray | None:
+        """Cumulative text bytes of the rows (None when row groups have no bytes bound or no text)."""
+        if not self.p.row_group_bytes or "text" not in table.column_names:
+            return None
+        return np.cumsum(pc.binary_length(table.column("text")).to_numpy(zero_copy_only=False), dtype=np.int64)
 
     def write(self, table: pa.Table) -> None:
         self.pending.append(table)
         self.pending_rows += table.num_rows
-        if self.pending_rows >= self.p.row_group_size:
+        self.pending_bytes += table.column("text").nbytes if "text" in table.column_names else 0
+        if self.pending_rows >= self.p.row_group_size or (
+                self.p.row_group_bytes and self.pending_bytes > self.p.row_group_bytes):
             self._flush(final=False)
 
     def add(self, row: dict) -> None:

@@ -44,7 +44,14 @@ def test_build_contents_and_summary(reference_build):
             shard_rows += list(zip(t.column("source_repo").to_pylist(), t.column("source_path").to_pylist()))
             md = pq.ParquetFile(reference_build / entry["path"]).metadata
             sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
-            assert all(s == 1024 for s in sizes[:-1]) and sizes[-1] <= 1024
+            text = [len(x.encode()) for x in t.column("text").to_pylist()]
+            start = 0
+            for k, n in enumerate(sizes):  # 1,024 rows or 4 MiB of text, whichever comes first
+                group = sum(text[start:start + n])
+                assert n <= 1024 and (group <= 4 * 2**20 or n == 1)
+                if k < len(sizes) - 1 and n < 1024:
+                    assert group + text[start + n] > 4 * 2**20
+                start += n
     assert len(shard_rows) == len(set(shard_rows)) == len(kept)
     assert set(shard_rows) == kept
     splits = {e["split"] for e in manifest["files"] if e["kind"] == "shard"}

@@ -116,3 +116,42 @@ def test_revision_1_shards_and_ledger_read_under_todays_names(tmp_path):
     pq.write_table(pa.table({"text": ["x"], "constituents": pa.array([[{"a": 1}]])}), shard)
     with pytest.raises(ShardError, match="constituents"):
         check_shard(shard, "v6", 1)
+
+
+def test_row_groups_close_at_their_byte_bound_whatever_the_chunking(tmp_path):
+    """ShardWriter: a row group closes at row_group_size rows or row_group_bytes of text, whichever first (a
+    larger document alone), and the files do not depend on how the rows were handed over."""
+    import random
+
+    from cpp_data.schemas.generations import write_schema
+    from cpp_data.schemas.shard_writer import ShardParams, ShardWriter
+
+    rng = random.Random(7)
+    sizes = [rng.choice([10, 300, 900, 2500]) for _ in range(200)]
+    texts = [chr(97 + i % 26) * n for i, n in enumerate(sizes)]
+    schema = write_schema("v6", ["text", "doc_id"])
+    table = pa.table({"text": texts, "doc_id": [f"d{i}" for i in range(len(texts))]}, schema=schema)
+    p = ShardParams(docs_per_shard=150, row_group_size=8, row_group_bytes=2000)
+    listings = []
+    for k, cut in enumerate([[200], [1] * 200, [3, 50, 7, 140], [64, 64, 64, 8]]):
+        out = tmp_path / f"c{k}"
+        out.mkdir()
+        writer = ShardWriter(out, "train", schema, p)
+        pos = 0
+        for n in cut:
+            writer.write(table.slice(pos, n))
+            pos += n
+        listings.append([(f["path"], f["rows"], f["sha256"]) for f in writer.close()])
+    assert all(lst == listings[0] for lst in listings)
+    groups = []
+    for path, rows, _ in listings[0]:
+        md = pq.read_metadata(tmp_path / "c0" / path.split("/")[-1])
+        groups += [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    assert sum(groups) == 200 and [r for _, r, _ in listings[0]] == [150, 50]
+    start = 0
+    for g in groups:
+        chunk = sizes[start:start + g]
+        assert g <= 8 and (sum(chunk) <= 2000 or g == 1)
+        if start + g < 200 and g < 8 and not (start + g == 150):  # closed by bytes: the next row did not fit
+            assert sum(chunk) + sizes[start + g] > 2000
+        start += g
