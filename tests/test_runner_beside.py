@@ -105,23 +105,28 @@ def test_beside_stage_overlaps_and_is_joined_before_its_readers(runner):
     assert sorted(label for event, label in again if event == "stage_cached") == ["a", "b", "c", "slow"]
 
 
-def test_failure_beside_names_its_stage_and_keeps_the_other_side(runner):
-    FAIL.add("slow")
+def _failing(runner, stage: str) -> Runner:
+    """A run in which `stage` raises: the build fails naming it; returns the runner to look into."""
+    FAIL.add(stage)
     r = runner()
-    with pytest.raises(StageFailed, match="stage slow: ValueError: slow was told to fail"):
+    with pytest.raises(StageFailed, match=f"stage {stage}: ValueError: {stage} was told to fail"):
         r.run(lambda *a, **k: None)
-    b = next(t for t in r.tasks if t.name == "b")
-    assert is_sealed(b.directory(r.out))  # b finished while slow failed
+    return r
+
+
+def _sealed(r: Runner, stage: str) -> bool:
+    return is_sealed(next(t for t in r.tasks if t.name == stage).directory(r.out))
+
+
+def test_failure_beside_names_its_stage_and_keeps_the_other_side(runner):
+    r = _failing(runner, "slow")
+    assert _sealed(r, "b")  # b finished while slow failed
     assert not (r.out / "cache" / "c").exists()  # c reads slow: it never started
 
 
 def test_failure_in_the_runner_thread_waits_for_the_stage_beside(runner):
-    FAIL.add("b")
-    r = runner()
-    with pytest.raises(StageFailed, match="stage b: ValueError: b was told to fail"):
-        r.run(lambda *a, **k: None)
-    slow = next(t for t in r.tasks if t.name == "slow")
-    assert is_sealed(slow.directory(r.out))  # sealed before the failure was raised: the next run reuses it
+    r = _failing(runner, "b")
+    assert _sealed(r, "slow")  # sealed before the failure was raised: the next run reuses it
     FAIL.clear()
     events = _events(runner().run)
     assert ("stage_cached", "slow") in events and ("stage_done", "b") in events
