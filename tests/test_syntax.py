@@ -286,3 +286,13 @@ def test_calls_that_name_no_definition_make_no_edges():
     assert st.call_graph(files) == []
     files["main.cc"] = st.analyze("int twice(int);\nint main() { return twice(2); }\n")
     assert [(e.caller, e.callee) for e in st.call_graph(files)] == [("main", "twice")]
+
+
+def test_call_graph_keeps_first_order_and_last_candidate_count():
+    """An edge made by several calls comes once, where its first call put it, with the candidate count of its
+    last call (name_graph.resolve deduplicates on codes; the rule is call_graph's). A call's candidates come in
+    definition order, the order of the file's spans (here ns2::f before ns1::f)."""
+    files = {"a.cc": st.analyze("namespace ns1 { void f() {} }\nnamespace ns2 { void f() {} }\n"
+                                "void g() { f(); ns1::f(); }\nvoid h() { ns2::f(); f(); }\n")}
+    edges = [(e.caller, e.callee, e.candidates) for e in st.call_graph(files)]
+    assert edges == [("g", "ns2::f", 2), ("g", "ns1::f", 1), ("h", "ns2::f", 2), ("h", "ns1::f", 2)]

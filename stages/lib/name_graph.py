@@ -12,10 +12,13 @@ repository's definitions and calls as columns (a few dozen bytes a row) rather t
 every file. The join runs on integer codes (`resolve`): a call's candidates are a run of the definitions sorted
 by (name, order), the filters compare codes of paths and scopes, and the qualifier test runs once per distinct
 (qualifier, scope) pair. Chunks of consecutive calls keep the candidate rows under `max_join_rows`, which
-bounds memory even where a generic name (`get`, `size`) has thousands of definitions. Measured on the 92 MB
+bounds memory even where a generic name (`get`, `size`) has thousands of definitions, and the edges are
+deduplicated on codes too, so strings are taken for the distinct edges only. Measured on the 92 MB
 single-repository source of bench/scale.py's 4x corpus: joining the tables themselves (a dozen strings per
 candidate row, chunks of 500 k rows) took 9.0 s and 705 MiB over the tables; the codes take 2.2 s and 256 MiB,
-with the same edges, order and candidate counts.
+with the same edges, order and candidate counts. Deduplicating on codes and 250 k-row chunks (1 M before)
+took the structure stage's graph task for that corpus from 605 to 485 MiB (a process with every stage module
+loaded, as a worker has: 182 MiB of it), with the same edges.
 
 Hand-written because no library resolves C++ calls by name; pyarrow and numpy do the joins and group scans.
 """
@@ -118,7 +121,7 @@ def _resolve_chunk(ci: np.ndarray, di: np.ndarray, ids: dict,
 
 
 def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
-            max_join_rows: int = 1_000_000) -> pa.Table:
+            max_join_rows: int = 250_000) -> pa.Table:
     """Edges (EDGES) of one repository from its definitions (DEFINITIONS) and calls (CALLS), in call order.
 
     The join runs on integer codes: every call's candidates are the definitions of its short name, a run of
@@ -162,17 +165,26 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
         kept_d.append(d)
         kept_n.append(k)
         start = stop
-    c, d = np.concatenate(kept_c), np.concatenate(kept_d)
+    c, d, n = np.concatenate(kept_c), np.concatenate(kept_d), np.concatenate(kept_n)
     if len(c) == 0:
         return EDGES.empty_table()
-    edges = pa.table({"caller_file": pc.take(calls.column("source_path"), pa.array(c)),
-                      "caller": pc.take(calls.column("caller"), pa.array(c)),
-                      "callee_file": pc.take(defs.column("source_path"), pa.array(d)),
-                      "callee": pc.take(defs.column("qualname"), pa.array(d)),
-                      "candidates": pa.array(np.concatenate(kept_n), pa.int32()),
-                      "order": pa.array(np.arange(len(c)), pa.int64())})
-    keys = ["caller", "caller_file", "callee", "callee_file"]
-    firsts = edges.group_by(keys, use_threads=False).aggregate([("order", "min"), ("candidates", "last")])
-    firsts = firsts.sort_by("order_min")
-    return pa.table({n: firsts.column("candidates_last" if n == "candidates" else n) for n in EDGES.names},
-                    schema=EDGES)
+    # One edge per (caller, caller file, callee, callee file), in the order of its first call, with the candidate
+    # count of its last: found on codes, so strings are taken for the distinct edges only (taking them for every
+    # linked call first, then grouping on them, took the 92 MB repository's task up by 170 MiB).
+    caller, callee = _codes(calls.column("caller"))[0][c], _codes(defs.column("qualname"))[0][d]
+    key = (caller, call_path[c], callee, def_path[d])
+    by_key = np.lexsort((np.arange(len(c)),) + key[::-1])  # runs of equal keys, each in call order
+    new_key = np.zeros(len(c), dtype=bool)
+    new_key[0] = True
+    for k in key:
+        new_key[1:] |= k[by_key][1:] != k[by_key][:-1]
+    starts = np.flatnonzero(new_key)
+    first = by_key[starts]
+    last = by_key[np.r_[starts[1:], len(c)] - 1]
+    keep = np.argsort(first, kind="stable")
+    first, last = first[keep], last[keep]
+    return pa.table({"caller_file": pc.take(calls.column("source_path"), pa.array(c[first])),
+                     "caller": pc.take(calls.column("caller"), pa.array(c[first])),
+                     "callee_file": pc.take(defs.column("source_path"), pa.array(d[first])),
+                     "callee": pc.take(defs.column("qualname"), pa.array(d[first])),
+                     "candidates": pa.array(n[last], pa.int32())}, schema=EDGES)
