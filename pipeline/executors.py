@@ -93,19 +93,23 @@ def die_with_parent() -> None:
 
 class DieWithParent:
     """A first pipeline step: binds the task's process to its parent's life, gives Arrow the build's allocator
-    (pipeline/allocator.py: a Ray or Slurm worker does not inherit the driver's environment) and loguru its
-    remembered library directories (the task's later handlers), records which node runs the task
-    (`nodes/<rank>` under the logging directory: the Ray node's IP and id, else the host name), then passes
-    data through."""
+    (pipeline/allocator.py: a Ray or Slurm worker does not inherit the driver's environment) and tokenizers its
+    share of the cores (pipeline/threads.py), loguru its remembered library directories (the task's later
+    handlers), records which node runs the task (`nodes/<rank>` under the logging directory: the Ray node's IP
+    and id, else the host name), then passes data through."""
 
-    def __init__(self, logging_dir: Path | None = None):
+    def __init__(self, logging_dir: Path | None = None, threads: int = 0):
         self.logging_dir = logging_dir
+        self.threads = threads  # tokenizers' threads in the task's process; 0: left as they are
 
     def __call__(self, data, rank: int = 0, world_size: int = 1):
         from cpp_data.pipeline.allocator import use_system_allocator
+        from cpp_data.pipeline.threads import limit_tokenizer_threads
 
         die_with_parent()
         use_system_allocator()
+        if self.threads:
+            limit_tokenizer_threads(self.threads)
         remember_loguru_lib_dirs()
         if self.logging_dir is not None:
             nodes = Path(self.logging_dir) / "nodes"
@@ -201,9 +205,24 @@ def _preload_workers() -> None:
     multiprocess.set_forkserver_preload(WORKER_PRELOAD + stage_modules)
 
 
+def tokenizer_threads(cfg: ExecutorConfig, beside: bool = False) -> int:
+    """tokenizers' threads (pipeline/threads.py) in a task's process, or, with `beside`, in a process of the
+    driver's machine that runs while a stage's tasks do (the tokenizer's training): the cores over the processes
+    that share them. A Ray or Slurm task has its `cpus_per_task`; only a local executor's tasks (and those of a
+    Ray started for the run) share the driver's machine with a process beside them."""
+    from cpp_data.pipeline.threads import cpu_count
+
+    if not beside:
+        if cfg.kind == "local":
+            return max(1, cpu_count() // cfg.workers)
+        return max(1, int((cfg.ray if cfg.kind == "ray" else cfg.slurm).get("cpus_per_task", 1)))
+    sharing = cfg.workers if cfg.kind == "local" or (cfg.kind == "ray" and not cfg.ray_address) else 0
+    return max(1, cpu_count() // (sharing + 1))
+
+
 def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: Path, label: str):
     """Build the datatrove executor for `cfg` (not yet run)."""
-    steps = [DieWithParent(logging_dir), *pipeline]
+    steps = [DieWithParent(logging_dir, tokenizer_threads(cfg)), *pipeline]
     if cfg.kind == "local":
         _preload_workers()
         # One worker runs the tasks in this process (datatrove's rule for workers=1). With more, even a single

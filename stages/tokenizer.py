@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from cpp_data.pipeline.executors import tokenizer_threads
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.manifest import sha256_file
 from cpp_data.schemas.reader import shard_files
@@ -78,7 +79,8 @@ class TokenizerStage(Stage):
         job = {"files": [str(f) for f in shard_files(ctx.input("shards").path, "train")],
                "heldout_fraction": p.heldout_fraction, "sample_bytes": p.sample_bytes, "sample_seed": p.sample_seed,
                "band_file": p.band_file, "vocab_size": p.vocab_size, "min_frequency": p.min_frequency,
-               "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.progress, "out": str(ctx.out)}
+               "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.progress, "out": str(ctx.out),
+               "threads": tokenizer_threads(ctx.executor, beside=True)}
         trained = train_in_own_process(job, ctx.out / "_work")
         shutil.rmtree(ctx.out / "_work")
         path = ctx.out / "tokenizer" / TOKENIZER_JSON

@@ -62,7 +62,8 @@ def candidate_bytes(files: list[Path], heldout_fraction: float) -> tuple[int, in
 def run_job(job: dict) -> dict:
     """Train on the job's shards and write job["out"]/tokenizer/ and job["out"]/sample.parquet; returns the
     sample's record and the training documents seen. Job keys: files, heldout_fraction, sample_bytes,
-    sample_seed, band_file, vocab_size, min_frequency, cap_to_corpus, show_progress, out."""
+    sample_seed, band_file, vocab_size, min_frequency, cap_to_corpus, show_progress, out; and threads, which
+    main() applies before training (tokenizers' threads, pipeline/threads.py)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -125,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         from cpp_data.pipeline.allocator import use_system_allocator
+        from cpp_data.pipeline.threads import limit_tokenizer_threads
 
         use_system_allocator()  # inherited from the build already; set again for a process started otherwise
+        if job.get("threads"):  # the cores left beside structure's tasks, before the trainer starts its pool
+            limit_tokenizer_threads(job["threads"])
         result = run_job(job)
     except Exception as exc:  # one line for the stage to raise; the traceback would be the trainer's internals
         result = {"error": str(exc), "kind": type(exc).__name__}
