@@ -177,7 +177,8 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
     new_key = np.zeros(len(c), dtype=bool)
     new_key[0] = True
     for k in key:
-        new_key[1:] |= k[by_key][1:] != k[by_key][:-1]
+        k = k[by_key]
+        new_key[1:] |= k[1:] != k[:-1]
     starts = np.flatnonzero(new_key)
     first = by_key[starts]
     last = by_key[np.r_[starts[1:], len(c)] - 1]
