@@ -34,3 +34,34 @@ def use_system_allocator() -> str:
         except NotImplementedError:  # a pool this build of Arrow left out (jemalloc on some platforms)
             return pa.default_memory_pool().backend_name
     return name
+
+
+def give_back_freed_memory() -> None:
+    """Hand the heap's freed pages back to the kernel (glibc's malloc_trim), between the steps of a long task.
+
+    A task that writes a file row group after row group (a shard file's merge, a packed file) allocates and
+    frees the same large buffers each time; glibc keeps the freed memory in its heap, scattered, so the
+    process grew with the number of row groups: the 4x corpus's training file (16 row groups) took its merge
+    task 278 MiB above the process it started from. Hand-written: neither Arrow's system pool nor Python
+    exposes malloc_trim. Does nothing off glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list = []
+
+
+def _malloc_trim():
+    if not _TRIM:
+        import ctypes
+        import sys
+
+        trim = None
+        if sys.platform.startswith("linux"):
+            try:
+                trim = ctypes.CDLL("libc.so.6").malloc_trim
+            except (OSError, AttributeError):  # musl or another libc
+                trim = None
+        _TRIM.append(trim)
+    return _TRIM[0]

@@ -132,3 +132,29 @@ print(one, cached, calls[0] - cached, ExceptionFormatter._get_lib_dirs() == befo
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     one, cached, after_change, same = int(out[0]), int(out[1]), int(out[2]), out[3]
     assert one > 0 and cached == one and after_change == one and same == "True"
+
+
+def test_piece_rows_come_a_batch_at_a_time_and_equal_the_whole_pieces_rows(tmp_path):
+    from cpp_data.stages.lib.shard_tasks import read_piece, read_piece_rows
+
+    path = tmp_path / "piece.arrow"
+    table = pa.table({"pack_id": pa.array(range(1000), pa.int64()),
+                      "input_ids": pa.array([[k, k + 1] for k in range(1000)], pa.list_(pa.int32()))})
+    with pa.ipc.new_file(path, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as out:
+        for a in range(0, 1000, 256):  # batches of 256 rows, as the packing tasks write them
+            out.write_table(table.slice(a, 256))
+    whole = read_piece(path)
+    for start, stop in ((0, 1000), (0, 256), (255, 257), (300, 301), (700, 1000), (999, 1000), (10, 10)):
+        parts = list(read_piece_rows(path, start, stop))
+        assert all(p.num_rows <= 256 for p in parts)
+        got = pa.concat_tables(parts) if parts else whole.schema.empty_table()
+        assert got.equals(whole.slice(start, stop - start))
+
+
+def test_a_documents_end_keeps_its_columns_type():
+    from cpp_data.stages.packed_rows import _with_end
+
+    for dtype, end in ((np.uint8, 0), (np.int8, -1), (np.int16, -1), (np.int32, 65_535)):
+        got = _with_end(np.array([3, 4, 5], dtype), end)
+        assert got.dtype == dtype  # np.concatenate with [end] would make int64: 8 bytes a token
+        assert got.tolist() == [3, 4, 5, end]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
+
+from cpp_data.pipeline.allocator import give_back_freed_memory
 
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.schemas.manifest import sha256_file
@@ -127,6 +130,22 @@ def read_piece(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
+def read_piece_rows(path: Path, start: int, stop: int) -> Iterator[pa.Table]:
+    """Rows [start, stop) of a piece, one record batch at a time: a piece of many batches (a packing block's
+    rows) is never in memory whole. Reading all of it took the 4x corpus's packed-file task to 403 MiB."""
+    with pa.memory_map(str(path)) as source:
+        reader = pa.ipc.open_file(source)
+        first = 0
+        for i in range(reader.num_record_batches):
+            if first >= stop:
+                break
+            batch = reader.get_batch(i)
+            a, b = max(start - first, 0), min(stop - first, batch.num_rows)
+            if b > a:
+                yield pa.Table.from_batches([batch.slice(a, b - a)])
+            first += batch.num_rows
+
+
 class MapSlices(PipelineStep):
     """Task r: slice r of the input shards through `work.transform`, into pieces/r.arrow."""
 
@@ -198,6 +217,8 @@ class MergePieces(PipelineStep):
                                           compression_level=self.compression_level, write_page_checksum=True)
             writer.write_table(table, row_group_size=table.num_rows)
             rows += table.num_rows
+            del pieces, base, parts, table
+            give_back_freed_memory()  # else the task grows with the file's row groups (pipeline/allocator.py)
         if writer is None:  # a file without rows keeps its (empty) shape: the transform of an empty slice
             raise RuntimeError(f"{self.files[rank]}: no rows to merge")
         writer.close()
