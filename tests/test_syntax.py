@@ -296,3 +296,12 @@ def test_call_graph_keeps_first_order_and_last_candidate_count():
                                 "void g() { f(); ns1::f(); }\nvoid h() { ns2::f(); f(); }\n")}
     edges = [(e.caller, e.callee, e.candidates) for e in st.call_graph(files)]
     assert edges == [("g", "ns2::f", 2), ("g", "ns1::f", 1), ("h", "ns2::f", 2), ("h", "ns1::f", 2)]
+
+
+@pytest.mark.parametrize("text", ["", "\n", "ab", "a\nb\n\ncd", "\n\nx", "int f();\n  // é\n}"])
+def test_points_of_blanked_ranges_are_row_and_byte_column(text):
+    """The incremental re-parse's edits need tree-sitter's (row, column) of each blanked range's ends."""
+    src = text.encode()
+    newlines = np.flatnonzero(np.frombuffer(src, np.uint8) == 10)
+    for offset in range(len(src) + 1):
+        assert tuple(st._point(newlines, offset)) == (src.count(b"\n", 0, offset), offset - (src.rfind(b"\n", 0, offset) + 1))

@@ -15,8 +15,8 @@ For one source text (a Python str) `analyze` returns a `FileStructure`:
 Macros tree-sitter cannot expand are repaired where the tree shows they did damage (`_blank_misread_macros`):
 export macros in class heads (`class FOO_API Name {`, which tree-sitter reads as a function), annotation and
 statement macros next to an ERROR or MISSING node (`void f() const LOCK_EXCLUDED_(mu) {`, `Q_OBJECT`,
-`ABSL_NAMESPACE_BEGIN`, `int JUCE_CALLTYPE f()`) are blanked to spaces and the text parsed again, so offsets do
-not move; the arrays and the ERROR share describe that repaired parse. bench/structure_vs_libclang.py measures
+`ABSL_NAMESPACE_BEGIN`, `int JUCE_CALLTYPE f()`) are blanked to spaces and the tree re-parsed where they stood
+(incrementally), so offsets do not move; the arrays and the ERROR share describe that repaired parse. bench/structure_vs_libclang.py measures
 the spans against libclang.
 
 `call_graph` links the calls of many files by name (see its docstring for the resolution rule).
@@ -46,7 +46,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 import tree_sitter_cpp
-from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
+from tree_sitter import Language, Node, Parser, Point, Query, QueryCursor, Tree
 
 OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
 CATEGORY_NAMES = ("OTHER", "PREAMBLE", "FUNC_SIGNATURE", "FUNC_BODY", "CLASS_DECL", "CLASS_MEMBER", "COMMENT",
@@ -289,12 +289,17 @@ def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> 
 
 
 def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 4) -> Tree:
-    """Parse again with the macros that tree-sitter misread blanked to spaces, newlines kept, so every offset
+    """Re-parse with the macros that tree-sitter misread blanked to spaces, newlines kept, so every offset
     and line stays where it was: those of class heads (`_head_macros`) and, in trees with errors, annotation
     and statement macro calls (`_annotation_macros`); repeated while the new parse uncovers more (a class nested
     in a class that was misread). Only the parse sees the blanked bytes: spans, names and arrays refer to the
-    real text, whose macro characters fall inside the surrounding node. A fresh parse, not an incremental one,
-    so the tree is what a parse of the blanked text gives."""
+    real text, whose macro characters fall inside the surrounding node.
+
+    The re-parse is incremental: the blanked ranges are edits of the first tree, so tree-sitter reuses every
+    subtree the edits do not touch and parses the rest (on bench/scale.py's 4x training shard, 3.6 s where
+    fresh parses of the blanked texts took 7.2 s; the document is still read once, by the first parse). In 56
+    of its 9,430 documents tree-sitter's error recovery then settles on another tree than a fresh parse of the
+    blanked text would; bench/structure_vs_libclang.py measures the spans either way."""
     buf = None
     done: set[tuple[int, int]] = set()
     for _ in range(rounds):
@@ -307,10 +312,19 @@ def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 
             break
         done.update(ranges)
         buf = bytearray(cur)
+        newlines = np.flatnonzero(np.frombuffer(cur, np.uint8) == 10)
         for s, e in ranges:
             buf[s:e] = re.sub(rb"[^\n]", b" ", cur[s:e])
-        tree = parser.parse(bytes(buf))
+            start, end = _point(newlines, s), _point(newlines, e)  # blanking moves no byte, line or column
+            tree.edit(s, e, e, start, end, end)
+        tree = parser.parse(bytes(buf), tree)
     return tree
+
+
+def _point(newlines: np.ndarray, offset: int) -> Point:
+    """tree-sitter's (row, byte column) of a byte offset, from the offsets of the text's newlines."""
+    row = int(np.searchsorted(newlines, offset))
+    return Point(row, offset - (int(newlines[row - 1]) + 1 if row else 0))
 
 
 class Span(NamedTuple):
