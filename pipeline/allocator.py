@@ -39,11 +39,16 @@ def use_system_allocator() -> str:
 def give_back_freed_memory() -> None:
     """Hand the heap's freed pages back to the kernel (glibc's malloc_trim), between the steps of a long task.
 
-    A task that writes a file row group after row group (a shard file's merge, a packed file) allocates and
-    frees the same large buffers each time; glibc keeps the freed memory in its heap, scattered, so the
-    process grew with the number of row groups: the 4x corpus's training file (16 row groups) took its merge
-    task 278 MiB above the process it started from. Hand-written: neither Arrow's system pool nor Python
-    exposes malloc_trim. Does nothing off glibc."""
+    glibc keeps freed memory in its heap for the next malloc, and two kinds of step do not get it back:
+    - a task that writes a file row group after row group (a shard file's merge, a packed file) allocates and
+      frees large buffers of varying sizes each time, from several threads (several heaps), and grew with the
+      number of row groups: the 4x corpus's training file (16 row groups) took its merge task 278 MiB above
+      the process it started from;
+    - after a step of large numpy or Arrow buffers comes one of many small Python objects, which Python takes
+      from arenas it maps itself, not from that heap: the structure stage's graph task, whose join frees
+      about 100 MiB of arrays before the edges become Python strings and dicts.
+    Called between such steps. Hand-written: neither Arrow's system pool nor Python exposes malloc_trim. Does
+    nothing off glibc."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.clang_index.levels import dependency_levels
+from cpp_data.pipeline.allocator import give_back_freed_memory
 from cpp_data.pipeline.executors import run_datatrove, stat_total, worker_cache
 from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
@@ -258,6 +259,9 @@ def repository_graph(defs: pa.Table, calls: pa.Table, max_candidates: int) -> tu
     """(edges in call_graph order, DOCUMENT_GRAPH rows) of one repository from its definition and call rows."""
     edges = name_graph.resolve(defs.select(name_graph.DEFINITIONS.names), calls.select(name_graph.CALLS.names),
                                max_candidates)
+    # the join's arrays are freed; Python's objects below come from arenas of their own, which cannot reuse
+    # that heap: handed back, the 92 MB repository's graph task peaks 50 MiB lower (pipeline/allocator.py)
+    give_back_freed_memory()
     caller_file, caller = edges.column("caller_file").to_pylist(), edges.column("caller").to_pylist()
     callee_file, callee = edges.column("callee_file").to_pylist(), edges.column("callee").to_pylist()
     levels = dependency_levels(((a, b), (c, d)) for a, b, c, d in zip(caller_file, caller, callee_file, callee))

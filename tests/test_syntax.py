@@ -305,3 +305,14 @@ def test_points_of_blanked_ranges_are_row_and_byte_column(text):
     newlines = np.flatnonzero(np.frombuffer(src, np.uint8) == 10)
     for offset in range(len(src) + 1):
         assert tuple(st._point(newlines, offset)) == (src.count(b"\n", 0, offset), offset - (src.rfind(b"\n", 0, offset) + 1))
+
+
+def test_resolve_sorts_rows_by_order_only_when_they_are_not():
+    import pyarrow as pa
+
+    from cpp_data.stages.lib.name_graph import _in_order
+
+    ordered = pa.table({"order": [1, 2, 2, 5], "name": ["a", "b", "c", "d"]})
+    assert _in_order(ordered) is ordered  # the structure stage's rows come in order: no copy
+    shuffled = pa.table({"order": [5, 2, 1, 2], "name": ["d", "b", "a", "c"]})
+    assert _in_order(shuffled).column("name").to_pylist() == ["a", "b", "c", "d"]  # stable among equal orders

@@ -120,6 +120,13 @@ def _resolve_chunk(ci: np.ndarray, di: np.ndarray, ids: dict,
     return ci[keep], di[keep], count[keep]
 
 
+def _in_order(table: pa.Table) -> pa.Table:
+    """`table` sorted by its `order` column (stably), without a copy when it already is: the structure stage's
+    rows come in order, and sorting copied a repository's rows (40 MB of the 92 MB repository's)."""
+    order = table.column("order").to_numpy()
+    return table if bool(np.all(order[1:] >= order[:-1])) else table.sort_by("order")
+
+
 def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
             max_join_rows: int = 250_000) -> pa.Table:
     """Edges (EDGES) of one repository from its definitions (DEFINITIONS) and calls (CALLS), in call order.
@@ -130,8 +137,7 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
     written qualifier and for the edges kept. Chunks of consecutive calls stay under `max_join_rows` candidate
     rows. (Joining the tables themselves carried a dozen strings per candidate row: the 92 MB repository of
     bench/scale.py's 4x corpus took its task to 1 GB at 500 k rows a chunk.)"""
-    defs = defs.sort_by("order")
-    calls = calls.sort_by("order")
+    defs, calls = _in_order(defs), _in_order(calls)
     if defs.num_rows == 0 or calls.num_rows == 0:
         return EDGES.empty_table()
     def_name, call_name = _codes(defs.column("name"), calls.column("name"))
