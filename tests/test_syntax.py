@@ -304,7 +304,8 @@ def test_points_of_blanked_ranges_are_row_and_byte_column(text):
     src = text.encode()
     newlines = np.flatnonzero(np.frombuffer(src, np.uint8) == 10)
     for offset in range(len(src) + 1):
-        assert tuple(st._point(newlines, offset)) == (src.count(b"\n", 0, offset), offset - (src.rfind(b"\n", 0, offset) + 1))
+        row, column = src.count(b"\n", 0, offset), offset - (src.rfind(b"\n", 0, offset) + 1)
+        assert tuple(st._point(newlines, offset)) == (row, column)
 
 
 def test_resolve_sorts_rows_by_order_only_when_they_are_not():

@@ -32,7 +32,6 @@ import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.allocator import give_back_freed_memory
-
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.schemas.manifest import sha256_file
 from cpp_data.schemas.reader import read_row_group

@@ -16,8 +16,8 @@ Macros tree-sitter cannot expand are repaired where the tree shows they did dama
 export macros in class heads (`class FOO_API Name {`, which tree-sitter reads as a function), annotation and
 statement macros next to an ERROR or MISSING node (`void f() const LOCK_EXCLUDED_(mu) {`, `Q_OBJECT`,
 `ABSL_NAMESPACE_BEGIN`, `int JUCE_CALLTYPE f()`) are blanked to spaces and the tree re-parsed where they stood
-(incrementally), so offsets do not move; the arrays and the ERROR share describe that repaired parse. bench/structure_vs_libclang.py measures
-the spans against libclang.
+(incrementally), so offsets do not move; the arrays and the ERROR share describe that repaired parse.
+bench/structure_vs_libclang.py measures the spans against libclang.
 
 `call_graph` links the calls of many files by name (see its docstring for the resolution rule).
 
