@@ -18,6 +18,17 @@ def test_comment_share_ignores_comment_markers_inside_strings():
     assert comment_chars(code) == len("// real") + len("/* block */")
 
 
+def test_base64_runs_count_from_256_characters_next_to_any_text():
+    run = "QUJD+/9z" * 32  # 256 characters of the base64 alphabet
+    code = "int x;\n"
+    for before, after in (("", ""), ("é ", "== é"), ("\n", "\n"), ("/* ", " */")):
+        text = code + before + run + after + "\n"
+        want = len(run) + after.startswith("==") * 2
+        assert round(signals(text).data_share * len(text)) == want
+        shorter = code + before + run[:-1] + after + "\n"  # 255: not a run
+        assert signals(shorter).data_share == 0.0
+
+
 def test_signals_and_rules():
     s = signals("int a;\nint a;\nint a;\nint b;\n")
     assert s.n_lines == 4 and s.unique_line_ratio == 0.5 and s.max_line_length == 6
