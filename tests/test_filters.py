@@ -29,6 +29,13 @@ def test_base64_runs_count_from_256_characters_next_to_any_text():
         assert signals(shorter).data_share == 0.0
 
 
+def test_numeric_array_lines_count_from_eight_numbers_on_any_line():
+    eight, seven = "  1, 0x2, -3, 4u, 5, 6, 7, 8,", "1, 2, 3, 4, 5, 6, 7, x"
+    text = "// é ü\n" + eight + "\n" + seven + ",\n" + "int a[] = {\r\n" + eight + "\r\n" + eight
+    want = 3 * (len(eight) + 1) + 1  # three lines of eight numbers (the CRLF one keeps its \r); not seven and an x
+    assert round(signals(text).data_share * len(text)) == want
+
+
 def test_signals_and_rules():
     s = signals("int a;\nint a;\nint a;\nint b;\n")
     assert s.n_lines == 4 and s.unique_line_ratio == 0.5 and s.max_line_length == 6

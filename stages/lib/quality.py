@@ -62,6 +62,16 @@ def _longest_run(data: bytes, member: np.ndarray) -> int:
     return int(np.diff(outside, prepend=-1, append=len(data)).max()) - 1 if len(data) else 0
 
 
+def _lines_with(data: bytes, byte: int, n: int) -> np.ndarray:
+    """Numbers (0-based) of the lines holding `byte` at least `n` times. A numeric-array line has 8 commas or
+    more, so `_DATA_LINE` is tried on those lines only, not on every line from Python."""
+    a = np.frombuffer(data, np.uint8)
+    hits = np.flatnonzero(a == byte)
+    if len(hits) < n:
+        return hits[:0]
+    return np.flatnonzero(np.bincount(np.searchsorted(np.flatnonzero(a == 10), hits)) >= n)
+
+
 def comment_chars(text: str) -> int:
     """Characters inside // and /* */ comments (string and char literals are skipped)."""
     return sum(m.end() - m.start() for m in _LEXEMES.finditer(text) if m.group().startswith("/"))
@@ -75,7 +85,7 @@ def signals(text: str) -> Signals:
         lines.pop()
     content = [ln.strip() for ln in lines if ln.strip()]
     unique = len(set(content)) / len(content) if content else 0.0
-    data_bytes = sum(len(ln) + 1 for ln in lines if _DATA_LINE.match(ln))
+    data_bytes = sum(len(lines[k]) + 1 for k in _lines_with(data, ord(","), 8).tolist() if _DATA_LINE.match(lines[k]))
     if _longest_run(data, _BASE64_BYTE) >= 256:
         data_bytes += sum(m.end() - m.start() for m in _BASE64_RUN.finditer(text))
     return Signals(
