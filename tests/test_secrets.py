@@ -71,6 +71,19 @@ def test_prefilter_finds_exactly_what_the_scanner_alone_finds():
     assert total >= len(PLANTED) - 3  # the comparison saw findings, not only empty lists
 
 
+def test_each_candidate_line_is_scanned_by_the_plugins_its_prefilter_names():
+    from cpp_data.stages.lib.scrub import candidate_plugins
+
+    text = ('int x = 1;\n'
+            'auto s = std::string("ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789");\n'
+            'static const char* api_key = "hY7kP2mQ9xL4vB8nR3tW6zC1dF5gJ0sA";\n')
+    got = candidate_plugins(text)
+    assert list(got) == [2, 3]
+    assert got[2] == {"GitHubTokenDetector"}  # not the other 22 plugins
+    assert {"Base64HighEntropyString", "HexHighEntropyString", "AWSKeyDetector"} <= got[3]
+    assert "GitHubTokenDetector" not in got[3]
+
+
 @pytest.mark.parametrize("line,kept", [
     ('static const char* kToken = "Zx8Qp2LmN7vR4tY9wK3sJ6hG1fD5aB0cE8uI2oPq";', False),  # the kToken
     ('auto s = std::string("ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789");', False),  # indirect-looking C++
