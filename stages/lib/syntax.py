@@ -296,8 +296,8 @@ def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 
     real text, whose macro characters fall inside the surrounding node.
 
     The re-parse is incremental: the blanked ranges are edits of the first tree, so tree-sitter reuses every
-    subtree the edits do not touch and parses the rest (on bench/scale.py's 4x training shard, 3.6 s where
-    fresh parses of the blanked texts took 7.2 s; the document is still read once, by the first parse). In 56
+    subtree the edits do not touch and parses the rest (on bench/scale.py's 4x training shard, the first
+    round's re-parses of its 4,138 repaired documents took 2.6 s, fresh parses of the same texts 5.5 s). In 56
     of its 9,430 documents tree-sitter's error recovery then settles on another tree than a fresh parse of the
     blanked text would; bench/structure_vs_libclang.py measures the spans either way."""
     buf = None
