@@ -14,6 +14,7 @@ task on Ray or Slurm sets it again when it starts (executors.DieWithParent).
 
 from __future__ import annotations
 
+import functools
 import os
 
 POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
@@ -54,19 +55,15 @@ def give_back_freed_memory() -> None:
         trim(0)
 
 
-_TRIM: list = []
-
-
+@functools.lru_cache(maxsize=1)
 def _malloc_trim():
-    if not _TRIM:
-        import ctypes
-        import sys
+    """glibc's malloc_trim, None off glibc (looked up once per process)."""
+    import ctypes
+    import sys
 
-        trim = None
-        if sys.platform.startswith("linux"):
-            try:
-                trim = ctypes.CDLL("libc.so.6").malloc_trim
-            except (OSError, AttributeError):  # musl or another libc
-                trim = None
-        _TRIM.append(trim)
-    return _TRIM[0]
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # musl or another libc
+        return None

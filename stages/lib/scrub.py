@@ -202,11 +202,6 @@ def candidate_plugins(text: str, entropy_limit: float = 4.5) -> dict[int, frozen
     return {n: frozenset(found[n]) for n in sorted(found)}
 
 
-def candidate_lines(text: str, entropy_limit: float = 4.5) -> list[int]:
-    """1-based numbers of the lines the scanner must see (`candidate_plugins`)."""
-    return list(candidate_plugins(text, entropy_limit))
-
-
 def scan_lines(lines: list[str], numbers: list[int] | None = None,
                plugins: dict[int, frozenset[str]] | None = None) -> Iterator[Finding]:
     """detect-secrets' line scan (the steps of its `_process_line_based_plugins`) over `numbers` (1-based;
