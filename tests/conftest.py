@@ -66,8 +66,51 @@ def small_sources(tmp_path: Path) -> Path:
     ])
 
 
+# How long one command of a test may run. The longest, a whole build on Ray or under the Slurm stand-in, take a
+# few minutes on 2 cores; a command that runs longer is taken for hung (see run_bounded).
+COMMAND_TIMEOUT_S = float(os.environ.get("CPP_DATA_TEST_COMMAND_TIMEOUT", 1200))
+
+
+def run_bounded(cmd: list[str], timeout: float = COMMAND_TIMEOUT_S, env: dict | None = None,
+                **kw) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True) that cannot hang the suite: the command runs in a
+    session of its own with faulthandler on, and if it outlives `timeout`, every Python process of that session
+    (the CLI and the executor's workers) is sent SIGABRT, which makes each print every thread's stack before it
+    dies. The test then fails naming the command, with the end of what it printed, stacks included: where a
+    build hung, instead of a suite that holds CI until CI's own limit."""
+    env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = _stacks_then_kill(proc)
+        err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("Extension modules:"))
+        tail = f"stdout:\n{out[-2000:]}\nstderr:\n{err[-10000:]}"
+        pytest.fail(f"{' '.join(map(str, cmd))} ran past {timeout:.0f} s (hung); its stacks and output:\n{tail}",
+                    pytrace=False)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _stacks_then_kill(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGABRT to the command's session (faulthandler prints the stacks), then SIGKILL to what is left; returns
+    what the command printed. Pipes still held by a process outside the session are given up after 30 s."""
+    import signal
+
+    for sig in (signal.SIGABRT, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            continue
+    return "", "(its output pipes stayed open: a process outside its session holds them)"
+
+
 def run_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, **kw)
+    proc = run_bounded([*CLI, *args], **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"cpp-data {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -199,7 +242,7 @@ def copy_tree(src: Path, dst: Path, limit: int | None = None) -> dict[str, bytes
 
 
 __all__ = ["build", "build_dir", "copy_tree", "data_digests", "make_git_repo", "need", "provenance_build", "provenance_recipe",
-           "run_cli",
+           "run_bounded", "run_cli",
            "write_sources", "shutil"]
 
 

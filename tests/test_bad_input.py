@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import pyarrow.parquet as pq
 
-from conftest import (GOOGLETEST, build, build_dir, make_git_repo, need, provenance_build, provenance_recipe, run_cli,
-                      write_sources)
+from conftest import (GOOGLETEST, build, build_dir, make_git_repo, need, provenance_build, provenance_recipe, run_bounded,
+                      run_cli, write_sources)
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -167,9 +167,8 @@ def test_every_file_reached_gets_one_ledger_row(tmp_path):
     probe = subprocess.run([*drop, "cat", str(tree / "unreadable.cc")], capture_output=True)
     assert probe.returncode != 0, "the capabilities were not dropped: root still reads a mode-000 file"
     out = tmp_path / "out"
-    proc = subprocess.run([*drop, *CLI, "build", "--recipe", str(provenance_recipe(tmp_path / "recipe")), "--sources",
-                           str(sources), "--out", str(out), "--workers", "2", "--no-progress"], capture_output=True,
-                          text=True)
+    proc = run_bounded([*drop, *CLI, "build", "--recipe", str(provenance_recipe(tmp_path / "recipe")), "--sources",
+                        str(sources), "--out", str(out), "--workers", "2", "--no-progress"])
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     rows = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import GOOGLETEST, copy_tree, need, run_cli, write_sources
+from conftest import GOOGLETEST, copy_tree, need, run_bounded, run_cli, write_sources
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -39,9 +39,8 @@ def corpus(first_build, tmp_path) -> tuple[Path, Path]:
 
 
 def _build(sources: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "cpp_data.pipeline.cli", "build", "--version", "v6", "--sources",
-                           str(sources), "--out", str(out), "--workers", "2", "--no-progress", *extra],
-                          capture_output=True, text=True, env=env)
+    proc = run_bounded([sys.executable, "-m", "cpp_data.pipeline.cli", "build", "--version", "v6", "--sources",
+                        str(sources), "--out", str(out), "--workers", "2", "--no-progress", *extra], env=env)
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
     return proc
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import CLI, GOOGLETEST, copy_tree, make_git_repo, need, run_cli
+from conftest import CLI, GOOGLETEST, copy_tree, make_git_repo, need, run_bounded, run_cli
 
 pytestmark = pytest.mark.slow
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd)
+    proc = run_bounded([*CLI, *args], cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"cpp-data {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
