@@ -491,6 +491,10 @@ def cmd_build(args) -> int:
     executor = ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
                               slurm=_slurm_options(args), ray=_ray_options(args),
                               progress=not args.no_progress and sys.stderr.isatty())
+    if executor.kind == "ray":  # a task no node can hold would wait forever: say so before any stage runs
+        from cpp_data.pipeline.executors import check_ray_cluster
+
+        check_ray_cluster(executor)
     from cpp_data.pipeline.buildlog import BuildLog
 
     try:

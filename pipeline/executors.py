@@ -183,6 +183,19 @@ def _ensure_ray(cfg: ExecutorConfig) -> None:
         ray.init(num_cpus=cfg.workers, log_to_driver=False, logging_level="WARNING", include_dashboard=False)
 
 
+def check_ray_cluster(cfg: ExecutorConfig) -> None:
+    """Join (or start) the build's Ray and raise BadInput unless one of its nodes can hold a task as `cfg` asks
+    for it: otherwise datatrove's Ray executor would wait forever for a placement (pipeline/ray_executor.py)."""
+    import ray
+
+    from cpp_data.pipeline.ray_executor import check_feasible, task_bundle
+
+    _ensure_ray(cfg)
+    bundle = task_bundle(cfg.ray.get("cpus_per_task", 1), cfg.ray.get("mem_per_cpu_gb", 0.5),
+                         cfg.ray.get("resources") or {})
+    check_feasible(bundle, ray.nodes(), cfg.ray_address or "a local Ray")
+
+
 # What every task imports: the local executor's workers fork from one forkserver per build process, so with
 # these loaded there once, a worker starts warm. That is the base libraries, pandas and pyarrow.dataset (pyarrow
 # imports them lazily, on a task's first Table.from_pylist or read_table: 0.3 s per worker), and every stage
@@ -231,14 +244,14 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
         workers = 1 if cfg.workers == 1 else max(2, min(cfg.workers, tasks))
         return QuietLocalExecutor(steps, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
     if cfg.kind == "ray":
-        from datatrove.executor.ray import RayPipelineExecutor
+        from cpp_data.pipeline.ray_executor import RayExecutor
 
-        _ensure_ray(cfg)
+        check_ray_cluster(cfg)
         resources = cfg.ray.get("resources") or {}
-        return RayPipelineExecutor(steps, tasks=tasks, workers=cfg.workers, logging_dir=str(logging_dir),
-                                   cpus_per_task=cfg.ray.get("cpus_per_task", 1),
-                                   mem_per_cpu_gb=cfg.ray.get("mem_per_cpu_gb", 0.5),
-                                   ray_remote_kwargs={"resources": resources} if resources else None)
+        cpus, mem = cfg.ray.get("cpus_per_task", 1), cfg.ray.get("mem_per_cpu_gb", 0.5)
+        return RayExecutor(steps, tasks=tasks, workers=cfg.workers, logging_dir=str(logging_dir),
+                           cpus_per_task=cpus, mem_per_cpu_gb=mem,
+                           ray_remote_kwargs={"resources": resources} if resources else None)
     if cfg.kind == "slurm":
         from datatrove.executor.slurm import SlurmPipelineExecutor
 

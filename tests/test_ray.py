@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import build, build_dir, data_digests
+from conftest import CLI, build, build_dir, data_digests, run_bounded
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -61,3 +61,53 @@ def test_two_node_ray_build_matches_local_bytes(tiny_reference, tmp_path, two_no
     assert "tasks per node" in proc.stdout
     record = next((out / "cache" / "filter").glob("*/_datatrove/executor.json")).read_text()
     assert '"log_first"' in record and '"cpus_per_task"' in record  # datatrove's Ray executor wrote it
+
+
+# A local Ray of one CPU, and datatrove's Ray executor as the build makes it (pipeline/ray_executor.py): tasks
+# whose actors cannot start (a runtime_env working_dir that does not exist) must fail the run with the reason,
+# and leave no placement group holding the CPU, so the next run on the same Ray completes. Before, the first
+# run waited forever.
+SUBMIT_FAILS = """
+import json, sys, time
+import ray
+from cpp_data.pipeline.ray_executor import RayExecutor, RaySubmitFailed
+
+def step(data, rank=0, world_size=1):
+    yield from data or []
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+logs = sys.argv[1]
+bad = RayExecutor([step], tasks=2, workers=1, logging_dir=logs + "/bad",
+                  ray_remote_kwargs={"runtime_env": {"working_dir": "/nonexistent/cpp-data-test"}})
+try:
+    bad.run()
+    error = None
+except RaySubmitFailed as exc:
+    error = str(exc)
+held = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+good = RayExecutor([step], tasks=2, workers=1, logging_dir=logs + "/good")
+good.run()
+print(json.dumps({"error": error, "held": len(held), "incomplete_after_good": good.get_incomplete_ranks()}))
+"""
+
+
+def test_a_task_whose_actor_cannot_start_fails_the_run_and_frees_its_cpu(tmp_path):
+    proc = run_bounded([sys.executable, "-c", SUBMIT_FAILS, str(tmp_path)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["error"] is not None and "could not start 2 of 2 tasks after 3 attempts" in result["error"]
+    assert "/nonexistent/cpp-data-test" in result["error"]  # the reason Ray gave
+    assert result["held"] == 0
+    assert result["incomplete_after_good"] == []
+
+
+def test_a_task_no_node_can_hold_is_refused_before_any_stage(tiny_reference, tmp_path):
+    sources = tiny_reference[0]
+    out = tmp_path / "out"
+    proc = run_bounded([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
+                        "--no-progress", "--executor", "ray", "--ray-resource", "no_such_node=1"], timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("cpp-data: error:")]
+    assert len(errors) == 1 and "no node of the cluster" in errors[0] and "no_such_node=1" in errors[0], errors
+    assert "--ray-resource" in errors[0]  # says what to change
+    assert not (out / "cache").exists() or not any((out / "cache").iterdir())  # no stage ran
