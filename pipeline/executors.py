@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from datatrove.executor import LocalPipelineExecutor
 from tqdm import tqdm
 
 from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.task_watch import TaskDeathWatch
 
 
 @dataclass(frozen=True)
@@ -112,9 +114,12 @@ class DieWithParent:
             limit_tokenizer_threads(self.threads)
         remember_loguru_lib_dirs()
         if self.logging_dir is not None:
+            from cpp_data.pipeline.task_watch import record_task_process
+
             nodes = Path(self.logging_dir) / "nodes"
             nodes.mkdir(parents=True, exist_ok=True)
             (nodes / f"{rank:05d}").write_text(task_node())
+            record_task_process(self.logging_dir, rank)  # pipeline/task_watch.py
         return data
 
 
@@ -277,8 +282,10 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     logging_dir = Path(logging_dir)
     executor = make_executor(cfg, pipeline, tasks, logging_dir, label)
     stop, thread = _progress(logging_dir, tasks, label, cfg.progress and cfg.kind != "slurm")
+    watch = TaskDeathWatch(logging_dir, label) if cfg.kind == "local" and cfg.workers > 1 else nullcontext()
     try:
-        executor.run()
+        with watch:  # a pool worker that dies mid-task would leave run() waiting forever
+            executor.run()
         if cfg.kind == "slurm":
             _wait_for_slurm(executor, tasks, label, float(cfg.slurm.get("poll_s", 30)))
     finally:

@@ -1,17 +1,66 @@
 """A build killed with SIGKILL in the middle of a stage resumes to the same bytes as a clean build: finished
-datatrove tasks are kept, the rest run, and a killed build never publishes."""
+datatrove tasks are kept, the rest run, and a killed build never publishes. A task whose process dies fails
+its stage instead of leaving the build waiting, and the next run resumes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CLI, GOOGLETEST, NLOHMANN, build, build_dir, data_digests, need, write_sources
+from conftest import CLI, GOOGLETEST, NLOHMANN, build, build_dir, data_digests, need, run_bounded, write_sources
+
+
+# Four tasks on the local executor's pool of two processes (run_datatrove, as every stage calls it); task 1's
+# process sends itself SIGSEGV the first time. Before pipeline/task_watch.py, run() waited for it forever.
+CRASHING_TASK = """
+import json, os, signal, sys
+from pathlib import Path
+from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
+
+logs = Path(sys.argv[1])
+
+def step(data, rank=0, world_size=1):
+    import os, signal  # the step travels by value, without this script's globals
+
+    flag = os.environ["CRASH_FLAG"]
+    if rank == 1 and not os.path.exists(flag):
+        open(flag, "w").close()
+        os.kill(os.getpid(), signal.SIGSEGV)
+    yield from data or []
+
+def completed():
+    done = logs / "completions"
+    return sorted(p.name for p in done.iterdir()) if done.is_dir() else []
+
+cfg = ExecutorConfig(workers=2, progress=False)
+try:
+    run_datatrove(cfg, [step], 4, logs, "crashing")
+    first = None
+except Exception as exc:
+    first = f"{type(exc).__name__}: {exc}"
+kept = completed()
+run_datatrove(cfg, [step], 4, logs, "crashing")
+print(json.dumps({"first": first, "kept": kept, "after": completed()}))
+"""
+
+
+def test_a_task_whose_process_dies_fails_the_stage_and_the_next_run_resumes(tmp_path):
+    proc = run_bounded([sys.executable, "-c", CRASHING_TASK, str(tmp_path / "logs")], timeout=180,
+                       env={**os.environ, "CRASH_FLAG": str(tmp_path / "crashed")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["first"] is not None and result["first"].startswith("TaskProcessDied: crashing: task 1's process")
+    assert "task_00001.log" in result["first"] and "resume" in result["first"]
+    assert "00001" not in result["kept"]
+    assert result["after"] == ["00000", "00001", "00002", "00003"]
+
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
