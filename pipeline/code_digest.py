@@ -16,10 +16,16 @@ import ast
 import functools
 import hashlib
 import importlib.util
+import threading
 from importlib import metadata
 from pathlib import Path
 
 PACKAGE = "cpp_data"
+# CPython 3.11 keeps ast.parse's recursion depth in one counter per interpreter, so two threads parsing at once
+# can fail with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905). The runner computes
+# fingerprints in two threads when a stage runs beside the others (the tokenizer beside structure): seen here
+# in 2 of 5 two-node Ray builds of a small corpus. Parses take turns.
+_PARSE_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,7 +69,9 @@ def _imports(module: str) -> frozenset[str]:
     if text is None:
         return frozenset()
     out: set[str] = set()
-    for node in ast.walk(ast.parse(text)):
+    with _PARSE_LOCK:
+        tree = ast.parse(text)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if _ours(a.name))
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _ours(node.module):

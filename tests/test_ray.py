@@ -28,23 +28,41 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def two_node_cluster():
+def ray_token(tmp_path, monkeypatch) -> dict[str, str]:
+    """Token authentication with a token of the test's own, set in this process's environment (so the builds
+    it starts carry it) and returned. Ray 2.59 and later turn token authentication on for local clusters and
+    keep the token in ~/.ray/auth_token: without this, the first local Ray of a machine writes that file, and
+    a later `ray start --address` of a two-node cluster is refused (InvalidAuthToken, seen here), while the
+    tests would leave a token in the user's home."""
+    token = tmp_path / "ray_auth_token"
+    token.write_text(os.urandom(32).hex())
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def _ray(*args: str, timeout: float = 180) -> None:
+    proc = subprocess.run([RAY, *args], env=os.environ, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"ray {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}", pytrace=False)
+
+
+@pytest.fixture
+def two_node_cluster(ray_token):
     if RAY is None:
         pytest.fail("ray is not installed; scripts/setup.sh installs it (pip install -e .[test])")
     port = _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     temp = Path("/tmp") / f"ray-{port}"  # Ray's socket paths must stay short
     common = ["--num-cpus=1", "--disable-usage-stats"]
     try:
-        subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                        "--include-dashboard=false", f"--temp-dir={temp}", '--resources={"head_node": 1}', *common],
-                       check=True, env=env, capture_output=True, timeout=180)
-        subprocess.run([RAY, "start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.2",
-                        '--resources={"second_node": 1}', *common],
-                       check=True, env=env, capture_output=True, timeout=180)
+        _ray("start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--include-dashboard=false",
+             f"--temp-dir={temp}", '--resources={"head_node": 1}', *common)
+        _ray("start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.2", '--resources={"second_node": 1}',
+             *common)
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        subprocess.run([RAY, "stop", "--force"], env=os.environ, capture_output=True, timeout=120)
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -91,7 +109,7 @@ print(json.dumps({"error": error, "held": len(held), "incomplete_after_good": go
 """
 
 
-def test_a_task_whose_actor_cannot_start_fails_the_run_and_frees_its_cpu(tmp_path):
+def test_a_task_whose_actor_cannot_start_fails_the_run_and_frees_its_cpu(tmp_path, ray_token):
     proc = run_bounded([sys.executable, "-c", SUBMIT_FAILS, str(tmp_path)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -101,7 +119,7 @@ def test_a_task_whose_actor_cannot_start_fails_the_run_and_frees_its_cpu(tmp_pat
     assert result["incomplete_after_good"] == []
 
 
-def test_a_task_no_node_can_hold_is_refused_before_any_stage(tiny_reference, tmp_path):
+def test_a_task_no_node_can_hold_is_refused_before_any_stage(tiny_reference, tmp_path, ray_token):
     sources = tiny_reference[0]
     out = tmp_path / "out"
     proc = run_bounded([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
