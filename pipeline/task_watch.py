@@ -88,14 +88,13 @@ class TaskDeathWatch:
     def _dead(self) -> list[tuple[int, int]]:
         """(rank, pid) of each task whose process is gone and whose completion marker is missing."""
         dead = []
-        pids = self.logging_dir / "pids"
+        pids, completions = self.logging_dir / "pids", self.logging_dir / "completions"
+        completed = set(os.listdir(completions)) if completions.is_dir() else set()
         for f in sorted(pids.iterdir()) if pids.is_dir() else ():
-            if f.name.startswith("."):
+            if f.name.startswith(".") or f.name in completed:
                 continue
             rank = int(f.name)
-            done = self.logging_dir / "completions" / f"{rank:05d}"
-            if done.exists():
-                continue
+            done = completions / f.name
             try:
                 pid, start = f.read_text().split()
             except (OSError, ValueError):
