@@ -23,7 +23,7 @@ from datatrove.executor import LocalPipelineExecutor
 from tqdm import tqdm
 
 from cpp_data.pipeline.errors import BadInput
-from cpp_data.pipeline.task_watch import TaskDeathWatch
+from cpp_data.pipeline.task_watch import TaskDeathWatch, record_task_process
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,6 @@ class DieWithParent:
             limit_tokenizer_threads(self.threads)
         remember_loguru_lib_dirs()
         if self.logging_dir is not None:
-            from cpp_data.pipeline.task_watch import record_task_process
-
             nodes = Path(self.logging_dir) / "nodes"
             nodes.mkdir(parents=True, exist_ok=True)
             (nodes / f"{rank:05d}").write_text(task_node())
