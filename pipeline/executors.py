@@ -186,6 +186,11 @@ def _ensure_ray(cfg: ExecutorConfig) -> None:
         ray.init(num_cpus=cfg.workers, log_to_driver=False, logging_level="WARNING", include_dashboard=False)
 
 
+def _ray_task(cfg: ExecutorConfig) -> tuple[float, float, dict[str, float]]:
+    """(cpus_per_task, mem_per_cpu_gb, custom resources) that each Ray task reserves."""
+    return cfg.ray.get("cpus_per_task", 1), cfg.ray.get("mem_per_cpu_gb", 0.5), cfg.ray.get("resources") or {}
+
+
 def check_ray_cluster(cfg: ExecutorConfig) -> None:
     """Join (or start) the build's Ray and raise BadInput unless one of its nodes can hold a task as `cfg` asks
     for it: otherwise datatrove's Ray executor would wait forever for a placement (pipeline/ray_executor.py)."""
@@ -194,9 +199,7 @@ def check_ray_cluster(cfg: ExecutorConfig) -> None:
     from cpp_data.pipeline.ray_executor import check_feasible, task_bundle
 
     _ensure_ray(cfg)
-    bundle = task_bundle(cfg.ray.get("cpus_per_task", 1), cfg.ray.get("mem_per_cpu_gb", 0.5),
-                         cfg.ray.get("resources") or {})
-    check_feasible(bundle, ray.nodes(), cfg.ray_address or "a local Ray")
+    check_feasible(task_bundle(*_ray_task(cfg)), ray.nodes(), cfg.ray_address or "a local Ray")
 
 
 # What every task imports: the local executor's workers fork from one forkserver per build process, so with
@@ -250,8 +253,7 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
         from cpp_data.pipeline.ray_executor import RayExecutor
 
         check_ray_cluster(cfg)
-        resources = cfg.ray.get("resources") or {}
-        cpus, mem = cfg.ray.get("cpus_per_task", 1), cfg.ray.get("mem_per_cpu_gb", 0.5)
+        cpus, mem, resources = _ray_task(cfg)
         return RayExecutor(steps, tasks=tasks, workers=cfg.workers, logging_dir=str(logging_dir),
                            cpus_per_task=cpus, mem_per_cpu_gb=mem,
                            ray_remote_kwargs={"resources": resources} if resources else None)

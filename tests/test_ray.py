@@ -86,7 +86,7 @@ def test_two_node_ray_build_matches_local_bytes(tiny_reference, tmp_path, two_no
 # and leave no placement group holding the CPU, so the next run on the same Ray completes. Before, the first
 # run waited forever.
 SUBMIT_FAILS = """
-import json, sys, time
+import json, sys
 import ray
 from cpp_data.pipeline.ray_executor import RayExecutor, RaySubmitFailed
 

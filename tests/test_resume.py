@@ -16,11 +16,12 @@ import pytest
 
 from conftest import CLI, GOOGLETEST, NLOHMANN, build, build_dir, data_digests, need, run_bounded, write_sources
 
+pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 # Four tasks on the local executor's pool of two processes (run_datatrove, as every stage calls it); task 1's
 # process sends itself SIGSEGV the first time. Before pipeline/task_watch.py, run() waited for it forever.
 CRASHING_TASK = """
-import json, os, signal, sys
+import json, sys
 from pathlib import Path
 from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
 
@@ -60,9 +61,6 @@ def test_a_task_whose_process_dies_fails_the_stage_and_the_next_run_resumes(tmp_
     assert "task_00001.log" in result["first"] and "resume" in result["first"]
     assert "00001" not in result["kept"]
     assert result["after"] == ["00000", "00001", "00002", "00003"]
-
-
-pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 
 def _partials(out: Path, stage: str) -> list[Path]:
