@@ -37,6 +37,7 @@ from cpp_data.pipeline.errors import BadInput, CheckFailed
 from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
 from cpp_data.pipeline.recipe import Recipe
+from cpp_data.pipeline.source_batch import run_sources
 from cpp_data.pipeline.sources import LockedSource
 from cpp_data.pipeline.stage import Artifact, Stage, StageContext
 
@@ -212,14 +213,18 @@ class Runner:
         beside: dict[int, _Beside] = {}
         try:
             for task in todo:
-                if id(task) in beside:
+                if id(task) in beside or id(task) in done:
                     continue
-                for dep in _input_tasks(task):
+                group = self._source_group(task, todo)
+                for dep in (d for t in group for d in _input_tasks(t)):
                     if id(dep) in beside and id(dep) not in done:
                         beside[id(dep)].join()
                         done.add(id(dep))
-                self._visit(task, index[id(task)], len(todo), log, report)
-                done.add(id(task))
+                if len(group) > 1:
+                    self._visit_group(group, index, len(todo), log, report)
+                else:
+                    self._visit(task, index[id(task)], len(todo), log, report)
+                done.update(id(t) for t in group)
                 for later in todo if self.only is None else ():
                     if (later.stage.runs_beside and id(later) not in done and id(later) not in beside
                             and all(id(d) in done for d in _input_tasks(later))):
@@ -239,6 +244,14 @@ class Runner:
     def _visit(self, task: Task, k: int, total: int, log, report: RunReport, beside: bool = False) -> None:
         """Reuse `task`'s sealed output once it is checked, else run it (inputs already done)."""
         where = {"label": task.label, "index": k, "total": total}
+        if self._reusable(task, where, log, report):
+            return
+        self._run_task(task, task.directory(self.out), log, where, beside)
+        report.ran.append(task.label)
+
+    def _reusable(self, task: Task, where: dict, log, report: RunReport) -> bool:
+        """True when `task`'s sealed output is checked and reused; False when it has to run (a damaged entry is
+        logged as such). Raises when an input is missing, or an input of --only is unbuilt or damaged."""
         if not self.resolve(task):  # recipe order: every input ran or was verified before
             raise StageFailed(f"{task.label}: an input has no sealed output")
         final = task.directory(self.out)
@@ -248,7 +261,7 @@ class Runner:
             if problem is None:
                 report.cached.append(task.label)
                 log(f"{task.label}: cached", event="stage_cached", **where)
-                return
+                return True
             if input_of_only:
                 raise StageFailed(f"--only {self.only}: its input {task.label} is damaged ({problem}); "
                                   f"run the build without --only to rebuild it")
@@ -258,8 +271,53 @@ class Runner:
         elif input_of_only and not is_sealed(final):
             raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
                               f"run the build without --only first")
-        self._run_task(task, final, log, where, beside)
-        report.ran.append(task.label)
+        return False
+
+    def _source_group(self, task: Task, todo: list[Task]) -> list[Task]:
+        """The instances of `task`'s stage in `todo` when it is a per-source stage that hands its tasks to the
+        runner (Stage.source_tasks), run together by _visit_group; else just `task`."""
+        if task.stage.scope != "source" or type(task.stage).source_tasks is Stage.source_tasks:
+            return [task]
+        return [t for t in todo if t.name == task.name]
+
+    def _visit_group(self, group: list[Task], index: dict[int, int], total: int, log, report: RunReport) -> None:
+        """Visit the instances of one per-source stage: reuse the sealed ones, then run the datatrove tasks of
+        all the others as one executor run (pipeline/source_batch.py), and seal each source's output as its
+        tasks' counts come in. The run's seconds are shared out by task count (stage.json keeps the whole)."""
+        pending = []
+        for task in group:
+            where = {"label": task.label, "index": index[id(task)], "total": total}
+            if not self._reusable(task, where, log, report):
+                pending.append((task, where))
+        if len(pending) <= 1:
+            for task, where in pending:
+                self._run_task(task, task.directory(self.out), log, where)
+                report.ran.append(task.label)
+            return
+        begun = []
+        for task, where in pending:
+            partial, ctx = self._begin(task, log, where)
+            try:
+                begun.append((task, where, partial, task.stage.source_tasks(ctx)))
+            except Exception as exc:
+                raise StageFailed(f"stage {task.label}: {type(exc).__name__}: {exc}") from exc
+        name, units = group[0].name, [b[3] for b in begun]
+        batch = hashlib.sha256("".join(t.fingerprint for t, *_ in begun).encode()).hexdigest()
+        logging_dir = self.out / "cache" / name / f"batch-{batch[:16]}.partial" / "_datatrove"
+        started = time.monotonic()
+        try:
+            counts = run_sources(self.executor, units, logging_dir, f"{name}[{len(units)} sources]")
+        except Exception as exc:
+            raise StageFailed(f"stage {name} ({len(units)} sources run together): "
+                              f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            release_freed_heap()
+        seconds = time.monotonic() - started
+        tasks = sum(u.tasks for u in units) or 1
+        for (task, where, partial, unit), c in zip(begun, counts):
+            ran_with = {"sources": len(units), "tasks": tasks, "seconds": round(seconds, 3)}
+            self._seal(task, partial, c, round(seconds * unit.tasks / tasks, 3), log, where, ran_with)
+            report.ran.append(task.label)
 
     def entry_damage(self, task: Task) -> str | None:
         """None when a sealed entry holds exactly the outputs it was sealed with; else what is wrong."""
@@ -270,7 +328,19 @@ class Runner:
         return damage(task.directory(self.out), recorded)
 
     def _run_task(self, task: Task, final: Path, log, where: dict, beside: bool = False) -> None:
-        partial = final.with_name(task.fingerprint + ".partial")
+        partial, ctx = self._begin(task, log, where, beside)
+        started = time.monotonic()
+        try:
+            counts = task.stage.run(ctx)
+        except Exception as exc:
+            raise StageFailed(f"stage {task.label}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            release_freed_heap()
+        self._seal(task, partial, counts, round(time.monotonic() - started, 3), log, where)
+
+    def _begin(self, task: Task, log, where: dict, beside: bool = False) -> tuple[Path, StageContext]:
+        """The instance's fresh (or resumed) .partial directory and the context it runs with; logs its start."""
+        partial = task.directory(self.out).with_name(task.fingerprint + ".partial")
         if partial.exists() and not task.stage.resumable_tasks:
             shutil.rmtree(partial)
         resumed = partial.exists()
@@ -285,14 +355,11 @@ class Runner:
         )
         log(f"{task.label}: running{' (resuming finished tasks)' if resumed else ''}"
             f"{' beside the next stages' if beside else ''}", event="stage_start", **where)
-        started = time.monotonic()
-        try:
-            counts = task.stage.run(ctx)
-        except Exception as exc:
-            raise StageFailed(f"stage {task.label}: {type(exc).__name__}: {exc}") from exc
-        finally:
-            release_freed_heap()
-        seconds = round(time.monotonic() - started, 3)
+        return partial, ctx
+
+    def _seal(self, task: Task, partial: Path, counts: dict, seconds: float, log, where: dict,
+              ran_with: dict | None = None) -> None:
+        """Record stage.json (with the output checksums) in `partial` and seal it as the instance's entry."""
         atomic_write_json(partial / "stage.json", {
             "stage": task.name,
             "source": task.source.name if task.source else None,
@@ -304,11 +371,14 @@ class Runner:
             "counts": counts,
             "outputs": checksum_outputs(partial),
             "seconds": seconds,
+            **({"ran_with": ran_with} if ran_with else {}),  # the sources whose tasks ran as one executor run
             "finished_at": _now(),
             "cpp_data_version": __version__,
         }, durable=False)
-        seal(partial, final, durable=False)  # verified before reuse (pipeline/cache.py), so no fsync
-        log(f"{task.label}: done in {seconds:.1f}s", event="stage_done", seconds=seconds, **where)
+        seal(partial, task.directory(self.out), durable=False)  # verified before reuse (pipeline/cache.py)
+        together = f" (its share of {ran_with['sources']} sources run together in {ran_with['seconds']:.1f}s)" \
+            if ran_with else ""
+        log(f"{task.label}: done in {seconds:.1f}s{together}", event="stage_done", seconds=seconds, **where)
 
     def artifacts(self, stage: str) -> list[Artifact]:
         return [t.artifact(self.out) for t in self.tasks if t.name == stage]

@@ -13,10 +13,13 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.sources import LockedSource
+
+if TYPE_CHECKING:
+    from cpp_data.pipeline.source_batch import SourceTasks
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,12 @@ class Stage(ABC):
         """Source settings outside the pins that shape this stage's bytes, part of its fingerprint (the
         sources' blend weights for the exports; a source's decontamination reference): None when there are
         none. `source` is the task's source (None for corpus stages)."""
+        return None
+
+    def source_tasks(self, ctx: StageContext) -> SourceTasks | None:
+        """A per-source stage whose work is datatrove tasks returns them here, unstarted, so that the runner
+        runs the tasks of every source that has to run as one executor run (pipeline/source_batch.py); such a
+        stage's `run` is `self.source_tasks(ctx).run(ctx.executor, ctx.label)`. None: the runner calls `run`."""
         return None
 
     @abstractmethod

@@ -18,7 +18,7 @@ from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
 from cpp_data.pipeline.exclusions import reference_texts
-from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.source_batch import SourceTasks
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.shingles import long_ngram_hashes
@@ -64,6 +64,9 @@ class Decontaminate(Stage):
         return {"decontaminate": rules} if rules else None
 
     def run(self, ctx: StageContext) -> dict:
+        return self.source_tasks(ctx).run(ctx.executor, ctx.label)
+
+    def source_tasks(self, ctx: StageContext) -> SourceTasks:
         docs = ctx.input("filter").path
         rules = ctx.source.decontaminate
         tasks = dt_io.count_parts(docs, "part-*.parquet")
@@ -71,7 +74,8 @@ class Decontaminate(Stage):
             for f in sorted(docs.glob("part-*.parquet")):
                 (ctx.out / f.name).unlink(missing_ok=True)  # a killed run's partial output is kept: resumable
                 os.link(f, ctx.out / f.name)
-            return {"tasks": tasks, "reference_ngrams": 0, "rejected": {}}
+            return SourceTasks([], 0, ctx.out / "_datatrove",
+                               lambda _stats: {"tasks": tasks, "reference_ngrams": 0, "rejected": {}})
         ngram = int(next(r for r in rules if r.startswith("ngram:"))[6:])
         files = [r[5:] for r in rules if r.startswith("file:")]
         reference = reference_hashes(files, ngram)
@@ -80,6 +84,6 @@ class Decontaminate(Stage):
             ContaminationFilter(reference, ngram, exclusion_writer=dt_io.rejections_writer(ctx.out, "decontaminate")),
             dt_io.documents_writer(ctx.out),
         ]
-        stats = run_datatrove(ctx.executor, pipeline, tasks, ctx.out / "_datatrove", ctx.label)
-        return {**dt_io.output_counts(ctx.out, tasks, stats), "reference_files": len(files),
-                "reference_ngrams": int(len(reference))}
+        return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
+                           lambda stats: {**dt_io.output_counts(ctx.out, tasks, stats), "reference_files": len(files),
+                                          "reference_ngrams": int(len(reference))})

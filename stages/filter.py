@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.source_batch import SourceTasks
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.quality import generated_marker, is_vendored, signals
@@ -126,6 +126,9 @@ class Filter(Stage):
     resumable_tasks = True
 
     def run(self, ctx: StageContext) -> dict:
+        return self.source_tasks(ctx).run(ctx.executor, ctx.label)
+
+    def source_tasks(self, ctx: StageContext) -> SourceTasks:
         collected = ctx.input("collect").path
         tasks = dt_io.count_parts(collected, "files-*.parquet")
         pipeline = [
@@ -136,6 +139,5 @@ class Filter(Stage):
             Scrub(self.params, exclusion_writer=dt_io.rejections_writer(ctx.out, "scrub")),
             dt_io.documents_writer(ctx.out),
         ]
-        stats = run_datatrove(ctx.executor, pipeline, tasks, ctx.out / "_datatrove", ctx.label)
-        return dt_io.output_counts(ctx.out, tasks, stats)
-
+        return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
+                           lambda stats: dt_io.output_counts(ctx.out, tasks, stats))

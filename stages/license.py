@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.source_batch import SourceTasks
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.license_match import (classify, identify_license_file, is_primary_license_file, offers_choice,
@@ -117,6 +117,9 @@ class License(Stage):
     resumable_tasks = True
 
     def run(self, ctx: StageContext) -> dict:
+        return self.source_tasks(ctx).run(ctx.executor, ctx.label)
+
+    def source_tasks(self, ctx: StageContext) -> SourceTasks:
         docs = ctx.input("decontaminate").path
         rows = pq.read_table(ctx.input("collect").path / "license_files.parquet").to_pylist()
         by_state: dict = {}
@@ -130,7 +133,11 @@ class License(Stage):
                         exclusion_writer=dt_io.rejections_writer(ctx.out, "license")),
             dt_io.documents_writer(ctx.out),
         ]
-        stats = run_datatrove(ctx.executor, pipeline, tasks, ctx.out / "_datatrove", ctx.label)
+        return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
+                           lambda stats: self._counts(ctx, tasks, stats, directory_licenses))
+
+    @staticmethod
+    def _counts(ctx: StageContext, tasks: int, stats: dict, directory_licenses: dict) -> dict:
         counts = dt_io.output_counts(ctx.out, tasks, stats)
         counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
                                      if ".source_" in k}

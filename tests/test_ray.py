@@ -77,7 +77,7 @@ def test_two_node_ray_build_matches_local_bytes(tiny_reference, tmp_path, two_no
     nodes = summary["tasks_per_node"]
     assert len(nodes) == 2 and all(n.startswith("ray:") and count > 0 for n, count in nodes.items()), nodes
     assert "tasks per node" in proc.stdout
-    record = next((out / "cache" / "filter").glob("*/_datatrove/executor.json")).read_text()
+    record = next((out / "cache" / "near_dedup").glob("*/_datatrove/executor.json")).read_text()
     assert '"log_first"' in record and '"cpus_per_task"' in record  # datatrove's Ray executor wrote it
 
 

@@ -94,6 +94,10 @@ def test_sigkill_mid_stage_resumes_to_identical_bytes(tmp_path):
     recipe = _small_parts_recipe(tmp_path)
     clean = tmp_path / "clean"
     build(small_sources, clean, "--recipe", str(recipe))
+    for stage in ("filter", "decontaminate", "license"):  # both sources' tasks ran as one executor run
+        metas = [json.loads(p.read_text()) for p in (clean / "cache" / stage).glob("*/stage.json")]
+        assert [m["ran_with"]["sources"] for m in metas] == [2, 2], stage
+    assert not list((clean / "cache").glob("*/batch-*")), "a finished build keeps no batch bookkeeping"
     out = tmp_path / "killed"
     cmd = [*CLI, "build", "--recipe", str(recipe), "--sources", str(small_sources), "--out", str(out),
            "--workers", "2", "--no-progress"]
