@@ -165,12 +165,17 @@ class Sampler(threading.Thread):
 
     def started(self, name: str) -> None:
         self.running.append(name)
-        self.stage = "+".join(sorted(self.running))
+        self.stage = self._label()
 
     def finished(self, name: str) -> None:
         if name in self.running:
             self.running.remove(name)
-        self.stage = "+".join(sorted(self.running)) or "between stages"
+        self.stage = self._label() or "between stages"
+
+    def _label(self) -> str:
+        """The stages running now, each named once: a per-source stage starts once per source and runs them
+        together, so its sources' events must not read as an overlap of the stage with itself."""
+        return "+".join(sorted(set(self.running)))
 
     def run(self) -> None:
         hz = os.sysconf("SC_CLK_TCK")
