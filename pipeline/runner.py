@@ -246,7 +246,7 @@ class Runner:
         where = {"label": task.label, "index": k, "total": total}
         if self._reusable(task, where, log, report):
             return
-        self._run_task(task, task.directory(self.out), log, where, beside)
+        self._run_task(task, log, where, beside)
         report.ran.append(task.label)
 
     def _reusable(self, task: Task, where: dict, log, report: RunReport) -> bool:
@@ -291,7 +291,7 @@ class Runner:
                 pending.append((task, where))
         if len(pending) <= 1:
             for task, where in pending:
-                self._run_task(task, task.directory(self.out), log, where)
+                self._run_task(task, log, where)
                 report.ran.append(task.label)
             return
         begun = []
@@ -314,8 +314,8 @@ class Runner:
             release_freed_heap()
         seconds = time.monotonic() - started
         tasks = sum(u.tasks for u in units) or 1
+        ran_with = {"sources": len(units), "tasks": tasks, "seconds": round(seconds, 3)}
         for (task, where, partial, unit), c in zip(begun, counts):
-            ran_with = {"sources": len(units), "tasks": tasks, "seconds": round(seconds, 3)}
             self._seal(task, partial, c, round(seconds * unit.tasks / tasks, 3), log, where, ran_with)
             report.ran.append(task.label)
 
@@ -327,7 +327,7 @@ class Runner:
             return f"stage.json unreadable: {exc}"
         return damage(task.directory(self.out), recorded)
 
-    def _run_task(self, task: Task, final: Path, log, where: dict, beside: bool = False) -> None:
+    def _run_task(self, task: Task, log, where: dict, beside: bool = False) -> None:
         partial, ctx = self._begin(task, log, where, beside)
         started = time.monotonic()
         try:
