@@ -1,10 +1,13 @@
 """license: the license cascade and allow-list policy of docs/DESIGN.md section 4, per document.
 
 The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono), and
-for a history walk once per license state of the tree, so a version is judged by the licenses of its commit,
-before the datatrove tasks start; each task then runs the cascade on its documents and refuses what the
-policy does not allow, recording the rule (no_license, license_not_allowed, copyleft_not_opted_in,
-eula_source_available) and the confidence of the license it found.
+for a history walk once per license state of the tree, so a version is judged by the licenses of its commit.
+That is a task of its own per source (`RepoLicenseFiles`, the source's prepare task: pipeline/source_batch.py),
+run on the executor before the document tasks, which read its result: pyaskalono loads its license store
+again for every text it identifies (about 0.13 s a call here), so in the driver this had cost 0.13 s per
+license file, one source after another, before any task started. Each document task then runs the cascade on
+its documents and refuses what the policy does not allow, recording the rule (no_license,
+license_not_allowed, copyleft_not_opted_in, eula_source_available) and the confidence of the license it found.
 """
 
 from __future__ import annotations
@@ -12,10 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+import json
+import shutil
+from pathlib import Path
+
 import pyarrow.parquet as pq
 from datatrove.data import Document
+from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
+from cpp_data.pipeline.executors import worker_cache
+from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.source_batch import SourceTasks
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
@@ -72,6 +82,45 @@ def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:
     return out
 
 
+def license_states(license_files: Path) -> dict:
+    """License state (None at a pin) -> repo_licenses of that state's license files, from collect's
+    license_files.parquet."""
+    by_state: dict = {}
+    for row in pq.read_table(license_files).to_pylist():
+        by_state.setdefault(row.get("state"), []).append(row)
+    return {state: repo_licenses(rows) for state, rows in by_state.items()}
+
+
+def write_license_states(path: Path, states: dict) -> None:
+    """license_states as JSON (states in order, a pin's as null), for the document tasks to read."""
+    atomic_write_json(path, [{"state": st, "directories": dl}
+                             for st, dl in sorted(states.items(), key=lambda x: str(x[0]))], durable=False)
+
+
+def read_license_states(path: Path) -> dict:
+    """What write_license_states wrote, as license_states returned it."""
+    return {e["state"]: {d: tuple(v) for d, v in e["directories"].items()} for e in json.loads(Path(path).read_text())}
+
+
+class RepoLicenseFiles(PipelineStep):
+    """A source's prepare task: identify its license files once (license_states) and write them where its
+    document tasks read them."""
+
+    name = "repo license files"
+    type = "⚖️ - LICENSE"
+
+    def __init__(self, license_files: Path, out: Path):
+        super().__init__()
+        self.license_files, self.out = str(license_files), str(out)
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        states = license_states(Path(self.license_files))
+        write_license_states(Path(self.out), states)
+        self.stat_update("identified_directories", value=sum(len(d) for d in states.values()))
+        return
+        yield
+
+
 def nearest(directory_licenses: dict, path: str):
     parent = PurePosixPath(path).parent
     while True:
@@ -84,18 +133,20 @@ def nearest(directory_licenses: dict, path: str):
 class LicenseStep(BaseFilter):
     name = "license"
 
-    def __init__(self, params: LicenseParams, directory_licenses: dict, declared: str | None,
+    def __init__(self, params: LicenseParams, states_file: Path | None, declared: str | None,
                  exclusion_writer=None):
         super().__init__(exclusion_writer)
         self.p = params
         self.allow = frozenset(params.allow)
-        self.directory_licenses = directory_licenses  # license state (None at a pin) -> directory -> license
+        self.states_file = str(states_file) if states_file else None  # the prepare task's license_states
         self.declared = declared
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         meta = doc.metadata
         state = (meta.get("history") or {}).get("license_state")
-        answer = classify(doc.text, nearest(self.directory_licenses.get(state, {}), meta["source_path"]), self.declared,
+        states = (worker_cache(self.states_file, lambda: read_license_states(Path(self.states_file)),
+                               kind="license_states", keep=16) if self.states_file else {})
+        answer = classify(doc.text, nearest(states.get(state, {}), meta["source_path"]), self.declared,
                           self.p.header_min_chars)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
         meta.update(license_spdx=answer.spdx, license_source=answer.source, license_confidence=answer.confidence,
@@ -121,23 +172,29 @@ class License(Stage):
 
     def source_tasks(self, ctx: StageContext) -> SourceTasks:
         docs = ctx.input("decontaminate").path
-        rows = pq.read_table(ctx.input("collect").path / "license_files.parquet").to_pylist()
-        by_state: dict = {}
-        for row in rows:
-            by_state.setdefault(row.get("state"), []).append(row)
-        directory_licenses = {state: repo_licenses(rs) for state, rs in by_state.items()}
+        license_files = ctx.input("collect").path / "license_files.parquet"
+        has_files = pq.read_metadata(license_files).num_rows > 0
+        states_file = ctx.out / "_work" / "license_states.json" if has_files else None
         tasks = dt_io.count_parts(docs, "part-*.parquet")
         pipeline = [
             dt_io.reader(docs, "part-*.parquet"),
-            LicenseStep(self.params, directory_licenses, ctx.source.license,
+            LicenseStep(self.params, states_file, ctx.source.license,
                         exclusion_writer=dt_io.rejections_writer(ctx.out, "license")),
             dt_io.documents_writer(ctx.out),
         ]
         return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
-                           lambda stats: self._counts(ctx, tasks, stats, directory_licenses))
+                           lambda stats: self._counts(ctx, tasks, stats, license_files, states_file),
+                           prepare=[RepoLicenseFiles(license_files, states_file)] if has_files else None)
 
     @staticmethod
-    def _counts(ctx: StageContext, tasks: int, stats: dict, directory_licenses: dict) -> dict:
+    def _counts(ctx: StageContext, tasks: int, stats: dict, license_files: Path, states_file: Path | None) -> dict:
+        if states_file is None:
+            directory_licenses = {}
+        elif states_file.is_file():
+            directory_licenses = read_license_states(states_file)
+        else:  # no document task ran, so neither did the prepare task: identify here (a source without files)
+            directory_licenses = license_states(license_files)
+        shutil.rmtree(ctx.out / "_work", ignore_errors=True)
         counts = dt_io.output_counts(ctx.out, tasks, stats)
         counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
                                      if ".source_" in k}
