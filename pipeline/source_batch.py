@@ -16,11 +16,6 @@ what it had when it ran alone:
 The batch's own logging directory holds datatrove's bookkeeping of the global ranks: task logs, the node and
 process records the task watch and the per-node counts read.
 
-A source may also have one `prepare` task, whose result its tasks read (the license stage's identification of
-the repository's license files). The prepare tasks of every source run first, as one executor run of their
-own, the same way (a source's marker under its logging directory's prepare/), so that work runs on the
-executor, in parallel over sources, and not in the driver.
-
 Hand-written because datatrove runs one pipeline over one rank space; it has no notion of several pipelines
 sharing an executor run.
 """
@@ -47,11 +42,6 @@ class SourceTasks:
     tasks: int
     logging_dir: Path
     finish: Callable[[dict[str, int]], dict[str, Any]]
-    # the steps of one task that must be done before any of `pipeline`'s start: work a source needs once and
-    # every task reads (the license stage identifies the repository's license files, which had been the
-    # driver's work, source after source). The prepare tasks of every source run as one executor run of their
-    # own, before the main one, logging under logging_dir/prepare. None: no such work.
-    prepare: list | None = None
 
     def run(self, cfg: ExecutorConfig, label: str) -> dict[str, Any]:
         """Run this source alone (a stage run outside the runner's batching) and return its counts."""
@@ -104,14 +94,9 @@ class SourceDispatch(PipelineStep):
 
 
 def run_sources(cfg: ExecutorConfig, units: list[SourceTasks], logging_dir: Path, label: str) -> list[dict]:
-    """Run the tasks of every unit as one executor run logging to `logging_dir` (after their `prepare` tasks,
-    as one run of their own); return each unit's counts (its `finish` over its own step statistics, the prepare
-    task's left out), in order. A unit without tasks only finishes."""
+    """Run the tasks of every unit as one executor run logging to `logging_dir`; return each unit's counts
+    (its `finish` over its own step statistics), in order. A unit without tasks only finishes."""
     working = [u for u in units if u.tasks > 0]
-    prepared = [u for u in working if u.prepare]
-    if prepared:
-        dispatch = SourceDispatch([(u.prepare, 1, str(Path(u.logging_dir) / "prepare")) for u in prepared])
-        run_datatrove(cfg, [dispatch], dispatch.total, Path(logging_dir) / "prepare", f"{label}: prepare")
     if working:
         dispatch = SourceDispatch([(u.pipeline, u.tasks, str(u.logging_dir)) for u in working])
         run_datatrove(cfg, [dispatch], dispatch.total, logging_dir, label)

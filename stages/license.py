@@ -2,26 +2,26 @@
 
 The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono), and
 for a history walk once per license state of the tree, so a version is judged by the licenses of its commit.
-That is a task of its own per source (`RepoLicenseFiles`, the source's prepare task: pipeline/source_batch.py),
-run on the executor before the document tasks, which read its result: pyaskalono loads its license store
-again for every text it identifies (about 0.13 s a call here), so in the driver this had cost 0.13 s per
-license file, one source after another, before any task started. Each document task then runs the cascade on
-its documents and refuses what the policy does not allow, recording the rule (no_license,
-license_not_allowed, copyleft_not_opted_in, eula_source_available) and the confidence of the license it found.
+The document tasks do that (`LicenseStep.license_states`), not the driver: a source's first task in a worker
+process identifies the files and writes the result beside the source's output, or reads what another task of
+the source wrote there. The driver had done it source after source before any task started, and pyaskalono
+loads its license store again for every text it identifies (0.13 s a call here; `license_match` caches
+results by normalized text, so a text seen before costs nothing): serial work growing with the repositories.
+Two workers may both identify one source's files when its first tasks start together; they write the same
+result. Each task then runs the cascade on its documents and refuses what the policy does not allow,
+recording the rule (no_license, license_not_allowed, copyleft_not_opted_in, eula_source_available) and the
+confidence of the license it found.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import PurePosixPath
-
 import json
 import shutil
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 import pyarrow.parquet as pq
 from datatrove.data import Document
-from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
 from cpp_data.pipeline.executors import worker_cache
@@ -102,25 +102,6 @@ def read_license_states(path: Path) -> dict:
     return {e["state"]: {d: tuple(v) for d, v in e["directories"].items()} for e in json.loads(Path(path).read_text())}
 
 
-class RepoLicenseFiles(PipelineStep):
-    """A source's prepare task: identify its license files once (license_states) and write them where its
-    document tasks read them."""
-
-    name = "repo license files"
-    type = "⚖️ - LICENSE"
-
-    def __init__(self, license_files: Path, out: Path):
-        super().__init__()
-        self.license_files, self.out = str(license_files), str(out)
-
-    def run(self, data, rank: int = 0, world_size: int = 1):
-        states = license_states(Path(self.license_files))
-        write_license_states(Path(self.out), states)
-        self.stat_update("identified_directories", value=sum(len(d) for d in states.values()))
-        return
-        yield
-
-
 def nearest(directory_licenses: dict, path: str):
     parent = PurePosixPath(path).parent
     while True:
@@ -133,19 +114,31 @@ def nearest(directory_licenses: dict, path: str):
 class LicenseStep(BaseFilter):
     name = "license"
 
-    def __init__(self, params: LicenseParams, states_file: Path | None, declared: str | None,
+    def __init__(self, params: LicenseParams, license_files: Path, states_file: Path | None, declared: str | None,
                  exclusion_writer=None):
         super().__init__(exclusion_writer)
         self.p = params
         self.allow = frozenset(params.allow)
-        self.states_file = str(states_file) if states_file else None  # the prepare task's license_states
+        self.license_files = str(license_files)
+        self.states_file = str(states_file) if states_file else None  # None: the source has no license files
         self.declared = declared
+
+    def license_states(self) -> dict:
+        """The source's license_states: read where a task of the source wrote them, else identified and
+        written there (atomically: two tasks writing at once write the same bytes)."""
+        path = Path(self.states_file)
+        try:
+            return read_license_states(path)
+        except FileNotFoundError:
+            states = license_states(Path(self.license_files))
+            write_license_states(path, states)
+            return states
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         meta = doc.metadata
         state = (meta.get("history") or {}).get("license_state")
-        states = (worker_cache(self.states_file, lambda: read_license_states(Path(self.states_file)),
-                               kind="license_states", keep=16) if self.states_file else {})
+        states = worker_cache(self.states_file, self.license_states, kind="license_states", keep=16) \
+            if self.states_file else {}
         answer = classify(doc.text, nearest(states.get(state, {}), meta["source_path"]), self.declared,
                           self.p.header_min_chars)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
@@ -178,13 +171,12 @@ class License(Stage):
         tasks = dt_io.count_parts(docs, "part-*.parquet")
         pipeline = [
             dt_io.reader(docs, "part-*.parquet"),
-            LicenseStep(self.params, states_file, ctx.source.license,
+            LicenseStep(self.params, license_files, states_file, ctx.source.license,
                         exclusion_writer=dt_io.rejections_writer(ctx.out, "license")),
             dt_io.documents_writer(ctx.out),
         ]
         return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
-                           lambda stats: self._counts(ctx, tasks, stats, license_files, states_file),
-                           prepare=[RepoLicenseFiles(license_files, states_file)] if has_files else None)
+                           lambda stats: self._counts(ctx, tasks, stats, license_files, states_file))
 
     @staticmethod
     def _counts(ctx: StageContext, tasks: int, stats: dict, license_files: Path, states_file: Path | None) -> dict:
@@ -192,7 +184,7 @@ class License(Stage):
             directory_licenses = {}
         elif states_file.is_file():
             directory_licenses = read_license_states(states_file)
-        else:  # no document task ran, so neither did the prepare task: identify here (a source without files)
+        else:  # no task ran: a source without documents
             directory_licenses = license_states(license_files)
         shutil.rmtree(ctx.out / "_work", ignore_errors=True)
         counts = dt_io.output_counts(ctx.out, tasks, stats)

@@ -188,6 +188,33 @@ def test_repo_license_files_of_juce_are_identified():
     assert "ISC" in spdx and any("BSD" in s for s in spdx), spdx
 
 
+def test_license_states_a_task_identified_are_what_the_other_tasks_read(tmp_path):
+    """The license stage's first task of a source writes each state's directory licenses (JUCE's license files
+    at a pin, the same files as a second history state); what the source's other tasks read back is what the
+    identification returned."""
+    need(JUCE)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cpp_data.schemas.artifacts import LICENSE_FILE
+    from cpp_data.stages.license import DEFAULT_ALLOW, LicenseParams, LicenseStep, license_states, read_license_states
+
+    files = [p for p in sorted(JUCE.rglob("*")) if p.name in ("LICENSE", "LICENSE.txt", "COPYING")]
+    rows = [{"source_repo": "juce", "source_path": str(p.relative_to(JUCE)), "content": p.read_bytes(),
+             "state": state} for state in (None, "s1") for p in files]
+    parquet = tmp_path / "license_files.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=LICENSE_FILE), parquet)
+    states = license_states(parquet)
+    assert set(states) == {None, "s1"} and states[None] == states["s1"] and len(states[None]) >= 5
+    written = tmp_path / "_work" / "license_states.json"
+    step = LicenseStep(LicenseParams(DEFAULT_ALLOW), parquet, written, None)
+    assert step.license_states() == states and written.is_file()  # the first task identifies and writes
+    assert read_license_states(written) == states
+    assert all(isinstance(v, tuple) and isinstance(v[1], float) for v in read_license_states(written)[None].values())
+    parquet.unlink()  # a later task reads what the first wrote, without identifying again
+    assert LicenseStep(LicenseParams(DEFAULT_ALLOW), parquet, written, None).license_states() == states
+
+
 def test_license_banner_after_include_guard_is_not_shingled():
     from cpp_data.stages.lib.shingles import strip_license_header
 

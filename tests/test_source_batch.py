@@ -23,21 +23,7 @@ class Record(PipelineStep):
         self.out = out
     def run(self, data, rank=0, world_size=1):
         self.stat_update("seen")
-        prepared = Path(self.out, "prepared.json").exists()
-        Path(self.out, f"{rank}.json").write_text(json.dumps([rank, world_size, os.getpid(), prepared]))
-        yield from ()
-
-
-class Prepare(PipelineStep):  # a source's prepare task: appends a line each time it runs
-    name, type = "prepare", "record"
-    def __init__(self, out):
-        super().__init__()
-        self.out = out
-    def run(self, data, rank=0, world_size=1):
-        self.stat_update("prepared")
-        with open(Path(self.out, "prepare.runs"), "a") as f:
-            f.write(f"{rank} {world_size} {os.getpid()}\\n")
-        Path(self.out, "prepared.json").write_text("{}")
+        Path(self.out, f"{rank}.json").write_text(json.dumps([rank, world_size, os.getpid()]))
         yield from ()
 
 def main():
@@ -48,11 +34,9 @@ def main():
         out = root / name
         out.mkdir(parents=True, exist_ok=True)
         units.append(SourceTasks([Record(str(out))], tasks, out / "_datatrove",
-                                 lambda stats, out=out: {"files": len(list(out.glob("[0-9]*.json"))), **stats},
-                                 prepare=[Prepare(str(out))] if name != "b" else None))
-    for name, rank in skip:  # rank "prepare": the source's prepare task
-        marker = root / name / "_datatrove" / ("prepare/completions/00000" if rank == "prepare"
-                                               else f"completions/{rank:05d}")
+                                 lambda stats, out=out: {"files": len(list(out.glob("*.json"))), **stats}))
+    for name, rank in skip:
+        marker = root / name / "_datatrove" / "completions" / f"{rank:05d}"
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
     counts = run_sources(ExecutorConfig(workers=2, progress=False), units, root / "batch", "test[3 sources]")
@@ -74,12 +58,7 @@ def _run(tmp_path, skip=()):
 
 
 def _seen(tmp_path, name):
-    return {int(p.stem): json.loads(p.read_text()) for p in (tmp_path / "run" / name).glob("[0-9]*.json")}
-
-
-def _prepare_runs(tmp_path, name):
-    runs = tmp_path / "run" / name / "prepare.runs"
-    return runs.read_text().splitlines() if runs.exists() else []
+    return {int(p.stem): json.loads(p.read_text()) for p in (tmp_path / "run" / name).glob("*.json")}
 
 
 def test_each_source_sees_its_own_ranks_and_keeps_its_own_records(tmp_path):
@@ -87,13 +66,13 @@ def test_each_source_sees_its_own_ranks_and_keeps_its_own_records(tmp_path):
     for name, tasks in (("a", 3), ("b", 1), ("c", 2)):
         seen = _seen(tmp_path, name)
         assert sorted(seen) == list(range(tasks))
-        assert all(world == tasks for _, world, _, _ in seen.values())  # the source's world size, not 6
+        assert all(world == tasks for _, world, _ in seen.values())  # the source's world size, not 6
         logs = tmp_path / "run" / name / "_datatrove"
         assert sorted(p.name for p in (logs / "completions").iterdir()) == [f"{r:05d}" for r in range(tasks)]
         assert len(list((logs / "stats").glob("*.json"))) == tasks
     assert [c["files"] for c in result["counts"]] == [3, 1, 2]
     assert [c["record: record.seen"] for c in result["counts"]] == [3, 1, 2]  # each source's stats, not the batch's
-    pids = {pid for name in "abc" for _, _, pid, _ in _seen(tmp_path, name).values()}
+    pids = {pid for name in "abc" for _, _, pid in _seen(tmp_path, name).values()}
     assert result["driver"] not in pids  # the tasks ran in the pool's processes
     batch = tmp_path / "run" / "batch"
     assert len(list((batch / "completions").iterdir())) == 6  # one executor run of all six tasks
@@ -105,23 +84,3 @@ def test_a_task_its_source_marked_done_does_not_run_again(tmp_path):
     assert sorted(_seen(tmp_path, "c")) == [1]
     assert sorted(_seen(tmp_path, "b")) == [0]
     assert [c["files"] for c in result["counts"]] == [2, 1, 1]
-
-
-def test_a_sources_prepare_task_runs_once_before_its_tasks_and_stays_out_of_its_counts(tmp_path):
-    result = _run(tmp_path)
-    for name in "ac":
-        runs = _prepare_runs(tmp_path, name)
-        assert len(runs) == 1 and runs[0].split()[:2] == ["0", "1"], runs  # one task, rank 0 of 1
-        assert all(prepared for *_, prepared in _seen(tmp_path, name).values())  # every task found its result
-        assert (tmp_path / "run" / name / "_datatrove" / "prepare" / "completions" / "00000").exists()
-    assert _prepare_runs(tmp_path, "b") == [] and not any(p for *_, p in _seen(tmp_path, "b").values())
-    assert all(not any("prepared" in k for k in c) for c in result["counts"])  # the counts are the tasks' own
-    assert len(list((tmp_path / "run" / "batch" / "prepare" / "completions").iterdir())) == 2  # one run for both
-
-
-def test_a_prepare_task_its_source_marked_done_does_not_run_again(tmp_path):
-    (tmp_path / "run" / "a").mkdir(parents=True)
-    (tmp_path / "run" / "a" / "prepared.json").write_text("{}")  # what the earlier run's prepare task left
-    _run(tmp_path, skip=[("a", "prepare")])
-    assert _prepare_runs(tmp_path, "a") == [] and len(_prepare_runs(tmp_path, "c")) == 1
-    assert sorted(_seen(tmp_path, "a")) == [0, 1, 2]
