@@ -224,6 +224,21 @@ def _preload_workers() -> None:
     multiprocess.set_forkserver_preload(WORKER_PRELOAD + stage_modules)
 
 
+def start_worker_server(cfg: ExecutorConfig) -> None:
+    """Start the local executor's forkserver now, when a stage is about to run, rather than at the first
+    executor run. Its start returns at once; the server then imports the preloaded modules in its own process
+    (0.8 s on this machine, 2.3 s on a slower one), which used to hold up the build's first datatrove run
+    (filter's) on one core. Started with the first stage to run, that import overlaps the driver's own work
+    before it (collect, fingerprints, source locks). Idempotent; nothing to do for one worker (tasks run in the
+    driver) or a Ray or Slurm executor."""
+    if cfg.kind != "local" or cfg.workers <= 1:
+        return
+    import multiprocess.forkserver
+
+    _preload_workers()
+    multiprocess.forkserver.ensure_running()
+
+
 def tokenizer_threads(cfg: ExecutorConfig, beside: bool = False) -> int:
     """tokenizers' threads (pipeline/threads.py) in a task's process, or, with `beside`, in a process of the
     driver's machine that runs while a stage's tasks do (the tokenizer's training): the cores over the processes

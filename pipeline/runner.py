@@ -34,7 +34,7 @@ from cpp_data import __version__
 from cpp_data.pipeline.cache import checksum_outputs, damage, outputs_digest
 from cpp_data.pipeline.code_digest import code_digest
 from cpp_data.pipeline.errors import BadInput, CheckFailed
-from cpp_data.pipeline.executors import ExecutorConfig
+from cpp_data.pipeline.executors import ExecutorConfig, start_worker_server
 from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
 from cpp_data.pipeline.recipe import Recipe
 from cpp_data.pipeline.source_batch import run_sources
@@ -345,6 +345,7 @@ class Runner:
             shutil.rmtree(partial)
         resumed = partial.exists()
         partial.mkdir(parents=True, exist_ok=True)
+        start_worker_server(self.executor)  # its imports overlap this stage's driver work (executors.py)
         ctx = StageContext(
             out=partial,
             inputs={k: [t.artifact(self.out) for t in v] for k, v in task.inputs.items()},
