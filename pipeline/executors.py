@@ -212,9 +212,20 @@ WORKER_PRELOAD = ["numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pya
                   "datatrove.pipeline.base", "datasketch", "cpp_data.stages.lib.shard_tasks"]
 
 
-def _preload_workers() -> None:
-    import multiprocess
+def start_worker_server(cfg: ExecutorConfig) -> None:
+    """Start the local executor's forkserver, preloading WORKER_PRELOAD and every stage module. The runner calls
+    this when a stage is about to run (make_executor calls it again, a no-op then), rather than leaving it to
+    the first executor run: its start returns at once, and the server then imports the preloaded modules in its
+    own process (0.8 s on this machine, 2.3 s on a slower one), which used to hold up the build's first
+    datatrove run (filter's) on one core. Started with the first stage to run, that import overlaps the
+    driver's own work before it (collect, fingerprints, source locks). Idempotent; nothing to do for one
+    worker (tasks run in the driver) or a Ray or Slurm executor."""
+    if cfg.kind != "local" or cfg.workers <= 1:
+        return
     import pkgutil
+
+    import multiprocess
+    import multiprocess.forkserver
 
     import cpp_data.stages
 
@@ -222,20 +233,6 @@ def _preload_workers() -> None:
                      if not m.ispkg]
     # no effect once the forkserver runs, which is fine
     multiprocess.set_forkserver_preload(WORKER_PRELOAD + stage_modules)
-
-
-def start_worker_server(cfg: ExecutorConfig) -> None:
-    """Start the local executor's forkserver now, when a stage is about to run, rather than at the first
-    executor run. Its start returns at once; the server then imports the preloaded modules in its own process
-    (0.8 s on this machine, 2.3 s on a slower one), which used to hold up the build's first datatrove run
-    (filter's) on one core. Started with the first stage to run, that import overlaps the driver's own work
-    before it (collect, fingerprints, source locks). Idempotent; nothing to do for one worker (tasks run in the
-    driver) or a Ray or Slurm executor."""
-    if cfg.kind != "local" or cfg.workers <= 1:
-        return
-    import multiprocess.forkserver
-
-    _preload_workers()
     multiprocess.forkserver.ensure_running()
 
 
@@ -258,7 +255,7 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     """Build the datatrove executor for `cfg` (not yet run)."""
     steps = [DieWithParent(logging_dir, tokenizer_threads(cfg)), *pipeline]
     if cfg.kind == "local":
-        _preload_workers()
+        start_worker_server(cfg)  # already running when the runner started it with the stage
         # One worker runs the tasks in this process (datatrove's rule for workers=1). With more, even a single
         # task runs in a worker, so the driver never takes a task's peak: the structure stage's one graph task
         # of a 92 MB repository took the driver to 576 MiB (bench/scale.py's 4x corpus).

@@ -2,7 +2,7 @@
 
 The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono), and
 for a history walk once per license state of the tree, so a version is judged by the licenses of its commit.
-The document tasks do that (`LicenseStep.license_states`), not the driver: a source's first task in a worker
+The document tasks do that (`source_license_states`), not the driver: a source's first task in a worker
 process identifies the files and writes the result beside the source's output, or reads what another task of
 the source wrote there. The driver had done it source after source before any task started, and pyaskalono
 loads its license store again for every text it identifies (0.13 s a call here; `license_match` caches
@@ -102,6 +102,17 @@ def read_license_states(path: Path) -> dict:
     return {e["state"]: {d: tuple(v) for d, v in e["directories"].items()} for e in json.loads(Path(path).read_text())}
 
 
+def source_license_states(license_files: Path, states_file: Path) -> dict:
+    """A source's license_states: read from `states_file` where a task of the source wrote them, else
+    identified and written there (atomically: two tasks writing at once write the same bytes)."""
+    try:
+        return read_license_states(states_file)
+    except FileNotFoundError:
+        states = license_states(license_files)
+        write_license_states(states_file, states)
+        return states
+
+
 def nearest(directory_licenses: dict, path: str):
     parent = PurePosixPath(path).parent
     while True:
@@ -124,15 +135,7 @@ class LicenseStep(BaseFilter):
         self.declared = declared
 
     def license_states(self) -> dict:
-        """The source's license_states: read where a task of the source wrote them, else identified and
-        written there (atomically: two tasks writing at once write the same bytes)."""
-        path = Path(self.states_file)
-        try:
-            return read_license_states(path)
-        except FileNotFoundError:
-            states = license_states(Path(self.license_files))
-            write_license_states(path, states)
-            return states
+        return source_license_states(Path(self.license_files), Path(self.states_file))
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         meta = doc.metadata
@@ -180,12 +183,8 @@ class License(Stage):
 
     @staticmethod
     def _counts(ctx: StageContext, tasks: int, stats: dict, license_files: Path, states_file: Path | None) -> dict:
-        if states_file is None:
-            directory_licenses = {}
-        elif states_file.is_file():
-            directory_licenses = read_license_states(states_file)
-        else:  # no task ran: a source without documents
-            directory_licenses = license_states(license_files)
+        # what the tasks wrote; identified here only when no task ran (a source without documents)
+        directory_licenses = source_license_states(license_files, states_file) if states_file else {}
         shutil.rmtree(ctx.out / "_work", ignore_errors=True)
         counts = dt_io.output_counts(ctx.out, tasks, stats)
         counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
