@@ -125,6 +125,13 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def _idle_ticks() -> int:
+    """The machine's idle + iowait time over all cores since boot, in clock ticks (/proc/stat's cpu line)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[4]) + int(fields[5])
+
+
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     names: dict[int, str] = {}
@@ -151,15 +158,18 @@ def _descendants(root: int) -> list[int]:
 
 
 class Sampler(threading.Thread):
-    """Peak RSS (tree and largest process, KiB) and CPU seconds of the process tree per stage label, the label
-    set from the build's events. CPU is the growth of each live process's utime + stime between samples, so
-    the last 0.2 s of a process that exits is missed (task processes live as long as their stage's run)."""
+    """Peak RSS (tree and largest process, KiB), CPU seconds of the process tree and idle core-seconds of the
+    machine per stage label, the label set from the build's events. CPU is the growth of each live process's
+    utime + stime between samples, so the last 0.2 s of a process that exits is missed (task processes live as
+    long as their stage's run). Idle is the growth of the machine's idle and iowait time (/proc/stat), so it
+    says where the build left cores waiting, as long as nothing else runs on the machine."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.pid, self.stage, self.peaks, self.stop = pid, "startup", {}, threading.Event()
         self.running: list[str] = []  # stages running now: the tokenizer runs beside structure
         self.cpu: dict[str, float] = {}
+        self.idle: dict[str, float] = {}
         self._ticks: dict[int, int] = {}
         self.high_water: dict[int, int] = {}  # pid -> VmHWM KiB, the last value read while it lived
 
@@ -179,6 +189,7 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         hz = os.sysconf("SC_CLK_TCK")
+        idle_before = _idle_ticks()
         while not self.stop.is_set():
             pids = _descendants(self.pid)
             both = [_rss_kb(p) for p in pids]
@@ -192,6 +203,9 @@ class Sampler(threading.Thread):
             grown = sum(max(0, t - self._ticks.get(p, 0)) for p, t in ticks.items())
             self._ticks = ticks
             self.cpu[self.stage] = self.cpu.get(self.stage, 0.0) + grown / hz
+            idle_now = _idle_ticks()
+            self.idle[self.stage] = self.idle.get(self.stage, 0.0) + (idle_now - idle_before) / hz
+            idle_before = idle_now
             time.sleep(0.2)
 
 
@@ -229,6 +243,7 @@ def run_build(sources: Path, out: Path, workers: int, settings: list[str] = ()) 
     return {"wall_seconds": round(wall, 1), "stage_seconds": {k: round(v, 2) for k, v in stages.items()},
             "peak_rss_mib": {k: [round(a / 1024), round(b / 1024)] for k, (a, b) in sampler.peaks.items()},
             "cpu_seconds": {k: round(v, 1) for k, v in sampler.cpu.items()},
+            "idle_core_seconds": {k: round(v, 1) for k, v in sampler.idle.items()},
             "high_water_mib_any_process": round(max(sampler.high_water.values(), default=0) / 1024),
             "summary": summary}
 
@@ -312,7 +327,9 @@ def _markdown(runs: list[dict], path: Path) -> None:
         r["stage_seconds"].get(k, 0) for r in runs))
     # samples taken while two stages ran (the tokenizer beside structure) have a label of their own
     stages += sorted({k for r in runs for k in r["peak_rss_mib"] if "+" in k})
-    head = "| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} s (CPU s, peak MiB)" for r in runs) + " |"
+    stages += [k for k in ("startup", "between stages") if any(k in r["peak_rss_mib"] for r in runs)]
+    head = ("| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} s (CPU s, idle core-s, peak MiB)" for r in runs)
+            + " |")
     lines = [f"# v6 build scaling ({os.cpu_count()} CPUs)", "",
              "| run | MB collected | MB/s all but semantics | high-water mark of any process MiB "
              "| peak RSS any process, sampled MiB | peak RSS tree MiB | wall s |",
@@ -338,9 +355,16 @@ def _markdown(runs: list[dict], path: Path) -> None:
         for r in runs:
             peak = r["peak_rss_mib"].get(k, [0, 0])[1]
             cpu = r.get("cpu_seconds", {}).get(k, 0)
-            secs = f"{r['stage_seconds'][k]:.1f}" if k in r["stage_seconds"] else "overlap"
-            cells.append(f"{secs} ({cpu:.1f}, {peak})")
+            idle = r.get("idle_core_seconds", {}).get(k, 0)
+            secs = (f"{r['stage_seconds'][k]:.1f}" if k in r["stage_seconds"] else "overlap" if "+" in k
+                    else "no stage")
+            cells.append(f"{secs} ({cpu:.1f}, {idle:.1f}, {peak})")
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    # labels with no stage_seconds of their own: before the first stage, between stages, and the overlaps
+    lines += ["", "Idle core-seconds of the machine over each whole build, and their share of cores x wall time: "
+              + "; ".join(f"{r['scale']}x w{r['workers']} {sum(r.get('idle_core_seconds', {}).values()):.1f} "
+                          f"({sum(r.get('idle_core_seconds', {}).values()) / (r['wall_seconds'] * os.cpu_count()):.0%})"
+                          for r in runs)]
     path.write_text("\n".join(lines) + "\n")
 
 
