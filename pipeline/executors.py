@@ -218,9 +218,9 @@ def start_worker_server(cfg: ExecutorConfig) -> None:
     the first executor run: its start returns at once, and the server then imports the preloaded modules in its
     own process (0.8 s on this machine, 2.3 s on a slower one), which used to hold up the build's first
     datatrove run (filter's) on one core. Started with the first stage to run, that import overlaps the
-    driver's own work before it (collect, fingerprints, source locks). Idempotent; nothing to do for one
-    worker (tasks run in the driver) or a Ray or Slurm executor."""
-    if cfg.kind != "local" or cfg.workers <= 1:
+    driver's own work before it (collect, fingerprints, source locks). Idempotent; nothing to do for a Ray or
+    Slurm executor, whose workers are not this machine's children."""
+    if cfg.kind != "local":
         return
     import pkgutil
 
@@ -256,9 +256,10 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     steps = [DieWithParent(logging_dir, tokenizer_threads(cfg)), *pipeline]
     if cfg.kind == "local":
         start_worker_server(cfg)  # already running when the runner started it with the stage
-        # One worker runs the tasks in this process (datatrove's rule for workers=1). With more, even a single
-        # task runs in a worker, so the driver never takes a task's peak: the structure stage's one graph task
-        # of a 92 MB repository took the driver to 576 MiB (bench/scale.py's 4x corpus).
+        # Even a single task runs in a worker, so the driver never takes a task's peak: the structure stage's
+        # one graph task of a 92 MB repository took the driver to 576 MiB (bench/scale.py's 4x corpus). With
+        # one worker, datatrove runs the tasks in the process that calls run(), which run_datatrove makes a
+        # worker of its own (run_in_one_worker); with more, a pool of at least two.
         workers = 1 if cfg.workers == 1 else max(2, min(cfg.workers, tasks))
         return QuietLocalExecutor(steps, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
     if cfg.kind == "ray":
@@ -294,10 +295,13 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     logging_dir = Path(logging_dir)
     executor = make_executor(cfg, pipeline, tasks, logging_dir, label)
     stop, thread = _progress(logging_dir, tasks, label, cfg.progress and cfg.kind != "slurm")
-    watch = TaskDeathWatch(logging_dir, label) if cfg.kind == "local" and cfg.workers > 1 else nullcontext()
+    watch = TaskDeathWatch(logging_dir, label) if cfg.kind == "local" else nullcontext()
     try:
         with watch:  # a pool worker that dies mid-task would leave run() waiting forever
-            executor.run()
+            if cfg.kind == "local" and cfg.workers == 1:
+                run_in_one_worker(executor, label)
+            else:
+                executor.run()
         if cfg.kind == "slurm":
             _wait_for_slurm(executor, tasks, label, float(cfg.slurm.get("poll_s", 30)))
     finally:
@@ -308,9 +312,59 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     if incomplete:
         raise RuntimeError(f"{label}: {len(incomplete)} of {tasks} tasks did not complete; see {logging_dir}/logs")
     _count_nodes(logging_dir)
-    if cfg.kind == "local" and cfg.workers == 1:  # the tasks ran in this process
-        clear_worker_cache()
     return collect_stats(logging_dir)
+
+
+def _run_executor(executor, conn) -> None:
+    """In the worker: run the executor and send back None, or the exception that ended the run. What the worker
+    forks (datatrove's Manager) dies with it, so a worker killed mid-task leaves nothing holding the pipe."""
+    import multiprocess
+
+    # A process the forkserver made starts its own children through a forkserver of its own, a new interpreter
+    # for each run's Manager (seen in the process tree); forked from this process, it starts at once.
+    multiprocess.set_start_method("fork", force=True)
+    bind_children_to_this_process()
+    try:
+        executor.run()  # its PipelineStats stay behind: run_datatrove reads the stats files the run wrote
+        conn.send(None)
+    except BaseException as exc:  # noqa: BLE001 - handed to the build's process, which raises it
+        try:
+            conn.send(exc)
+        except Exception:  # an exception that does not pickle: its text still goes back
+            conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def run_in_one_worker(executor, label: str) -> None:
+    """Run a one-worker local executor's tasks, one after another, in one process forked from the build's
+    forkserver (start_worker_server) rather than in the build's own process, where datatrove would run them.
+    The process is not a pool's (a pool's workers are daemons, and datatrove's run starts a Manager process),
+    so the exception that ends the run comes back through a pipe and is raised here.
+
+    Why: each task's peak then ends with its run, as with two workers, instead of staying in the build's heap
+    for the stages after it. With the tasks in the build's process, its high-water mark on bench/scale.py's
+    corpora was 679, 748 and 858 MiB at 1x, 2x and 4x (1.26x; docs/SCALING.md), against 317 to 400 MiB for
+    any process with two workers. A task that crashes its process (a segfault in a parser) ends the run with
+    an error naming the task (TaskDeathWatch) instead of killing the build."""
+    import multiprocess
+
+    ctx = multiprocess.get_context("forkserver")
+    receive, send = ctx.Pipe(duplex=False)
+    worker = ctx.Process(target=_run_executor, args=(executor, send), name="cpp-data tasks")
+    worker.start()
+    send.close()
+    try:
+        error = receive.recv()
+    except EOFError:  # the process ended without a word: killed, or a crash in native code
+        worker.join()
+        raise RuntimeError(f"{label}: the process running its tasks died (exit code {worker.exitcode}); "
+                           f"see {executor.logging_dir.path}/logs") from None
+    finally:
+        receive.close()
+    worker.join()
+    if error is not None:
+        raise error
 
 
 def _wait_for_slurm(executor, tasks: int, label: str, poll_s: float) -> None:
@@ -341,12 +395,6 @@ def worker_cache(key: Any, make, kind: str = "", keep: int | None = None):
         while keep is not None and len(cache) > keep:
             cache.pop(next(iter(cache)))
     return cache[key]
-
-
-def clear_worker_cache() -> None:
-    """Forget every cached object (run_datatrove calls it after each run: with one worker the tasks run in the
-    driver, whose cache would otherwise keep every stage's tokenizer and tables to the end of the build)."""
-    _CACHE.clear()
 
 
 def stat_total(stats: dict[str, int], name: str) -> int:

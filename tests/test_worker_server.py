@@ -1,5 +1,7 @@
 """The local executor's forkserver starts when the first stage begins (executors.start_worker_server), so its
-imports overlap the driver's work, and the executor's pools then fork their workers from that same server."""
+imports overlap the driver's work, and every run's tasks then go to processes forked from that same server:
+a pool of at least two with two workers or more, one process of its own with one worker
+(executors.run_in_one_worker), so the build's own process never runs a task."""
 
 import json
 import subprocess
@@ -10,32 +12,54 @@ import json, os, sys
 from pathlib import Path
 import multiprocess.forkserver as fs
 from datatrove.pipeline.base import PipelineStep
+from cpp_data.pipeline.errors import BadInput
 from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove, start_worker_server
 
 
-class Parent(PipelineStep):
-    name, type = "parent", "record"
+class Record(PipelineStep):
+    name, type = "record", "record"
     def __init__(self, out):
         super().__init__()
         self.out = out
     def run(self, data, rank=0, world_size=1):
-        Path(self.out, f"{rank}.json").write_text(json.dumps(os.getppid()))
+        Path(self.out, f"{rank}.json").write_text(json.dumps([os.getpid(), os.getppid()]))
         yield from ()
+
+
+class Fail(PipelineStep):
+    name, type = "fail", "fail"
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+    def run(self, data, rank=0, world_size=1):
+        if self.how == "raise":
+            raise BadInput(f"bad.cc: task {rank} refused it")
+        os.kill(os.getpid(), 9)  # a crash in native code, as the build's process would see it
+        yield from ()
+
+
+def ran(root, name, workers):
+    out = root / name
+    out.mkdir(parents=True)
+    run_datatrove(ExecutorConfig(workers=workers, progress=False), [Record(str(out))], 3, root / f"logs-{name}", name)
+    return sorted(json.loads(p.read_text()) for p in out.glob("*.json"))
 
 
 def main():
     root = Path(sys.argv[1])
-    start_worker_server(ExecutorConfig(workers=1, progress=False))  # tasks run in this process: no server
     start_worker_server(ExecutorConfig(kind="ray", workers=2, progress=False))  # Ray starts its own workers
     before = fs._forkserver._forkserver_pid
-    start_worker_server(ExecutorConfig(workers=2, progress=False))
+    start_worker_server(ExecutorConfig(workers=1, progress=False))
     started = fs._forkserver._forkserver_pid
-    out = root / "parents"
-    out.mkdir(parents=True)
-    run_datatrove(ExecutorConfig(workers=2, progress=False), [Parent(str(out))], 2, root / "logs", "test")
-    parents = sorted(json.loads(p.read_text()) for p in out.glob("*.json"))
+    one, two = ran(root, "one", 1), ran(root, "two", 2)
+    errors = {}
+    for how in ("raise", "die"):
+        try:
+            run_datatrove(ExecutorConfig(workers=1, progress=False), [Fail(how)], 2, root / f"logs-{how}", how)
+        except BaseException as exc:
+            errors[how] = [type(exc).__name__, str(exc)]
     print(json.dumps({"before": before, "started": started, "now": fs._forkserver._forkserver_pid,
-                      "parents": parents}))
+                      "driver": os.getpid(), "one": one, "two": two, "errors": errors}))
 
 
 if __name__ == "__main__":  # datatrove's pool imports this script in its workers
@@ -43,13 +67,22 @@ if __name__ == "__main__":  # datatrove's pool imports this script in its worker
 """
 
 
-def test_the_workers_fork_from_the_server_started_before_the_first_run(tmp_path):
+def test_every_run_forks_its_task_processes_from_the_server_started_before_it(tmp_path):
     script = tmp_path / "server.py"
     script.write_text(SCRIPT)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["before"] is None  # one worker, or Ray: nothing started
-    assert got["started"] and got["now"] == got["started"]  # the run used the server, not a new one
-    assert got["parents"] == [got["started"]] * 2  # both tasks' processes were forked by it
+    assert got["before"] is None  # Ray: nothing started
+    assert got["started"] and got["now"] == got["started"]  # the runs used the server, not a new one
+    server, driver = got["started"], got["driver"]
+    # one worker: the three tasks ran one after another in one process the server forked, not in the driver
+    assert len({pid for pid, _ in got["one"]}) == 1 and got["one"][0][0] != driver
+    assert {parent for _, parent in got["one"]} == {server}
+    # two workers: a pool the server forked
+    assert {parent for _, parent in got["two"]} == {server} and driver not in {pid for pid, _ in got["two"]}
+    # what ends a one-worker run reaches the build's process: the task's own error, or the death of its process
+    assert got["errors"]["raise"] == ["BadInput", "bad.cc: task 0 refused it"]
+    kind, text = got["errors"]["die"]
+    assert kind in ("RuntimeError", "TaskProcessDied") and "die" in text and "died" in text
