@@ -109,9 +109,11 @@ def _batches(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
 
 
 def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.ndarray | None = None,
-                      batch_bytes: int = 1 << 20) -> pa.Table:
+                      batch_bytes: int = 1 << 18) -> pa.Table:
     """token_ids and the per-token mirror of every per-character column, encoding `batch_bytes` of text at a
-    time: a row group's Encodings and per-token index arrays at once took a task to 1 GB."""
+    time: a row group's Encodings and per-token index arrays at once took a task to 1 GB. 256 KiB rather than
+    1 MiB: with two tokenizers threads (one local worker on two cores) the token_columns process of
+    bench/scale.py's 4x build peaked at 448 MiB with 1 MiB batches and 395 with 256 KiB, in the same 15.3 s."""
     texts = table.column("text").combine_chunks()
     mirrors = [c for c in generation_columns(generation) if c.per_char and c.name in table.column_names]
     chars = {c.name: table.column(c.name).combine_chunks() for c in mirrors}
