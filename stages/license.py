@@ -16,7 +16,6 @@ confidence of the license it found.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -31,6 +30,7 @@ from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.license_match import (classify, identify_license_file, is_primary_license_file, offers_choice,
                                             parse_spdx, policy)
+from cpp_data.stages.lib.shard_tasks import WORK, clean_work
 
 DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
                  "Apache-2.0 WITH LLVM-exception", "Unlicense", "CC0-1.0", "LicenseRef-scancode-public-domain")
@@ -170,7 +170,7 @@ class License(Stage):
         docs = ctx.input("decontaminate").path
         license_files = ctx.input("collect").path / "license_files.parquet"
         has_files = pq.read_metadata(license_files).num_rows > 0
-        states_file = ctx.out / "_work" / "license_states.json" if has_files else None
+        states_file = ctx.out / WORK / "license_states.json" if has_files else None
         tasks = dt_io.count_parts(docs, "part-*.parquet")
         pipeline = [
             dt_io.reader(docs, "part-*.parquet"),
@@ -185,7 +185,7 @@ class License(Stage):
     def _counts(ctx: StageContext, tasks: int, stats: dict, license_files: Path, states_file: Path | None) -> dict:
         # what the tasks wrote; identified here only when no task ran (a source without documents)
         directory_licenses = source_license_states(license_files, states_file) if states_file else {}
-        shutil.rmtree(ctx.out / "_work", ignore_errors=True)
+        clean_work(ctx)
         counts = dt_io.output_counts(ctx.out, tasks, stats)
         counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
                                      if ".source_" in k}
