@@ -327,6 +327,7 @@ def _markdown(runs: list[dict], path: Path) -> None:
         r["stage_seconds"].get(k, 0) for r in runs))
     # samples taken while two stages ran (the tokenizer beside structure) have a label of their own
     stages += sorted({k for r in runs for k in r["peak_rss_mib"] if "+" in k})
+    # and so do the samples before the first stage and between two stages
     stages += [k for k in ("startup", "between stages") if any(k in r["peak_rss_mib"] for r in runs)]
     head = ("| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} s (CPU s, idle core-s, peak MiB)" for r in runs)
             + " |")
@@ -360,11 +361,10 @@ def _markdown(runs: list[dict], path: Path) -> None:
                     else "no stage")
             cells.append(f"{secs} ({cpu:.1f}, {idle:.1f}, {peak})")
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    # labels with no stage_seconds of their own: before the first stage, between stages, and the overlaps
+    idle = [(r, sum(r.get("idle_core_seconds", {}).values())) for r in runs]
     lines += ["", "Idle core-seconds of the machine over each whole build, and their share of cores x wall time: "
-              + "; ".join(f"{r['scale']}x w{r['workers']} {sum(r.get('idle_core_seconds', {}).values()):.1f} "
-                          f"({sum(r.get('idle_core_seconds', {}).values()) / (r['wall_seconds'] * os.cpu_count()):.0%})"
-                          for r in runs)]
+              + "; ".join(f"{r['scale']}x w{r['workers']} {s:.1f} ({s / (r['wall_seconds'] * os.cpu_count()):.0%})"
+                          for r, s in idle)]
     path.write_text("\n".join(lines) + "\n")
 
 
