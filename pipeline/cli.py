@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     g = b.add_mutually_exclusive_group()
     g.add_argument("--only", metavar="STAGE", help="rerun just this stage (its inputs must be built)")
     g.add_argument("--from", dest="from_stage", metavar="STAGE", help="rerun this stage and every stage after it")
-    b.add_argument("--force", action="store_true", help="rerun every stage even if its output is sealed")
+    b.add_argument("--force", action="store_true", help="rerun every stage even if its output is sealed "
+                   "(beside --only or --from, just the stages they name, which they rerun anyway)")
     b.add_argument("--wait", action="store_true", help="if another build holds OUT, wait for it instead of exiting 75")
     b.add_argument("--no-progress", action="store_true", help="no live display (plain lines only)")
     b.add_argument("--log-format", choices=("text", "json"), default="text",

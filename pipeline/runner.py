@@ -171,13 +171,13 @@ class Runner:
         return hashlib.sha256("".join(t.fingerprint for t in self.tasks).encode()).hexdigest()
 
     def _forced(self, task: Task) -> bool:
-        if self.force:
-            return True
+        """Whether `task` reruns although sealed. --only and --from name what reruns, so --force beside them
+        adds nothing: `--only X --force` had rerun every input of X too, the whole build up to X."""
         if self.only is not None:
             return task.name == self.only
         if self.from_stage is not None:
             return self.recipe.stages.index(task.name) >= self.recipe.stages.index(self.from_stage)
-        return False
+        return self.force
 
     def clean_temporaries(self, finished: bool = False) -> None:
         """Delete what killed runs left: .old dirs, and .partial dirs, except those of stages that resume

@@ -83,6 +83,9 @@ def test_rerun_does_no_work_and_only_from_rerun(small_sources, reference_build, 
     ran = [ln.split("] ", 1)[1].split(":")[0] for ln in only.stdout.splitlines() if ": running" in ln]
     assert ran == ["shards"]  # its inputs are listed as cached; nothing after it is even looked at
     assert "ledger:" not in only.stdout
+    forced = build(small_sources, out, "--only", "shards", "--force", check=False)
+    assert [ln.split("] ", 1)[1].split(":")[0] for ln in forced.stdout.splitlines()
+            if ": running" in ln] == ["shards"]  # --force reruns no input of the stage --only names
     frm = build(small_sources, out, "--from", "megatron_export", check=False)
     ran = [ln.split("] ", 1)[1].split(":")[0] for ln in frm.stdout.splitlines() if ": running" in ln]
     assert ran == ["megatron_export", "packed_rows", "launch_spec", "ledger"]  # the suffix from the stage
