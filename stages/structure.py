@@ -307,13 +307,14 @@ class GraphGroup(PipelineStep):
     def run(self, data, rank: int = 0, world_size: int = 1):
         src, out = self.work / "graph_groups", self.work / "graph"
         out.mkdir(exist_ok=True)
-        defs = pq.read_table(src / f"defs-{rank:05d}.parquet")
-        calls = pq.read_table(src / f"calls-{rank:05d}.parquet")
+        defs = repo_groups.read_by_repository(src / f"defs-{rank:05d}.parquet")
+        calls = repo_groups.read_by_repository(src / f"calls-{rank:05d}.parquet")
         edge_tables, doc_rows = [], []
-        for repo in sorted(set(defs.column("source_repo").to_pylist())):
-            d = defs.filter(pc.equal(defs.column("source_repo"), repo))
-            c = calls.filter(pc.equal(calls.column("source_repo"), repo))
+        for repo in sorted(defs):
+            d = defs.pop(repo)  # each repository's rows go once its graph is made
+            c = calls.pop(repo) if repo in calls else GRAPH_CALLS.empty_table()
             edges, rows = repository_graph(d, c, self.max_candidates)
+            del d, c
             edge_tables.append(pa.table({"source_repo": pa.array([repo] * edges.num_rows, pa.string()),
                                          **{n: edges.column(n) for n in edges.column_names}}, schema=CALL_GRAPH))
             doc_rows += rows
