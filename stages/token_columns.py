@@ -29,7 +29,7 @@ from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.reader import shard_files
 from cpp_data.stages.lib.shard_tasks import SliceWork, clean_work, rewrite_shards_as_tasks
 from cpp_data.tokenizer.files import load_tokenizer
-from cpp_data.tokenizer.pretokenizer import byte_symbols
+from cpp_data.tokenizer.pretokenizer import byte_symbols, encoding_parts
 
 
 @dataclass(frozen=True)
@@ -109,11 +109,14 @@ def _batches(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
 
 
 def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.ndarray | None = None,
-                      batch_bytes: int = 1 << 18) -> pa.Table:
+                      batch_bytes: int = 1 << 18, part_chars: int = 1 << 16) -> pa.Table:
     """token_ids and the per-token mirror of every per-character column, encoding `batch_bytes` of text at a
     time: a row group's Encodings and per-token index arrays at once took a task to 1 GB. 256 KiB rather than
     1 MiB: with two tokenizers threads (one local worker on two cores) the token_columns process of
-    bench/scale.py's 4x build peaked at 448 MiB with 1 MiB batches and 395 with 256 KiB, in the same 15.3 s."""
+    bench/scale.py's 4x build peaked at 448 MiB with 1 MiB batches and 395 with 256 KiB, in the same 15.3 s.
+    A document longer than `part_chars` is encoded in parts cut where the pre-tokenizer always splits
+    (tokenizer/pretokenizer.py's encoding_parts), since tokenizers' memory follows its largest input: a 0.84
+    MB header alone took 89 MiB. The ids are those of the whole document."""
     texts = table.column("text").combine_chunks()
     mirrors = [c for c in generation_columns(generation) if c.per_char and c.name in table.column_names]
     chars = {c.name: table.column(c.name).combine_chunks() for c in mirrors}
@@ -124,9 +127,17 @@ def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.nd
     id_parts, count_parts, picked = [], [], {c.name: [] for c in mirrors}
     for a, b in _batches(pc.binary_length(texts).to_numpy(zero_copy_only=False), batch_bytes):
         part = texts.slice(a, b - a)
-        id_lists = [e.ids for e in tok.encode_batch_fast(part.to_pylist(), add_special_tokens=False)]
-        counts = np.fromiter((len(x) for x in id_lists), np.int64, len(id_lists))
-        ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(counts.sum()))
+        pieces, owner = [], []
+        for k, text in enumerate(part.to_pylist()):
+            cut = encoding_parts(text, part_chars)  # a large document in parts: ids as if whole
+            pieces += cut
+            owner += [k] * len(cut)
+        id_lists = [e.ids for e in tok.encode_batch_fast(pieces, add_special_tokens=False)]
+        del pieces
+        piece_counts = np.fromiter((len(x) for x in id_lists), np.int64, len(id_lists))
+        counts = np.zeros(b - a, np.int64)
+        np.add.at(counts, np.array(owner, np.int64), piece_counts)
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(piece_counts.sum()))
         del id_lists
         id_parts.append(ids)
         count_parts.append(counts)

@@ -94,6 +94,31 @@ def test_round_trip_whole_juce_and_poco_trees(reference_build: Path):
         assert tok.decode(enc.ids, skip_special_tokens=False) == text, path
 
 
+def test_documents_encoded_in_parts_get_the_ids_of_the_whole(reference_build: Path):
+    """token_columns encodes a long document in parts cut where the pre-tokenizer always splits
+    (encoding_parts); the tokenizer encoding each whole text is the judge, over real files of two trees (CRLF,
+    tabs, non-ASCII) and the edge cases, with parts of a few hundred characters so that every file is cut."""
+    need(JUCE, POCO)
+    from cpp_data.tokenizer.pretokenizer import encoding_parts
+
+    tok = load_tokenizer(reference_build / "tokenizer")
+    files = [p for root in (JUCE, POCO) for p in sorted(root.rglob("*"))
+             if p.suffix in (".h", ".hpp", ".cpp", ".c", ".mm") and p.is_file()][::6]
+    hostile = ["x;  \n\ty;\n", "a;\r\n\r\n b", "f();\n<|endoftext|>\n}", "é\nz;\n", "a\u00a0\nb\x1c\nc"]
+    texts = [p.read_bytes().decode("utf-8", "replace") for p in files] + EDGE_CASES + [h * 50 for h in hostile]
+    cut = 0
+    for text in texts:
+        parts = encoding_parts(text, 200)
+        assert "".join(parts) == text
+        cut += len(parts) > 1
+        split = [i for e in tok.encode_batch_fast(parts, add_special_tokens=False) for i in e.ids]
+        assert split == tok.encode(text, add_special_tokens=False).ids, text[:80]
+    assert cut > 300
+    table = pa.table({"text": texts[:40]})
+    assert add_token_columns(table, tok, "v6", part_chars=200).column("token_ids").to_pylist() == \
+        [e.ids for e in tok.encode_batch(texts[:40], add_special_tokens=False)]
+
+
 @pytest.mark.slow
 def test_band_sits_at_its_ids_and_vocab_is_exact(reference_build: Path):
     band = load_band()
