@@ -40,11 +40,12 @@ class TokenizerParams:
     # a cpp-data tokenizer to reuse instead of training one: its directory, or a build (or OUT) holding it;
     # `build --tokenizer PATH` sets it. Token ids then stay those of the earlier build (continued training).
     frozen: str = ""
-    # text the trainer sees at most (a seeded sample above it). Its process's peak follows the sample: 405 MiB
-    # on the default corpus's 14 MB, 498 on 24 MB and 842 on 62 MB of bench/scale.py's 4x corpus (docs/
-    # SCALING.md), so 24 MB keeps it near the build's other processes whatever the corpus. It costs 1.7% in
-    # held-out bytes per token against training on all 62 MB (bench/results/tokenizer_sample-4x.md).
-    sample_bytes: int = 24_000_000
+    # text the trainer sees at most (a seeded sample above it). Its process's peak follows the sample (its merge
+    # queue holds sets of the words each pair occurs in): with one thread, 287 MiB on the default corpus's 14
+    # MB, 300 on 16 MB, 333 on 20 MB and 372 on 24 MB of bench/scale.py's 4x corpus (docs/SCALING.md), so 20
+    # MB keeps it near the build's other processes whatever the corpus. It costs 1.8% in held-out bytes per
+    # token against training on all 62 MB, 0.06% more than 24 MB (bench/results/tokenizer_sample-4x-budgets.md).
+    sample_bytes: int = 20_000_000
     sample_seed: int = 42
 
 
