@@ -29,7 +29,9 @@ from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.reader import shard_files
 from cpp_data.stages.lib.shard_tasks import SliceWork, clean_work, rewrite_shards_as_tasks
 from cpp_data.tokenizer.files import load_tokenizer
-from cpp_data.tokenizer.pretokenizer import byte_symbols, encoding_parts
+from cpp_data.tokenizer.pretokenizer import byte_symbols, cuts_keep_ids, encoding_parts
+
+PART_CHARS = 1 << 16  # a longer document is encoded in parts (add_token_columns)
 
 
 @dataclass(frozen=True)
@@ -109,14 +111,15 @@ def _batches(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
 
 
 def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.ndarray | None = None,
-                      batch_bytes: int = 1 << 18, part_chars: int = 1 << 16) -> pa.Table:
+                      batch_bytes: int = 1 << 18, part_chars: int | None = PART_CHARS) -> pa.Table:
     """token_ids and the per-token mirror of every per-character column, encoding `batch_bytes` of text at a
     time: a row group's Encodings and per-token index arrays at once took a task to 1 GB. 256 KiB rather than
     1 MiB: with two tokenizers threads (one local worker on two cores) the token_columns process of
     bench/scale.py's 4x build peaked at 448 MiB with 1 MiB batches and 395 with 256 KiB, in the same 15.3 s.
     A document longer than `part_chars` is encoded in parts cut where the pre-tokenizer always splits
     (tokenizer/pretokenizer.py's encoding_parts), since tokenizers' memory follows its largest input: a 0.84
-    MB header alone took 89 MiB. The ids are those of the whole document."""
+    MB header alone took 89 MiB. The ids are those of the whole document. `part_chars` None: documents whole
+    (a tokenizer for which such cuts could change the ids: pretokenizer.cuts_keep_ids)."""
     texts = table.column("text").combine_chunks()
     mirrors = [c for c in generation_columns(generation) if c.per_char and c.name in table.column_names]
     chars = {c.name: table.column(c.name).combine_chunks() for c in mirrors}
@@ -129,7 +132,7 @@ def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.nd
         part = texts.slice(a, b - a)
         pieces, owner = [], []
         for k, text in enumerate(part.to_pylist()):
-            cut = encoding_parts(text, part_chars)  # a large document in parts: ids as if whole
+            cut = encoding_parts(text, part_chars) if part_chars else [text]  # ids as if whole
             pieces += cut
             owner += [k] * len(cut)
         id_lists = [e.ids for e in tok.encode_batch_fast(pieces, add_special_tokens=False)]
@@ -168,15 +171,15 @@ class Tokenize(SliceWork):
         self.columns = ["text"] + [c.name for c in generation_columns(generation) if c.per_char and c.name in present]
 
     def transform(self, table: pa.Table, piece, rank: int, work: Path, stat) -> pa.Table:
-        tok, byte_lengths = worker_cache(("tokenizer", self.tokenizer), self._load)
-        out = add_token_columns(table, tok, self.generation, byte_lengths)
+        tok, byte_lengths, part_chars = worker_cache(("tokenizer", self.tokenizer), self._load)
+        out = add_token_columns(table, tok, self.generation, byte_lengths, part_chars=part_chars)
         stat(f"tokens_file_{piece.file}", int(pc.sum(pc.list_value_length(
             out.column("token_ids"))).as_py() or 0))
         return out.select([n for n in out.column_names if n not in table.column_names])
 
     def _load(self) -> tuple:
         tok = load_tokenizer(Path(self.tokenizer))
-        return tok, token_byte_lengths(tok)
+        return tok, token_byte_lengths(tok), PART_CHARS if cuts_keep_ids(tok) else None
 
     def schema(self, names: list[str]) -> pa.Schema:
         return write_schema(self.generation, names)

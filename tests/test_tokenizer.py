@@ -114,6 +114,13 @@ def test_documents_encoded_in_parts_get_the_ids_of_the_whole(reference_build: Pa
         split = [i for e in tok.encode_batch_fast(parts, add_special_tokens=False) for i in e.ids]
         assert split == tok.encode(text, add_special_tokens=False).ids, text[:80]
     assert cut > 300
+    from cpp_data.tokenizer.pretokenizer import cuts_keep_ids
+    from tokenizers import AddedToken
+
+    assert cuts_keep_ids(tok)
+    other = load_tokenizer(reference_build / "tokenizer")
+    other.add_special_tokens([AddedToken("}\n#", special=True)])  # could straddle a cut: documents stay whole
+    assert not cuts_keep_ids(other)
     table = pa.table({"text": texts[:40]})
     assert add_token_columns(table, tok, "v6", part_chars=200).column("token_ids").to_pylist() == \
         [e.ids for e in tok.encode_batch(texts[:40], add_special_tokens=False)]

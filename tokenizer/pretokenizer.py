@@ -73,7 +73,7 @@ def encoding_parts(text: str, limit: int) -> list[str]:
     space. No pre-token of CODE_PATTERN holds a line break after any other character (its alternatives
     take a line break only at their start, or in a run of whitespace), and every printable ASCII character
     falls in some alternative, so the match holding that character ends there and the next starts at the
-    break; the pattern looks at nothing before a match, and the special tokens hold no line break. A text
+    break; the pattern looks at nothing before a match, and cuts_keep_ids checks the rest for a tokenizer. A text
     without such a place, or with none within `limit` of the last cut, keeps a longer part (a minified line)."""
     if len(text) <= limit:
         return [text]
@@ -89,6 +89,18 @@ def encoding_parts(text: str, limit: int) -> list[str]:
         start = last
     parts.append(text[start:])
     return parts
+
+
+def cuts_keep_ids(tok: Tokenizer) -> bool:
+    """Whether encoding_parts' cuts give `tok` the ids of the whole text: its pre-tokenizer is this module's
+    (a tokenizer trained by another revision could split otherwise) and none of its added tokens holds a line
+    break (one could straddle a cut)."""
+    import json
+
+    mine = json.loads(empty_code_tokenizer().to_str())["pre_tokenizer"]
+    theirs = json.loads(tok.to_str())["pre_tokenizer"]
+    return theirs == mine and not any("\n" in t.content or "\r" in t.content
+                                      for t in tok.get_added_tokens_decoder().values())
 
 
 def byte_symbols() -> list[str]:
