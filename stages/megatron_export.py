@@ -29,6 +29,7 @@ from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.reader import iter_shard, shard_files
 from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
+from cpp_data.tokenizer.pretokenizer import encode_in_parts
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,11 @@ class MegatronExportParams:
     rows_per_task: int = 1024  # documents per task (the output bytes do not depend on it)
 
 
-def encode_ids(tok, texts: list[str]):
-    """Encodings of `texts` for their ids only: `encode_batch_fast` skips character offsets (24% faster)."""
-    return tok.encode_batch_fast(texts, add_special_tokens=False)
+def encode_ids(tok, texts: list[str]) -> list[list[int]]:
+    """Each of `texts`' ids: `encode_batch_fast` skips character offsets (24% faster), and a long document is
+    encoded in parts with the same ids (pretokenizer.encode_in_parts: tokenizers' memory follows its largest
+    input, about 100 bytes per byte)."""
+    return encode_in_parts(tok, texts)
 
 
 def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str] | None = None
@@ -66,8 +69,8 @@ def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str
                 if keep is not None:
                     texts = [x for x, k in zip(texts, keep) if k]
                 for start in range(0, len(texts), batch):
-                    for enc in encode_ids(tok, texts[start:start + batch]):
-                        yield np.asarray(enc.ids, dtype=np.int32)
+                    for ids in encode_ids(tok, texts[start:start + batch]):
+                        yield np.asarray(ids, dtype=np.int32)
 
 
 def jsonl_token_arrays(path: Path, tok, batch: int = 256, key: str = "text") -> Iterator[np.ndarray]:
@@ -75,8 +78,8 @@ def jsonl_token_arrays(path: Path, tok, batch: int = 256, key: str = "text") -> 
     import json
 
     def encode(texts: list[str]) -> Iterator[np.ndarray]:
-        for enc in encode_ids(tok, texts):
-            yield np.asarray(enc.ids, dtype=np.int32)
+        for ids in encode_ids(tok, texts):
+            yield np.asarray(ids, dtype=np.int32)
 
     texts: list[str] = []
     with open(path, encoding="utf-8") as f:
@@ -162,8 +165,8 @@ class ExportSlice(SliceWork):
         else:
             tok = worker_cache(("tokenizer", self.tokenizer_dir), lambda: load_tokenizer(Path(self.tokenizer_dir)))
             texts = table.column("text").to_pylist()
-            docs = [np.asarray(e.ids, dtype=np.int32) for start in range(0, len(texts), self.batch)
-                    for e in encode_ids(tok, texts[start:start + self.batch])]
+            docs = [np.asarray(ids, dtype=np.int32) for start in range(0, len(texts), self.batch)
+                    for ids in encode_ids(tok, texts[start:start + self.batch])]
         repos = table.column("source_repo").to_pylist()
         eod = np.array([info["roles"]["eos"]], dtype=np.int32)
         split = self.splits[piece.file]

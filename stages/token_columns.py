@@ -29,9 +29,7 @@ from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.reader import shard_files
 from cpp_data.stages.lib.shard_tasks import SliceWork, clean_work, rewrite_shards_as_tasks
 from cpp_data.tokenizer.files import load_tokenizer
-from cpp_data.tokenizer.pretokenizer import byte_symbols, cuts_keep_ids, encoding_parts
-
-PART_CHARS = 1 << 16  # a longer document is encoded in parts (add_token_columns)
+from cpp_data.tokenizer.pretokenizer import PART_CHARS, byte_symbols, encode_in_parts
 
 
 @dataclass(frozen=True)
@@ -118,8 +116,8 @@ def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.nd
     bench/scale.py's 4x build peaked at 448 MiB with 1 MiB batches and 395 with 256 KiB, in the same 15.3 s.
     A document longer than `part_chars` is encoded in parts cut where the pre-tokenizer always splits
     (tokenizer/pretokenizer.py's encoding_parts), since tokenizers' memory follows its largest input: a 0.84
-    MB header alone took 89 MiB. The ids are those of the whole document. `part_chars` None: documents whole
-    (a tokenizer for which such cuts could change the ids: pretokenizer.cuts_keep_ids)."""
+    MB header alone took 89 MiB. The ids are those of the whole document (encode_in_parts asks
+    pretokenizer.cuts_keep_ids whether the tokenizer allows the cuts; `part_chars` None: documents whole)."""
     texts = table.column("text").combine_chunks()
     mirrors = [c for c in generation_columns(generation) if c.per_char and c.name in table.column_names]
     chars = {c.name: table.column(c.name).combine_chunks() for c in mirrors}
@@ -130,17 +128,9 @@ def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.nd
     id_parts, count_parts, picked = [], [], {c.name: [] for c in mirrors}
     for a, b in _batches(pc.binary_length(texts).to_numpy(zero_copy_only=False), batch_bytes):
         part = texts.slice(a, b - a)
-        pieces, owner = [], []
-        for k, text in enumerate(part.to_pylist()):
-            cut = encoding_parts(text, part_chars) if part_chars else [text]  # ids as if whole
-            pieces += cut
-            owner += [k] * len(cut)
-        id_lists = [e.ids for e in tok.encode_batch_fast(pieces, add_special_tokens=False)]
-        del pieces
-        piece_counts = np.fromiter((len(x) for x in id_lists), np.int64, len(id_lists))
-        counts = np.zeros(b - a, np.int64)
-        np.add.at(counts, np.array(owner, np.int64), piece_counts)
-        ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(piece_counts.sum()))
+        id_lists = encode_in_parts(tok, part.to_pylist(), part_chars)
+        counts = np.fromiter((len(x) for x in id_lists), np.int64, len(id_lists))
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(counts.sum()))
         del id_lists
         id_parts.append(ids)
         count_parts.append(counts)
@@ -171,15 +161,15 @@ class Tokenize(SliceWork):
         self.columns = ["text"] + [c.name for c in generation_columns(generation) if c.per_char and c.name in present]
 
     def transform(self, table: pa.Table, piece, rank: int, work: Path, stat) -> pa.Table:
-        tok, byte_lengths, part_chars = worker_cache(("tokenizer", self.tokenizer), self._load)
-        out = add_token_columns(table, tok, self.generation, byte_lengths, part_chars=part_chars)
+        tok, byte_lengths = worker_cache(("tokenizer", self.tokenizer), self._load)
+        out = add_token_columns(table, tok, self.generation, byte_lengths)
         stat(f"tokens_file_{piece.file}", int(pc.sum(pc.list_value_length(
             out.column("token_ids"))).as_py() or 0))
         return out.select([n for n in out.column_names if n not in table.column_names])
 
     def _load(self) -> tuple:
         tok = load_tokenizer(Path(self.tokenizer))
-        return tok, token_byte_lengths(tok), PART_CHARS if cuts_keep_ids(tok) else None
+        return tok, token_byte_lengths(tok)
 
     def schema(self, names: list[str]) -> pa.Schema:
         return write_schema(self.generation, names)

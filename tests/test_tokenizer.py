@@ -121,6 +121,9 @@ def test_documents_encoded_in_parts_get_the_ids_of_the_whole(reference_build: Pa
     other = load_tokenizer(reference_build / "tokenizer")
     other.add_special_tokens([AddedToken("}\n#", special=True)])  # could straddle a cut: documents stay whole
     assert not cuts_keep_ids(other)
+    from cpp_data.tokenizer.pretokenizer import encode_in_parts
+
+    assert encode_in_parts(tok, texts, 200) == [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
     table = pa.table({"text": texts[:40]})
     assert add_token_columns(table, tok, "v6", part_chars=200).column("token_ids").to_pylist() == \
         [e.ids for e in tok.encode_batch(texts[:40], add_special_tokens=False)]

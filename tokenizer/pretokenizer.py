@@ -91,6 +91,31 @@ def encoding_parts(text: str, limit: int) -> list[str]:
     return parts
 
 
+PART_CHARS = 1 << 16  # a longer document is encoded in parts (encode_in_parts)
+
+
+def encode_in_parts(tok: Tokenizer, texts: list[str], part_chars: int | None = PART_CHARS) -> list[list[int]]:
+    """Each text's ids (no special tokens added), a text longer than `part_chars` encoded in encoding_parts'
+    parts when `tok` allows it (cuts_keep_ids, asked once per tokenizer) and its parts' ids joined: the ids of
+    the whole text, without tokenizers' memory for a whole 1 MB input. `part_chars` None: every text whole."""
+    if not (part_chars and any(len(t) > part_chars for t in texts) and _cuts_keep_ids_cached(tok)):
+        return [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+    pieces, owner = [], []
+    for k, text in enumerate(texts):
+        cut = encoding_parts(text, part_chars)
+        pieces += cut
+        owner += [k] * len(cut)
+    out: list[list[int]] = [[] for _ in texts]
+    for k, enc in zip(owner, tok.encode_batch_fast(pieces, add_special_tokens=False)):
+        out[k] += enc.ids
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _cuts_keep_ids_cached(tok: Tokenizer) -> bool:  # keyed by the object: a worker loads its tokenizer once
+    return cuts_keep_ids(tok)
+
+
 def cuts_keep_ids(tok: Tokenizer) -> bool:
     """Whether encoding_parts' cuts give `tok` the ids of the whole text: its pre-tokenizer is this module's
     (a tokenizer trained by another revision could split otherwise) and none of its added tokens holds a line
