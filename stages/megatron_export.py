@@ -39,13 +39,6 @@ class MegatronExportParams:
     rows_per_task: int = 1024  # documents per task (the output bytes do not depend on it)
 
 
-def encode_ids(tok, texts: list[str]) -> list[list[int]]:
-    """Each of `texts`' ids: `encode_batch_fast` skips character offsets (24% faster), and a long document is
-    encoded in parts with the same ids (pretokenizer.encode_in_parts: tokenizers' memory follows its largest
-    input, about 100 bytes per byte)."""
-    return encode_in_parts(tok, texts)
-
-
 def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str] | None = None
                  ) -> Iterator[np.ndarray]:
     """Each document's token ids (int32), in shard order: from `token_ids`, or encoded from `text`; only the
@@ -69,7 +62,7 @@ def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str
                 if keep is not None:
                     texts = [x for x, k in zip(texts, keep) if k]
                 for start in range(0, len(texts), batch):
-                    for ids in encode_ids(tok, texts[start:start + batch]):
+                    for ids in encode_in_parts(tok, texts[start:start + batch]):
                         yield np.asarray(ids, dtype=np.int32)
 
 
@@ -78,7 +71,7 @@ def jsonl_token_arrays(path: Path, tok, batch: int = 256, key: str = "text") -> 
     import json
 
     def encode(texts: list[str]) -> Iterator[np.ndarray]:
-        for ids in encode_ids(tok, texts):
+        for ids in encode_in_parts(tok, texts):
             yield np.asarray(ids, dtype=np.int32)
 
     texts: list[str] = []
@@ -166,7 +159,7 @@ class ExportSlice(SliceWork):
             tok = worker_cache(("tokenizer", self.tokenizer_dir), lambda: load_tokenizer(Path(self.tokenizer_dir)))
             texts = table.column("text").to_pylist()
             docs = [np.asarray(ids, dtype=np.int32) for start in range(0, len(texts), self.batch)
-                    for ids in encode_ids(tok, texts[start:start + self.batch])]
+                    for ids in encode_in_parts(tok, texts[start:start + self.batch])]
         repos = table.column("source_repo").to_pylist()
         eod = np.array([info["roles"]["eos"]], dtype=np.int32)
         split = self.splits[piece.file]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from tokenizers import AddedToken
 
 from cpp_data.schemas.manifest import load_manifest, sha256_file
 from cpp_data.schemas.reader import conform, iter_build_shards
@@ -16,7 +17,7 @@ from cpp_data.stages.token_columns import add_token_columns
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.evaluate import split_documents
 from cpp_data.tokenizer.files import load_tokenizer
-from cpp_data.tokenizer.pretokenizer import to_byte_symbols
+from cpp_data.tokenizer.pretokenizer import cuts_keep_ids, encode_in_parts, encoding_parts, to_byte_symbols
 from cpp_data.tokenizer.train import check_band_pieces, train_cpp_tokenizer
 
 from conftest import JUCE, POCO, need, run_cli
@@ -99,8 +100,6 @@ def test_documents_encoded_in_parts_get_the_ids_of_the_whole(reference_build: Pa
     (encoding_parts); the tokenizer encoding each whole text is the judge, over real files of two trees (CRLF,
     tabs, non-ASCII) and the edge cases, with parts of a few hundred characters so that every file is cut."""
     need(JUCE, POCO)
-    from cpp_data.tokenizer.pretokenizer import encoding_parts
-
     tok = load_tokenizer(reference_build / "tokenizer")
     files = [p for root in (JUCE, POCO) for p in sorted(root.rglob("*"))
              if p.suffix in (".h", ".hpp", ".cpp", ".c", ".mm") and p.is_file()][::6]
@@ -114,15 +113,10 @@ def test_documents_encoded_in_parts_get_the_ids_of_the_whole(reference_build: Pa
         split = [i for e in tok.encode_batch_fast(parts, add_special_tokens=False) for i in e.ids]
         assert split == tok.encode(text, add_special_tokens=False).ids, text[:80]
     assert cut > 300
-    from cpp_data.tokenizer.pretokenizer import cuts_keep_ids
-    from tokenizers import AddedToken
-
     assert cuts_keep_ids(tok)
     other = load_tokenizer(reference_build / "tokenizer")
     other.add_special_tokens([AddedToken("}\n#", special=True)])  # could straddle a cut: documents stay whole
     assert not cuts_keep_ids(other)
-    from cpp_data.tokenizer.pretokenizer import encode_in_parts
-
     assert encode_in_parts(tok, texts, 200) == [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
     table = pa.table({"text": texts[:40]})
     assert add_token_columns(table, tok, "v6", part_chars=200).column("token_ids").to_pylist() == \
