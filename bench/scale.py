@@ -209,12 +209,14 @@ class Sampler(threading.Thread):
             time.sleep(0.2)
 
 
-def run_build(sources: Path, out: Path, workers: int, settings: list[str] = ()) -> dict:
+def run_build(sources: Path, out: Path, workers: int, settings: list[str] = (), env: dict | None = None) -> dict:
+    """One watched `cpp-data build --version v6` (this checkout's, or with `env` another package's: the
+    PYTHONPATH of bench/speed_ab.py)."""
     cmd = [str(REPO / ".venv" / "bin" / "cpp-data"), "build", "--version", "v6", "--sources", str(sources),
            "--out", str(out), "--workers", str(workers), "--log-format", "json", "--no-progress",
            *[x for kv in settings for x in ("--set", kv)]]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = Sampler(proc.pid)
     sampler.start()
     stages: dict[str, float] = {}
@@ -261,6 +263,34 @@ def output_digest(out: Path) -> str | None:
     return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
 
 
+def measure(sources: Path, out: Path, workers: int, settings: list[str], collected_guess: int,
+            env: dict | None = None) -> dict:
+    """run_build into a fresh `out` (deleted after), with the issue's speed figure (MB/s of C/C++ collected over
+    the build's own time less semantics), the per-stage MB/s, the peaks and the output digest added."""
+    shutil.rmtree(out, ignore_errors=True)
+    r = run_build(sources, out, workers, settings, env)
+    collected = (r["summary"] or {}).get("cpp_bytes_collected") or collected_guess
+    secs = r["stage_seconds"]
+    # the build's own time less semantics: the stage seconds added up would count the tokenizer's training
+    # twice, since it runs beside structure
+    not_sem = ((r["summary"] or {}).get("wall_seconds") or r["wall_seconds"]) - secs.get("semantics", 0.0)
+    r.update(workers=workers, mb_collected=round(collected / 1e6, 1),
+             mb_per_s_all_but_semantics=round(collected / 1e6 / not_sem, 3) if not_sem else None,
+             mb_per_s_per_stage={k: round(collected / 1e6 / v, 2) for k, v in secs.items() if v > 0.05},
+             peak_rss_mib_any_process=max((v[1] for v in r["peak_rss_mib"].values()), default=0),
+             peak_rss_mib_tree=max((v[0] for v in r["peak_rss_mib"].values()), default=0))
+    sem = [s for s in (r["summary"] or {}).get("semantic_coverage", {}).values()] if r["summary"] else []
+    tus = sum((s or {}).get("tus", 0) for s in sem if isinstance(s, dict))
+    index_s = sum((s or {}).get("index_seconds", 0) for s in sem if isinstance(s, dict))
+    if tus and (index_s or secs.get("semantics")):  # the TU tasks' wall time, without the configure run
+        r["semantics_tus"] = tus
+        r["semantics_tus_per_s_per_worker"] = round(tus / (index_s or secs["semantics"]) / workers, 3)
+    r["settings"] = list(settings)
+    r["output_digest"] = output_digest(out)
+    shutil.rmtree(out, ignore_errors=True)
+    return r
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 2, 4])
@@ -289,33 +319,13 @@ def main(argv: list[str] | None = None) -> None:
         sources.parent.mkdir(parents=True, exist_ok=True)
         sources_file(sources, extra, a.semantics)
         for workers in a.workers:
-            out = a.work / f"out-{scale}x-w{workers}"
-            shutil.rmtree(out, ignore_errors=True)
-            r = run_build(sources, out, workers, a.settings)
-            collected = (r["summary"] or {}).get("cpp_bytes_collected") or base * scale
-            secs = r["stage_seconds"]
-            # the build's own time less semantics: the stage seconds added up would count the tokenizer's
-            # training twice, since it runs beside structure
-            not_sem = ((r["summary"] or {}).get("wall_seconds") or r["wall_seconds"]) - secs.get("semantics", 0.0)
-            r.update(scale=scale, workers=workers, mb_collected=round(collected / 1e6, 1),
-                     mb_per_s_all_but_semantics=round(collected / 1e6 / not_sem, 3) if not_sem else None,
-                     mb_per_s_per_stage={k: round(collected / 1e6 / v, 2) for k, v in secs.items() if v > 0.05},
-                     peak_rss_mib_any_process=max((v[1] for v in r["peak_rss_mib"].values()), default=0),
-                     peak_rss_mib_tree=max((v[0] for v in r["peak_rss_mib"].values()), default=0))
-            sem = [s for s in (r["summary"] or {}).get("semantic_coverage", {}).values()] if r["summary"] else []
-            tus = sum((s or {}).get("tus", 0) for s in sem if isinstance(s, dict))
-            index_s = sum((s or {}).get("index_seconds", 0) for s in sem if isinstance(s, dict))
-            if tus and (index_s or secs.get("semantics")):  # the TU tasks' wall time, without the configure run
-                r["semantics_tus"] = tus
-                r["semantics_tus_per_s_per_worker"] = round(tus / (index_s or secs["semantics"]) / workers, 3)
-            r["settings"] = a.settings
-            r["output_digest"] = output_digest(out)
+            r = measure(sources, a.work / f"out-{scale}x-w{workers}", workers, a.settings, base * scale)
+            r.update(scale=scale)
             runs.append(r)
             print(f"{scale}x w{workers}: {r['mb_collected']} MB, all but semantics "
                   f"{r['mb_per_s_all_but_semantics']} MB/s, high-water mark {r['high_water_mib_any_process']} MiB, "
                   f"peak RSS sampled {r['peak_rss_mib_any_process']} MiB "
                   f"(tree {r['peak_rss_mib_tree']}), wall {r['wall_seconds']} s", flush=True)
-            shutil.rmtree(out, ignore_errors=True)
     a.results.mkdir(parents=True, exist_ok=True)
     (a.results / f"{a.name}.json").write_text(json.dumps({"runs": runs, "cpus": os.cpu_count()}, indent=1) + "\n")
     _markdown(runs, a.results / f"{a.name}.md")
