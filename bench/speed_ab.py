@@ -75,7 +75,17 @@ def remove(tree: Path) -> None:
 
 
 def head() -> str:
-    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    """This checkout's commit, with "+dirty" when tracked files differ from it (what the new build runs)."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return commit + ("+dirty" if dirty else "")
+
+
+def short(commit: str) -> str:
+    """A commit's first 7 hex digits, keeping a "+dirty" mark."""
+    return commit[:7] + commit[40:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for pair in range(1, a.pairs + 1):
             for code, env in ((old, old_env), (new, None)):
                 r = scale.measure(sources, a.work / "out-ab", a.workers, [], base * a.scale, env)
-                r.update(code=code[:7], pair=pair, scale=a.scale)
+                r.update(code=short(code), pair=pair, scale=a.scale)
                 runs.append(r)
             o, n = runs[-2:]
             print(f"pair {pair}: {o['code']} {o['mb_per_s_all_but_semantics']} MB/s ({o['wall_seconds']} s), "
@@ -115,12 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         remove(a.work / f"tree-{old[:12]}")
         shutil.rmtree(pkg, ignore_errors=True)
-    digests = {c: sorted({r["output_digest"] for r in runs if r["code"] == c}) for c in (old[:7], new[:7])}
+    digests = {c: sorted({r["output_digest"] for r in runs if r["code"] == c}) for c in (short(old), short(new))}
     a.results.mkdir(parents=True, exist_ok=True)
     (a.results / f"{a.name}.json").write_text(json.dumps({"against": old, "head": new, "scale": a.scale,
                                                           "workers": a.workers, "runs": runs,
                                                           "cpus": os.cpu_count()}, indent=1) + "\n")
-    (a.results / f"{a.name}.md").write_text(_markdown(runs, old[:7], new[:7], a, digests))
+    (a.results / f"{a.name}.md").write_text(_markdown(runs, short(old), short(new), a, digests))
     print(f"wrote {a.results / a.name}.{{json,md}}")
     unstable = [c for c, d in digests.items() if len(d) != 1]
     if unstable:
