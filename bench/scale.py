@@ -81,6 +81,33 @@ def extra_corpus(dest: Path, want: int, repo_bytes: int = 0) -> int:
     return got
 
 
+def default_bytes() -> int:
+    """Bytes of C/C++ in the default corpus's trees (the 1x corpus)."""
+    return sum(tree_bytes(url) for _, url, _ in DEFAULT)
+
+
+def check_extra_trees() -> None:
+    """Exit naming the Debian packages when the 2x and 4x corpora's trees are missing."""
+    missing = [t for t in EXTRA_TREES if not os.path.isdir(t)]
+    if missing:
+        raise SystemExit(f"{', '.join(missing)} missing: apt-get install qtbase5-dev libeigen3-dev libboost-dev")
+
+
+def corpus(scale: int, base: int, work: Path, semantics: bool = False, repo_bytes: int = 0) -> Path:
+    """The sources file of the `scale`x corpus under `work`: the default corpus, plus for scale > 1 an extra
+    source (extra_corpus) of (scale - 1) * `base` bytes (check_extra_trees first)."""
+    extra = None
+    if scale > 1:
+        check_extra_trees()
+        extra = work / f"extra-{scale}x"
+        got = extra_corpus(extra, (scale - 1) * base, repo_bytes)
+        print(f"{scale}x: extra source of {got / 1e6:.1f} MB", flush=True)
+    sources = work / f"sources-{scale}x.toml"
+    sources.parent.mkdir(parents=True, exist_ok=True)
+    sources_file(sources, extra, semantics)
+    return sources
+
+
 def sources_file(path: Path, extra: Path | None, semantics: bool) -> None:
     lines = []
     for name, url, lic in DEFAULT:
@@ -304,20 +331,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="STAGE.PARAM=VALUE",
                     help="a recipe override for every build (cpp-data build --set), repeatable")
     a = ap.parse_args(argv)
-    base = sum(tree_bytes(url) for _, url, _ in DEFAULT)
-    missing = [t for t in EXTRA_TREES if not os.path.isdir(t)]
-    if max(a.scales) > 1 and missing:
-        raise SystemExit(f"{', '.join(missing)} missing: apt-get install qtbase5-dev libeigen3-dev libboost-dev")
+    base = default_bytes()
+    if max(a.scales) > 1:
+        check_extra_trees()  # before the 1x runs, not after them
     runs = []
     for scale in a.scales:
-        extra = None
-        if scale > 1:
-            extra = a.work / f"extra-{scale}x"
-            got = extra_corpus(extra, (scale - 1) * base, int(a.extra_repo_mb * 1e6))
-            print(f"{scale}x: extra source of {got / 1e6:.1f} MB", flush=True)
-        sources = a.work / f"sources-{scale}x.toml"
-        sources.parent.mkdir(parents=True, exist_ok=True)
-        sources_file(sources, extra, a.semantics)
+        sources = corpus(scale, base, a.work, a.semantics, int(a.extra_repo_mb * 1e6))
         for workers in a.workers:
             r = measure(sources, a.work / f"out-{scale}x-w{workers}", workers, a.settings, base * scale)
             r.update(scale=scale)

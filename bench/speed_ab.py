@@ -98,16 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default="speed-ab", help="results file stem")
     a = ap.parse_args(argv)
-    base = sum(scale.tree_bytes(url) for _, url, _ in scale.DEFAULT)
-    if a.scale > 1 and (missing := [t for t in scale.EXTRA_TREES if not os.path.isdir(t)]):
-        raise SystemExit(f"{', '.join(missing)} missing: apt-get install qtbase5-dev libeigen3-dev libboost-dev")
-    a.work.mkdir(parents=True, exist_ok=True)
-    extra = None
-    if a.scale > 1:
-        extra = a.work / f"extra-{a.scale}x"
-        scale.extra_corpus(extra, (a.scale - 1) * base)
-    sources = a.work / f"sources-{a.scale}x.toml"
-    scale.sources_file(sources, extra, False)
+    base = scale.default_bytes()
+    sources = scale.corpus(a.scale, base, a.work)
     pkg, old = check_out(a.against, a.work)
     new = head()
     old_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg), *filter(None, [os.environ.get("PYTHONPATH")])])}
