@@ -39,6 +39,13 @@ class MegatronExportParams:
     rows_per_task: int = 1024  # documents per task (the output bytes do not depend on it)
 
 
+def encoded_arrays(tok, texts: list[str], batch: int) -> Iterator[np.ndarray]:
+    """Each text's token ids (int32), encoded `batch` texts at a time (pretokenizer.encode_in_parts)."""
+    for start in range(0, len(texts), batch):
+        for ids in encode_in_parts(tok, texts[start:start + batch]):
+            yield np.asarray(ids, dtype=np.int32)
+
+
 def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str] | None = None
                  ) -> Iterator[np.ndarray]:
     """Each document's token ids (int32), in shard order: from `token_ids`, or encoded from `text`; only the
@@ -61,18 +68,12 @@ def token_arrays(files: list[Path], tok=None, batch: int = 256, sources: set[str
                 texts = t.column("text").to_pylist()
                 if keep is not None:
                     texts = [x for x, k in zip(texts, keep) if k]
-                for start in range(0, len(texts), batch):
-                    for ids in encode_in_parts(tok, texts[start:start + batch]):
-                        yield np.asarray(ids, dtype=np.int32)
+                yield from encoded_arrays(tok, texts, batch)
 
 
 def jsonl_token_arrays(path: Path, tok, batch: int = 256, key: str = "text") -> Iterator[np.ndarray]:
     """Token ids of each line's `key` of a JSONL file (the input format of Megatron-LM's preprocess_data.py)."""
     import json
-
-    def encode(texts: list[str]) -> Iterator[np.ndarray]:
-        for ids in encode_in_parts(tok, texts):
-            yield np.asarray(ids, dtype=np.int32)
 
     texts: list[str] = []
     with open(path, encoding="utf-8") as f:
@@ -84,9 +85,9 @@ def jsonl_token_arrays(path: Path, tok, batch: int = 256, key: str = "text") -> 
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{n}: not a JSON object with a {key!r} string ({exc})") from None
             if len(texts) == batch:
-                yield from encode(texts)
+                yield from encoded_arrays(tok, texts, batch)
                 texts = []
-    yield from encode(texts)
+    yield from encoded_arrays(tok, texts, batch)
 
 
 def prefetch(items: Iterable, chunk: int = 256, depth: int = 8) -> Iterator:
@@ -158,8 +159,7 @@ class ExportSlice(SliceWork):
         else:
             tok = worker_cache(("tokenizer", self.tokenizer_dir), lambda: load_tokenizer(Path(self.tokenizer_dir)))
             texts = table.column("text").to_pylist()
-            docs = [np.asarray(ids, dtype=np.int32) for start in range(0, len(texts), self.batch)
-                    for ids in encode_in_parts(tok, texts[start:start + self.batch])]
+            docs = list(encoded_arrays(tok, texts, self.batch))
         repos = table.column("source_repo").to_pylist()
         eod = np.array([info["roles"]["eos"]], dtype=np.int32)
         split = self.splits[piece.file]
