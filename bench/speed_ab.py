@@ -41,14 +41,19 @@ REPO = scale.REPO
 BASELINE = "372a03c"
 
 
-def check_out(rev: str, work: Path) -> tuple[Path, str]:
-    """(a package directory whose cpp_data is revision `rev`'s, rev's full commit), from a detached worktree
-    of this repository at work/tree-<commit>."""
+def resolve(rev: str) -> str:
+    """`rev`'s full commit in this repository; exits with a one-line error where it names none."""
     got = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{rev}^{{commit}}"],
                          capture_output=True, text=True)
     if got.returncode:
         raise SystemExit(f"--against {rev}: not a commit of {REPO} ({got.stderr.strip()})")
-    commit = got.stdout.strip()
+    return got.stdout.strip()
+
+
+def check_out(rev: str, work: Path) -> tuple[Path, str]:
+    """(a package directory whose cpp_data is revision `rev`'s, rev's full commit), from a detached worktree
+    of this repository at work/tree-<commit>."""
+    commit = resolve(rev)
     tree, pkg = work / f"tree-{commit[:12]}", work / f"pkg-{commit[:12]}"
     remove(tree)
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(tree), commit], check=True,
@@ -98,10 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default="speed-ab", help="results file stem")
     a = ap.parse_args(argv)
+    new = head()
+    if resolve(a.against) == new:  # both builds would carry one label and their digests would be pooled
+        raise SystemExit(f"--against {a.against} is this checkout's own commit {short(new)}, with nothing changed "
+                         "since: name an older revision, or run with the change to measure uncommitted")
     base = scale.default_bytes()
     sources = scale.corpus(a.scale, base, a.work)
     pkg, old = check_out(a.against, a.work)
-    new = head()
     old_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg), *filter(None, [os.environ.get("PYTHONPATH")])])}
     runs = []
     try:
