@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default="speed-ab", help="results file stem")
     a = ap.parse_args(argv)
+    if a.pairs < 1 or a.workers < 1:
+        ap.error("--pairs and --workers must be at least 1")
     new = head()
     if resolve(a.against) == new:  # both builds would carry one label and their digests would be pooled
         raise SystemExit(f"--against {a.against} is this checkout's own commit {short(new)}, with nothing changed "
