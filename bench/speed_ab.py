@@ -13,10 +13,10 @@ build runs with that directory first on PYTHONPATH, so both builds use this chec
 and `cpp-data` entry point; the older revision must run with today's dependencies. Each pair runs both builds
 on bench/scale.py's corpus of that scale, the old one first in odd pairs and second in even ones, watched by
 bench/scale.py's sampler (`measure`: the same MB/s of C/C++ collected over the build's own time less semantics,
-peaks, CPU and idle core-seconds, output digest). Why alternate: with the old build always first, a checkout
-measured against its own commit (its build code unchanged) came out 1.05x, 1.01x and 1.10x, all in favour of the
-build that ran second. `--against HEAD` in a clean checkout runs that A/A test (the checked-out copy is
-labelled "(worktree)").
+peaks, CPU and idle core-seconds, output digest). Why alternate: a checkout measured against its own commit
+(an A/A test, docs/SCALING.md) gave 1.05x, 1.01x and 1.10x with the old build always first, then 0.96x, 0.95x,
+1.03x and 0.96x alternating; the build that ran second was the faster in six of the seven pairs. `--against
+HEAD` in a clean checkout runs that test (the checked-out copy is labelled "(worktree)").
 
     .venv/bin/python bench/speed_ab.py [--against 372a03c] [--scale 2] [--workers 2] [--pairs 3]
         [--work /tmp/cpp-data-scale] [--name speed-ab]
