@@ -116,18 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     # copy gets its own label, else both builds' runs and digests would be pooled under one
     old_label = short(old) + (" (worktree)" if old == new else "")
     old_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    runs = []
+    runs, ratios = [], []
     try:
         for pair in range(1, a.pairs + 1):
-            order = ((old, old_env), (new, None))
-            for code, env in order if pair % 2 else order[::-1]:  # odd pairs old first, even pairs new first
+            builds = {}
+            order = ((old_label, old_env), (short(new), None))
+            for label, env in order if pair % 2 else order[::-1]:  # odd pairs old first, even pairs new first
                 r = scale.measure(sources, a.work / "out-ab", a.workers, [], base * a.scale, env)
-                r.update(code=old_label if env is old_env else short(code), pair=pair, scale=a.scale)
+                r.update(code=label, pair=pair, scale=a.scale)
                 runs.append(r)
-            o, n = _pair(runs[-2:], old_label)
+                builds[env is None] = r
+            o, n = builds[False], builds[True]
+            ratios.append(n["mb_per_s_all_but_semantics"] / o["mb_per_s_all_but_semantics"])
             print(f"pair {pair}: {o['code']} {o['mb_per_s_all_but_semantics']} MB/s ({o['wall_seconds']} s), "
                   f"{n['code']} {n['mb_per_s_all_but_semantics']} MB/s ({n['wall_seconds']} s): "
-                  f"{n['mb_per_s_all_but_semantics'] / o['mb_per_s_all_but_semantics']:.2f}x", flush=True)
+                  f"{ratios[-1]:.2f}x", flush=True)
     finally:
         remove(a.work / f"tree-{old[:12]}")
         shutil.rmtree(pkg, ignore_errors=True)
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     (a.results / f"{a.name}.json").write_text(json.dumps({"against": old, "head": new, "scale": a.scale,
                                                           "workers": a.workers, "runs": runs,
                                                           "cpus": os.cpu_count()}, indent=1) + "\n")
-    (a.results / f"{a.name}.md").write_text(_markdown(runs, old_label, short(new), a, digests))
+    (a.results / f"{a.name}.md").write_text(_markdown(runs, ratios, old_label, short(new), a, digests))
     print(f"wrote {a.results / a.name}.{{json,md}}")
     unstable = [c for c, d in digests.items() if len(d) != 1]
     if unstable:
@@ -145,14 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _pair(two: list[dict], old: str) -> tuple[dict, dict]:
-    """One pair's (old run, new run), whichever ran first."""
-    return (two[0], two[1]) if two[0]["code"] == old else (two[1], two[0])
-
-
-def _markdown(runs: list[dict], old: str, new: str, a, digests: dict) -> str:
-    ratios = [n["mb_per_s_all_but_semantics"] / o["mb_per_s_all_but_semantics"]
-              for o, n in (_pair(runs[i:i + 2], old) for i in range(0, len(runs), 2))]
+def _markdown(runs: list[dict], ratios: list[float], old: str, new: str, a, digests: dict) -> str:
     lines = [f"# v6 build speed, {new} against {old}, {a.scale}x corpus, {a.workers} workers ({os.cpu_count()} CPUs)",
              "", "Interleaved pairs, the older revision first in odd pairs and second in even ones (bench/speed_ab.py). "
              "MB/s is of C/C++ collected over the build's own time less semantics.", "",
