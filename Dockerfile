@@ -28,7 +28,7 @@ RUN python3 -m venv /opt/venv \
  && pip install "torch==2.13.0"
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY pipeline ./pipeline
 COPY stages ./stages
 COPY schemas ./schemas
