@@ -486,6 +486,8 @@ def cmd_build(args) -> int:
     sources = _pins(args)
     if args.workers < 1:
         raise BadInput("--workers must be at least 1")
+    if args.out.exists() and not args.out.is_dir():
+        raise BadInput(f"{args.out}: --out is a file; give a directory (it is made if missing)")
     problem = _executor_problem(args.executor)
     if problem:
         raise BadInput(problem)

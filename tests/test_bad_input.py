@@ -89,6 +89,21 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
         assert "Traceback" not in err
 
 
+def test_out_that_is_a_file_is_a_one_line_error(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text("int main() { return 0; }\n" * 20)
+    sources = tmp_path / "sources.toml"
+    sources.write_text(f"[[source]]\nname = 'a'\nurl = '{src}'\n")
+    out = tmp_path / "out"
+    out.write_text("not a directory")
+    proc = run_cli("build", "--sources", str(sources), "--out", str(out), check=False)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, (proc.returncode, err)
+    assert str(out) in err and "is a file" in err and "Traceback" not in err
+    assert out.read_text() == "not a directory"  # left as it was
+
+
 def test_empty_git_repository_is_a_clear_error(tmp_path):
     import subprocess
 
