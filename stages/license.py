@@ -9,7 +9,8 @@ loads its license store again for every text it identifies (0.13 s a call here; 
 results by normalized text, so a text seen before costs nothing): serial work growing with the repositories.
 Two workers may both identify one source's files when its first tasks start together; they write the same
 result. Each task then runs the cascade on its documents and refuses what the policy does not allow,
-recording the rule (no_license, license_not_allowed, copyleft_not_opted_in, eula_source_available) and the
+recording the rule (no_license, unrecognized_spdx_tag, license_not_allowed, copyleft_not_opted_in,
+eula_source_available) and the
 confidence of the license it found.
 """
 
@@ -145,6 +146,8 @@ class LicenseStep(BaseFilter):
         answer = classify(doc.text, nearest(states.get(state, {}), meta["source_path"]), self.declared,
                           self.p.header_min_chars)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
+        if rule == "no_license" and answer.source == "spdx_tag":
+            rule = "unrecognized_spdx_tag"  # it names a license, in words no SPDX list knows
         meta.update(license_spdx=answer.spdx, license_source=answer.source, license_confidence=answer.confidence,
                     license_family=fam, license_evidence=answer.evidence)
         self.stat_update(f"source_{answer.source}")

@@ -116,6 +116,92 @@ def test_policy_expressions():
 COMMON = Path("/usr/share/common-licenses")
 
 
+def _notice(license_file: str, start: str, end: str) -> str:
+    """The notice a license's own text tells authors to put at the top of each file (its "How to Apply" or
+    Exhibit A), cut from Debian's copy of that text: ground truth for the header cascade, not our wording."""
+    text = (COMMON / license_file).read_text()
+    begin = text.index(start)
+    return text[begin:text.index(end, begin) + len(end)].replace("``", "")
+
+
+def test_license_files_are_identified_by_askalono_not_only_the_notice_table():
+    """Debian's copies of the license texts, as a repository's LICENSE file: askalono names each (its score, not
+    the notice table's fixed 0.75). The ISC case needs the "copyright notice ... appear in all copies" line that a
+    copyright-holder filter could take for a holder's line (without it askalono answers 0BSD)."""
+    from cpp_data.stages.lib.license_match import identify_license_file
+
+    expected = {"GPL-1": "GPL-1.0-only", "GPL-2": "GPL-2.0-only", "GPL-3": "GPL-3.0-only",
+                "LGPL-2": "LGPL-2.0-only", "LGPL-2.1": "LGPL-2.1-only", "MPL-1.1": "MPL-1.1", "MPL-2.0": "MPL-2.0",
+                "Apache-2.0": "Apache-2.0", "BSD": "BSD-3-Clause", "CC0-1.0": "CC0-1.0"}
+    need(*(COMMON / name for name in expected))
+    for name, spdx in expected.items():
+        found = identify_license_file((COMMON / name).read_text())
+        assert found is not None and found[0] == spdx and found[1] > 0.9, (name, found)
+    isc = ("Copyright 2011-2021 A. Author <a@example.org>\n\n"
+           "Permission to use, copy, modify, and/or distribute this software for any\n"
+           "purpose with or without fee is hereby granted, provided that the above\n"
+           "copyright notice and this permission notice appear in all copies.\n\n"
+           "THE SOFTWARE IS PROVIDED \"AS IS\" AND THE AUTHOR DISCLAIMS ALL WARRANTIES\n"
+           "WITH REGARD TO THIS SOFTWARE INCLUDING ALL IMPLIED WARRANTIES OF\n"
+           "MERCHANTABILITY AND FITNESS. IN NO EVENT SHALL THE AUTHOR BE LIABLE FOR\n"
+           "ANY SPECIAL, DIRECT, INDIRECT, OR CONSEQUENTIAL DAMAGES OR ANY DAMAGES\n"
+           "WHATSOEVER RESULTING FROM LOSS OF USE, DATA OR PROFITS, WHETHER IN AN\n"
+           "ACTION OF CONTRACT, NEGLIGENCE OR OTHER TORTIOUS ACTION, ARISING OUT OF\n"
+           "OR IN CONNECTION WITH THE USE OR PERFORMANCE OF THIS SOFTWARE.\n")
+    assert identify_license_file(isc)[0] == "ISC"
+
+
+def test_copyleft_file_notices_beat_a_permissive_repository_license():
+    """A file whose header carries a GPL-family or MPL notice, in a repository whose LICENSE is MIT, is the
+    notice's license and is refused by default: the repository's license is never assumed over the file's."""
+    need(COMMON / "GPL-1", COMMON / "GPL-2", COMMON / "GPL-3", COMMON / "LGPL-2.1", COMMON / "MPL-1.1",
+         COMMON / "MPL-2.0")
+    gpl3 = _notice("GPL-3", "This program is free software", "any later version.")
+    notices = {
+        "GPL-1.0-or-later": _notice("GPL-1", "This program is free software", "any later version."),
+        "GPL-2.0-or-later": _notice("GPL-2", "This program is free software", "any later version."),
+        "GPL-3.0-or-later": gpl3,
+        # the FSF's notice for the AGPL is the GPL's with the license's name changed
+        "AGPL-3.0-or-later": gpl3.replace("GNU General Public License", "GNU Affero General Public License"),
+        "LGPL-2.1-or-later": _notice("LGPL-2.1", "This library is free software", "any later version."),
+        "MPL-1.1": _notice("MPL-1.1", "The contents of this file are subject", "(the \"License\")"),
+        "MPL-2.0": _notice("MPL-2.0", "This Source Code Form is subject", "/MPL/2.0/."),
+        # no version named: the GPL lets the licensee choose any version ever published
+        "GPL-1.0-or-later": "This file may be distributed under the terms of the GNU General Public License.",
+    }
+    mit_repo = ("MIT", 1.0, "LICENSE")
+    for expected, notice in notices.items():
+        text = "/*\n" + "\n".join(" * " + line.strip() for line in notice.splitlines()) + "\n */\nint f();\n"
+        got = classify(text, mit_repo, "MIT")
+        assert (got.spdx, got.source) == (expected, "header_notice"), (expected, got)
+        assert policy(got.spdx, ALLOW, False)[:1] == (False,), expected
+        assert policy(got.spdx, ALLOW, False)[2] == "copyleft_not_opted_in", expected
+    # JUCE 8's module headers offer its EULA or the AGPLv3
+    juce8 = "/* ... you agree to the terms of the JUCE End User Licence Agreement ... Or: You may also use " \
+            "this code under the terms of the AGPLv3: https://www.gnu.org/licenses/agpl-3.0.en.html */\n"
+    assert classify(juce8, mit_repo, "MIT").spdx == "LicenseRef-EULA OR AGPL-3.0-only"
+
+
+def test_spdx_tags_off_the_list_are_not_read_as_the_repository_license():
+    mit_repo = ("MIT", 1.0, "LICENSE")
+    own = classify("// SPDX-License-Identifier: LicenseRef-Proprietary\nint f();\n", mit_repo, "MIT")
+    assert (own.spdx, own.source) == ("LicenseRef-Proprietary", "spdx_tag")
+    assert policy(own.spdx, ALLOW, False)[:1] == (False,)
+    assert policy(own.spdx, ALLOW | {"LicenseRef-Proprietary"}, False)[0] is True  # a recipe may allow it by name
+    either = classify("/* SPDX-License-Identifier: MIT OR LicenseRef-Foo */\n", mit_repo, "MIT")
+    assert either.spdx == "MIT OR LicenseRef-Foo" and policy(either.spdx, ALLOW, False)[0] is True
+    garbled = classify("// SPDX-License-Identifier: Not-A-License-9\nint f();\n", mit_repo, "MIT")
+    assert (garbled.spdx, garbled.source) == ("NOASSERTION", "spdx_tag")
+    assert "Not-A-License-9" in garbled.evidence and policy(garbled.spdx, ALLOW, False)[0] is False
+    # a header notice still decides when the tag is unreadable
+    both = classify("// SPDX-License-Identifier: Apache 2\n// Licensed under the Apache License, Version 2.0\n",
+                    mit_repo, "MIT")
+    assert (both.spdx, both.source) == ("Apache-2.0", "header_notice")
+    # a tag inside code (a licensing tool's format string) is not the file's tag
+    tool = classify('int main() { printf("SPDX-License-Identifier: %s\\n", id); }\n', mit_repo, "MIT")
+    assert (tool.spdx, tool.source) == ("MIT", "repo_file")
+
+
 def _rows(files: dict[str, str]) -> list[dict]:
     return [{"source_path": p, "content": t.encode()} for p, t in files.items()]
 

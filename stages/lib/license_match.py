@@ -1,6 +1,7 @@
 """The license cascade of docs/DESIGN.md section 4, as pure functions.
 
-1. `SPDX-License-Identifier:` in the first 200 lines, parsed and validated by license-expression (WITH kept).
+1. `SPDX-License-Identifier:` at the start of a comment line in the first 200 lines, parsed and validated by
+   license-expression (WITH kept; `LicenseRef-` keys kept as written).
 2. The file's header: standard license notices (short notices such as Boost's "Distributed under the Boost
    Software License" are not license texts, and askalono scores them as nonsense), then askalono on long
    header comments that name no notice (full license texts pasted into headers).
@@ -10,7 +11,9 @@ Otherwise `NOASSERTION`. Each answer carries license_spdx, license_source and a 
 
 The notice table is hand-written: the kept matchers either need whole texts (askalono) or cost 0.1-3 s per
 file and 690 MB (scancode); the table covers the notices of the licenses on the default allow-list plus the
-GPL family and EULA markers that the refusal rules need.
+GPL family (AGPL, and GPL/LGPL notices that name no version), the other copyleft and source-available
+licenses a C++ header names (MPL, EPL, CDDL, EUPL, SSPL, BUSL) and EULA markers, which the refusal rules need.
+An SPDX tag no list knows is not passed over for the repository's license (`classify`).
 """
 
 from __future__ import annotations
@@ -21,10 +24,17 @@ from dataclasses import dataclass
 
 from license_expression import ExpressionError, LicenseSymbol, LicenseWithExceptionSymbol, get_spdx_licensing
 
-_SPDX_TAG = re.compile(r"SPDX-License-Identifier:\s*([^\n*]+?)\s*(?:\*/|-->|$)", re.MULTILINE)
+# The tag at the start of a comment line (`// SPDX-...`, ` * SPDX-...`, `/* SPDX-... */`, a bare line inside a block
+# comment), not inside code: a licensing tool's `printf("SPDX-License-Identifier: %s", ...)` tags nothing.
+_SPDX_TAG = re.compile(r"^[ \t]*(?:(?://+|/\*+)[!<]?|\*+|#)?[ \t]*SPDX-License-Identifier:[ \t]*([^\n*]+?)\s*(?:\*/|-->|$)",
+                       re.MULTILINE)
 _COMMENT = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"', re.DOTALL)
 _LINE_DECORATION = re.compile(r"^[ \t]*(?:[/*#!|]+[ \t]?)?", re.M)
-_COPYRIGHT_LINE = re.compile(r"^\s*(copyright|\(c\)|©|all rights reserved|author|written by).*$", re.I | re.M)
+# A line naming who holds the copyright or wrote the file, which varies per file. Not a license's own lines that
+# start with the word: ISC's "copyright notice and this permission notice appear in all copies" (without it
+# askalono reads ISC as 0BSD) or MIT's "AUTHORS OR COPYRIGHT HOLDERS BE LIABLE".
+_COPYRIGHT_LINE = re.compile(r"^\s*(copyright\s*(\(c\)|©|\d|by\b|:)|\(c\)|©|all rights reserved|authors?\s*:|written by).*$",
+                             re.I | re.M)
 _RULES = re.compile(r"[=\-_*/#|~]{3,}")
 LICENSE_FILE = re.compile(r"^(licen[cs]e|copying|unlicense)([-._][\w.-]*)?$", re.I)
 
@@ -85,10 +95,15 @@ class _Notice:
     name: str
     pattern: re.Pattern
     expression: str
+    # Expression prefixes that make this notice redundant when another notice of the header gives one: the
+    # BSD-2 pattern is the start of every BSD-3 text, and "GNU General Public License" without a version is
+    # also said by every versioned GPL notice ("You should have received a copy of the GNU General Public
+    # License").
+    unless: tuple[str, ...] = ()
 
 
-def _n(name: str, pattern: str, expression: str) -> _Notice:
-    return _Notice(name, re.compile(pattern, re.I | re.S), expression)
+def _n(name: str, pattern: str, expression: str, unless: tuple[str, ...] = ()) -> _Notice:
+    return _Notice(name, re.compile(pattern, re.I | re.S), expression, unless)
 
 
 NOTICES: tuple[_Notice, ...] = (
@@ -98,7 +113,7 @@ NOTICES: tuple[_Notice, ...] = (
     _n("mit_text", r"Permission is hereby granted,\s+free of charge,\s+to any person obtaining a copy", "MIT"),
     _n("mit_notice", r"(Licensed under|released under|subject to) the MIT\s+License", "MIT"),
     _n("bsd3_text", r"Redistribution and use in source and binary forms.*Neither the name", "BSD-3-Clause"),
-    _n("bsd2_text", r"Redistribution and use in source and binary forms", "BSD-2-Clause"),
+    _n("bsd2_text", r"Redistribution and use in source and binary forms", "BSD-2-Clause", unless=("BSD-3-Clause",)),
     _n("isc_text", r"Permission to use,\s+copy,\s+modify,\s+and(/or)?\s+distribute this software for any\s+purpose"
        r"\s+with or\s+without fee", "ISC"),
     _n("isc_notice", r"under the terms of the ISC licen[cs]e", "ISC"),
@@ -108,7 +123,24 @@ NOTICES: tuple[_Notice, ...] = (
     _n("lgpl2_notice", r"GNU (Library|Lesser) General Public License.{0,120}version 2(?![.]\d)", "LGPL-2.0-only"),
     _n("gpl3_notice", r"GNU General Public License.{0,120}version 3|\bGPL\s*v?3\b", "GPL-3.0-only"),
     _n("gpl2_notice", r"GNU General Public License.{0,120}version 2|\bGPL\s*v?2\b", "GPL-2.0-only"),
+    # AGPL has one GNU version (3); "GPL v3" above cannot match inside "AGPLv3" (no word boundary)
+    _n("agpl3_notice", r"GNU Affero General Public License|\bAGPL[-\s]*v?3\b", "AGPL-3.0-only"),
+    # No version named: the GPL's own terms let the licensee pick any version ever published (SPDX -or-later
+    # of the first one). Old headers say just "under the terms of the GNU General Public License".
+    _n("gpl_any_notice", r"GNU General Public License|\bGNU GPL\b|under (the terms of )?the GPL\b", "GPL-1.0-or-later",
+       unless=("GPL-", "LGPL-", "AGPL-")),  # the LGPL and AGPL texts cite the GPL by name
+    _n("lgpl_any_notice", r"GNU (Library|Lesser) General Public License|\bGNU LGPL\b|under (the terms of )?the LGPL\b",
+       "LGPL-2.0-or-later", unless=("LGPL-",)),
     _n("mpl2_notice", r"Mozilla Public License,?\s+v(ersion|\.)?\s*2\.0", "MPL-2.0"),
+    _n("mpl11_notice", r"Mozilla Public License,?\s+v(ersion|\.)?\s*1\.1", "MPL-1.1"),
+    _n("epl2_notice", r"Eclipse Public License,?\s+v(ersion|\.)?\s*2\.0|\bEPL[-\s]*v?2\.0\b", "EPL-2.0"),
+    _n("epl1_notice", r"Eclipse Public License,?\s+v(ersion|\.)?\s*1\.0|\bEPL[-\s]*v?1\.0\b", "EPL-1.0"),
+    _n("cddl11_notice", r"Common Development and Distribution License.{0,40}\b1\.1\b", "CDDL-1.1"),
+    _n("cddl_notice", r"Common Development and Distribution License", "CDDL-1.0", unless=("CDDL-",)),
+    _n("eupl11_notice", r"European Union Public Licen[cs]e.{0,40}\b1\.1\b|\bEUPL[-\s]*v?1\.1\b", "EUPL-1.1"),
+    _n("eupl_notice", r"European Union Public Licen[cs]e|\bEUPL\b", "EUPL-1.2", unless=("EUPL-",)),
+    _n("sspl_notice", r"Server Side Public License", "SSPL-1.0"),
+    _n("busl_notice", r"Business Source License", "BUSL-1.1"),
     _n("eula_notice", r"End[- ]User Licen[cs]e Agreement", "LicenseRef-EULA"),
     _n("public_domain", r"(placed|released|dedicated) (in|into|to) the public domain", "LicenseRef-scancode-public-domain"),
 )
@@ -119,11 +151,26 @@ def _licensing():
     return get_spdx_licensing()
 
 
+_USER_DEFINED = re.compile(r"^(LicenseRef|DocumentRef)-[A-Za-z0-9.:-]+$", re.I)
+
+
 def parse_spdx(expression: str) -> str | None:
-    """Normalize an SPDX expression with license-expression; None when it names unknown keys."""
+    """Normalize an SPDX expression with license-expression; None when it names unknown keys. SPDX's own
+    syntax for licenses off its list (`LicenseRef-Proprietary`, `MIT OR LicenseRef-Foo`) is kept as written:
+    the policy then refuses such a key unless the recipe allows it by name."""
     try:
         parsed = _licensing().parse(expression, validate=True, strict=True)
     except (ExpressionError, Exception):
+        parsed = None
+        try:
+            loose = _licensing().parse(expression, validate=False, strict=True)
+        except (ExpressionError, Exception):
+            return None
+        if loose is None:
+            return None
+        known = _licensing().known_symbols
+        if all(k in known or _USER_DEFINED.match(k) for k in _licensing().license_keys(loose)):
+            return loose.render()
         return None
     return parsed.render() if parsed is not None else None
 
@@ -152,6 +199,8 @@ def match_notices(block: str) -> tuple[str, str] | None:
     marker is OR-ed with the other notices (JUCE's "EULA or GPL" modules)."""
     block = plain_comment_text(block)
     found = [(n, m) for n in NOTICES if (m := n.pattern.search(block))]
+    found = [(n, m) for n, m in found
+             if not (n.unless and any(h is not n and h.expression.startswith(n.unless) for h, _ in found))]
     hits = [n for n, _ in found]
     if not hits:
         return None
@@ -160,8 +209,6 @@ def match_notices(block: str) -> tuple[str, str] | None:
         return " OR ".join(["LicenseRef-EULA", *dict.fromkeys(others)]), "eula_dual_notice"
     exprs, names = [], []
     for n, m in found:
-        if n.name == "bsd2_text" and any(h.name == "bsd3_text" for h in hits):
-            continue  # the BSD-2 pattern is the start of every BSD-3 text
         expr = n.expression
         # "... version 2 of the License, or (at your option) any later version", right after this notice
         if expr.endswith("-only") and _LATER.search(block, m.end(), m.end() + 250):
@@ -187,8 +234,12 @@ def _reads_like_license(block: str) -> bool:
 
 
 def _normalize_for_matching(block: str) -> str:
-    """Text for askalono and its cache key: decoration and copyright/author lines (which vary per file) gone."""
-    return plain_comment_text(_COPYRIGHT_LINE.sub("", _LINE_DECORATION.sub("", block)))
+    """Text for askalono and its cache key: decoration, rule lines and copyright/author lines (which vary per
+    file) gone, each line's whitespace collapsed, blank lines dropped. The line breaks stay: askalono scores a
+    text joined onto one line 0.0 whatever it is (Debian's GPL-3 text: 0.998 GPL-3.0-only with its lines, 0.0
+    on one line), so every license file would fall through to the notice table."""
+    text = _RULES.sub(" ", _COPYRIGHT_LINE.sub("", _LINE_DECORATION.sub("", block)))
+    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -237,6 +288,10 @@ def classify(text: str, repo_license: tuple[str, float, str] | None, declared: s
             hit = identify_text(block, min_score=0.9)
             if hit:
                 return LicenseAnswer(hit[0], "header_text", round(hit[1], 4), "askalono")
+    if tag:
+        # The file names its own license in words no SPDX list knows, and its header says nothing the notice
+        # table or askalono reads: the repository's license is not assumed for it (NOASSERTION, refused).
+        return LicenseAnswer("NOASSERTION", "spdx_tag", 0.0, f"unrecognized SPDX-License-Identifier: {tag[:100]}")
     if repo_license:
         spdx, score, path = repo_license
         return LicenseAnswer(spdx, "repo_file", round(0.9 * score, 4), path)
