@@ -50,6 +50,8 @@ def test_planted_secrets_are_scrubbed_whole():
     assert by_kind["private_key"].refused == "secret_private_key"
     assert SECRET in by_kind["github_classic_token"].text  # the whole token, not its prefix (the old bug)
     assert "ghp_" not in by_kind["github_classic_token"].text
+    for kind in ("github_fine_grained_token", "google_api_key", "anthropic_key"):  # ours: secret_plugins.py
+        assert SECRET in by_kind[kind].text, kind
 
 
 def test_lookalikes_survive():

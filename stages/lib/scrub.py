@@ -3,6 +3,8 @@
 Secrets are found by detect-secrets' own scanner: its plugins run line by line with its false-positive filters,
 through the same steps as its `scan_file` (line filters, each plugin's `analyze_line`, secret filters, context
 filters), on the lines of a document. Two choices, both measured on the labelled set in tests/fixtures/secrets:
+- Three formats detect-secrets has no plugin for (GitHub fine-grained tokens, Google API keys, Anthropic keys)
+  are added as detect-secrets plugins (secret_plugins.py), loaded through its custom-plugin setting.
 - KeywordDetector is off. On C++ it flags every quoted value assigned to a name holding `token`, `key` or
   `password` (a lexer's `token = "int"`), so it rewrites code; passwords in connection strings are
   BasicAuthDetector's, and high-entropy values under such names the entropy plugins'.
@@ -137,15 +139,21 @@ def _settings(entropy_limit: float) -> None:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.settings import configure_settings_from_baseline, get_filters, get_plugins, get_settings
 
+    from cpp_data.stages.lib import secret_plugins
+
+    ours = {cls.__name__ for cls in secret_plugins.PLUGINS}
     plugins = []
     for cls in get_mapping_from_secret_type_to_class().values():
-        if cls.__name__ in _EXCLUDED_PLUGINS:
+        if cls.__name__ in _EXCLUDED_PLUGINS or cls.__name__ in ours:
             continue
         plugins.append({"name": cls.__name__, **({"limit": entropy_limit}
                                                 if cls.__name__ == "Base64HighEntropyString" else {})})
+    # formats detect-secrets has no plugin for, loaded through its own custom-plugin setting (secret_plugins)
+    plugins += [{"name": name, "path": f"file://{secret_plugins.__file__}"} for name in sorted(ours)]
     settings = get_settings()
     settings.clear()
     configure_settings_from_baseline({"plugins_used": plugins})
+    get_mapping_from_secret_type_to_class.cache_clear()  # so that it reads the custom plugins' file
     settings.disable_filters("detect_secrets.filters.heuristic.is_indirect_reference")
     settings.filters[f"{__name__}.entropy_without_secret_name"] = {}
     get_plugins.cache_clear()  # not detect-secrets' cache_bust: that also drops the settings just made
