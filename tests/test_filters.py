@@ -197,6 +197,12 @@ def test_spdx_tags_off_the_list_are_not_read_as_the_repository_license():
     both = classify("// SPDX-License-Identifier: Apache 2\n// Licensed under the Apache License, Version 2.0\n",
                     mit_repo, "MIT")
     assert (both.spdx, both.source) == ("Apache-2.0", "header_notice")
+    # closed code in an open repository says so in its header, not in an SPDX tag
+    closed = classify("/* Copyright (C) Acme Corp - All Rights Reserved\n * Unauthorized copying of this file, via "
+                      "any medium is strictly prohibited\n * Proprietary and confidential\n */\nint f();\n",
+                      mit_repo, "MIT")
+    assert (closed.spdx, closed.source) == ("LicenseRef-Proprietary", "header_notice")
+    assert policy(closed.spdx, ALLOW, False) == (False, "unknown", "license_not_allowed")
     # a tag inside code (a licensing tool's format string) is not the file's tag
     tool = classify('int main() { printf("SPDX-License-Identifier: %s\\n", id); }\n', mit_repo, "MIT")
     assert (tool.spdx, tool.source) == ("MIT", "repo_file")

@@ -142,6 +142,10 @@ NOTICES: tuple[_Notice, ...] = (
     _n("sspl_notice", r"Server Side Public License", "SSPL-1.0"),
     _n("busl_notice", r"Business Source License", "BUSL-1.1"),
     _n("eula_notice", r"End[- ]User Licen[cs]e Agreement", "LicenseRef-EULA"),
+    # closed code that found its way into an open repository ("Unauthorized copying of this file, via any medium
+    # is strictly prohibited. Proprietary and confidential."): refused as license_not_allowed
+    _n("proprietary_notice", r"proprietary and confidential|confidential and proprietary|"
+       r"unauthori[sz]ed copying of this file", "LicenseRef-Proprietary"),
     _n("public_domain", r"(placed|released|dedicated) (in|into|to) the public domain", "LicenseRef-scancode-public-domain"),
 )
 
