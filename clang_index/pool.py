@@ -14,6 +14,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import resource
+import sys
 import time
 from collections import deque
 from typing import Any, Callable
@@ -26,7 +27,9 @@ HOOK_ENV = "CLANG_INDEX_TEST_HOOK"
 
 def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple, max_mb: int | None,
            hook: str | None) -> None:
-    """Worker process body: cap the address space, run fn(*args), send the result (or the exception) back."""
+    """Worker process body: cap the address space, run fn(*args), send the result (or the exception) back. If the
+    process that asked is gone (an interrupted build), there is no one to answer: exit quietly."""
+    _die_with_forkserver()
     if max_mb:
         resource.setrlimit(resource.RLIMIT_AS, (max_mb << 20, max_mb << 20))
     if hook == "hang":
@@ -37,8 +40,24 @@ def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple,
         res = fn(*args)
     except BaseException as e:  # MemoryError under the cap, bugs: a recorded crash, not a lost worker
         res = {"status": "crashed", "error_messages": [f"{type(e).__name__}: {e}"]}
-    conn.send(res)
-    conn.close()
+    try:
+        conn.send(res)
+        conn.close()
+    except OSError:  # BrokenPipeError: the requesting worker was stopped while this TU ran
+        pass
+
+
+def _die_with_forkserver() -> None:
+    """Linux's PR_SET_PDEATHSIG: this process is killed when the forkserver that made it exits, which it does
+    when the worker that started it dies, so a stopped build leaves no TU being indexed."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from cpp_data import __version__
-from cpp_data.pipeline.errors import (EXIT_FAILED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE, BadInput,
-                                      CppDataError)
+from cpp_data.pipeline.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_TERMINATED,
+                                      EXIT_USAGE, BadInput, CppDataError, Terminated)
 
 MAIN_HELP = """\
 cpp-data turns pinned C++ repositories into traceable, reproducible training shards.
@@ -715,24 +717,56 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is None:  # `cpp-data` or a command group alone: show what there is to run
         args.group.print_help()
         return EXIT_USAGE
+    previous = _raise_on_sigterm()
     try:
         return args.func(absolute_paths(args))
+    except Terminated:
+        return _terminated()
     except CppDataError as exc:
+        if _SIGTERM_SEEN:  # the signal went to the whole group: a worker's death surfaced first, as a failure
+            return _terminated()
         if args.debug:
             raise
         _err(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return exc.exit_code
     except KeyboardInterrupt:
-        _err("interrupted")
-        return 130
+        _err("interrupted (run the same command again: a build resumes from its finished tasks)")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `cpp-data recipes show v6 | head`: the reader left; stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # a bug or an unexpected environment: one line, the traceback on request
+        if _SIGTERM_SEEN:
+            return _terminated()
         if args.debug:
             raise
         _err(f"{type(exc).__name__}: {exc} (run again with --debug for the traceback)".splitlines()[0])
         return EXIT_FAILED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+_SIGTERM_SEEN: list[int] = []  # the SIGTERMs this command received (a scheduler may signal every process at once)
+
+
+def _terminated() -> int:
+    _err("terminated by SIGTERM (run the same command again: a build resumes from its finished tasks)")
+    return EXIT_TERMINATED
+
+
+def _raise_on_sigterm():
+    """Make SIGTERM raise Terminated in this (main) thread for the command's duration; the previous handler,
+    or None where signals cannot be set (not the main thread)."""
+    _SIGTERM_SEEN.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminated(signum, frame):
+        _SIGTERM_SEEN.append(signum)
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, terminated)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,7 +233,28 @@ def start_worker_server(cfg: ExecutorConfig) -> None:
                      if not m.ispkg]
     # no effect once the forkserver runs, which is fine
     multiprocess.set_forkserver_preload(WORKER_PRELOAD + stage_modules)
-    multiprocess.forkserver.ensure_running()
+    with sigint_ignored():
+        multiprocess.forkserver.ensure_running()
+
+
+@contextmanager
+def sigint_ignored():
+    """SIGINT ignored while the forkserver starts, so it and every process it makes (workers, their Managers,
+    libclang's TU processes, forkservers of their own) inherit SIG_IGN, through fork and exec alike. Ctrl-C
+    reaches the terminal's whole process group: each worker would raise KeyboardInterrupt wherever it was (in a
+    task, in the forkserver's preload imports) and print a traceback, while the build's process, which handles
+    its own, stops the pool and says one line (pipeline/cli.py). Only from the main thread, where signals can
+    be set; elsewhere, nothing changes."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def tokenizer_threads(cfg: ExecutorConfig, beside: bool = False) -> int:

@@ -1,4 +1,5 @@
-"""A build killed with SIGKILL in the middle of a stage resumes to the same bytes as a clean build: finished
+"""A build killed with SIGKILL, or stopped by Ctrl-C or SIGTERM to its process group (one line, exit 130 or 143, no
+worker's traceback), in the middle of a stage resumes to the same bytes as a clean build: finished
 datatrove tasks are kept, the rest run, and a killed build never publishes. A task whose process dies fails
 its stage instead of leaving the build waiting, and the next run resumes."""
 
@@ -102,20 +103,29 @@ def test_sigkill_mid_stage_resumes_to_identical_bytes(tmp_path):
     cmd = [*CLI, "build", "--recipe", str(recipe), "--sources", str(small_sources), "--out", str(out),
            "--workers", "2", "--no-progress"]
     killed_in, resumed = [], []
-    stages = ("filter", "structure", "packed_rows")  # shards, token_columns, export: the same task machinery
-    for stage in stages:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # shards, token_columns, export: the same task machinery. SIGKILL goes to the build's process; Ctrl-C (SIGINT)
+    # and a scheduler's SIGTERM go to the whole process group, workers included, as a terminal and Slurm send them
+    stages = {"filter": signal.SIGKILL, "structure": signal.SIGINT, "packed_rows": signal.SIGTERM}
+    for stage, sig in stages.items():
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             # kill once some of the stage's tasks finished, so the resume must keep them and run the rest
             done = [p for p in _partials(out, stage) if any(p.glob("**/_datatrove/**/completions/*"))]
             if done:
-                os.kill(proc.pid, signal.SIGKILL)
+                os.kill(proc.pid, sig) if sig == signal.SIGKILL else os.killpg(proc.pid, sig)
                 killed_in.append(stage)
                 break
             time.sleep(0.005)
         output = proc.communicate()[0]
         resumed += [ln for ln in output.splitlines() if "resuming finished tasks" in ln]
+        if sig != signal.SIGKILL:  # one line and the exit code of pipeline/errors.py, no worker's traceback
+            assert proc.returncode == 128 + sig, (stage, proc.returncode, output[-3000:])
+            assert "Traceback" not in output and "BrokenPipe" not in output, (stage, output[-3000:])
+            said = [ln for ln in output.splitlines() if ln.startswith("cpp-data: error:")]
+            word = "interrupted" if sig == signal.SIGINT else "terminated by SIGTERM"
+            assert len(said) == 1 and word in said[0], (stage, said)
         time.sleep(0.5)  # let orphaned datatrove workers notice their parent died (PR_SET_PDEATHSIG)
     assert killed_in == list(stages), killed_in
     assert len(resumed) >= len(stages) - 1, resumed  # each stage resumed with its finished tasks kept

@@ -100,8 +100,11 @@ def train_in_own_process(job: dict, scratch: Path) -> dict:
     job_path, result_path = scratch / "job.json", scratch / "result.json"
     job_path.write_text(json.dumps({**job, "parent_pid": os.getpid()}))
     result_path.unlink(missing_ok=True)
+    # A session of its own: Ctrl-C, which the terminal sends to the build's whole process group, stays the
+    # build's to handle (this process would print a KeyboardInterrupt traceback from wherever it was); it still
+    # dies with the build's thread (main: PR_SET_PDEATHSIG)
     proc = subprocess.run([sys.executable, "-m", "cpp_data.stages.lib.tokenizer_training", str(job_path)],
-                          stdout=subprocess.DEVNULL)
+                          stdout=subprocess.DEVNULL, start_new_session=True)
     result = json.loads(result_path.read_text()) if result_path.is_file() else None
     if result is None:
         raise RuntimeError(f"the tokenizer training process exited {proc.returncode} without a result "
