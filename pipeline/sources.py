@@ -104,6 +104,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise SourcesError(f"{path}: no such sources file") from None
+    except IsADirectoryError:
+        raise SourcesError(f"{path}: is a directory; give the sources TOML file (see sources/debian.toml)") from None
+    except OSError as exc:
+        raise SourcesError(f"{path}: cannot read the sources file ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise SourcesError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:

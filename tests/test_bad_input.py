@@ -87,6 +87,12 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
         err = proc.stderr.strip()
         assert len(err.splitlines()) == 1 and str(f) in err, (label, err)
         assert "Traceback" not in err
+    # a directory given as the sources file, to build and to lock
+    for args in (("build", "--sources", str(tmp_path), "--out", str(tmp_path / "o")), ("sources", "lock", str(tmp_path))):
+        proc = run_cli(*args, check=False)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and len(err.splitlines()) == 1, (args, proc.returncode, err)
+        assert f"{tmp_path}: is a directory" in err, err
 
 
 def test_out_that_is_a_file_is_a_one_line_error(tmp_path):
