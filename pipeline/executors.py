@@ -233,28 +233,35 @@ def start_worker_server(cfg: ExecutorConfig) -> None:
                      if not m.ispkg]
     # no effect once the forkserver runs, which is fine
     multiprocess.set_forkserver_preload(WORKER_PRELOAD + stage_modules)
-    with sigint_ignored():
+    with sigint_ignored_by_children():
         multiprocess.forkserver.ensure_running()
 
 
 @contextmanager
-def sigint_ignored():
-    """SIGINT ignored while the forkserver starts, so it and every process it makes (workers, their Managers,
-    libclang's TU processes, forkservers of their own) inherit SIG_IGN, through fork and exec alike. Ctrl-C
-    reaches the terminal's whole process group: each worker would raise KeyboardInterrupt wherever it was (in a
-    task, in the forkserver's preload imports) and print a traceback, while the build's process, which handles
-    its own, stops the pool and says one line (pipeline/cli.py). Only from the main thread, where signals can
-    be set; elsewhere, nothing changes."""
+def sigint_ignored_by_children():
+    """SIGINT ignored while the forkserver starts, so that it and every process it makes (workers, their
+    Managers, libclang's TU processes, forkservers of their own) inherit SIG_IGN, which survives fork and exec
+    alike. Ctrl-C reaches the terminal's whole process group: each worker would raise KeyboardInterrupt wherever
+    it was (in a task, in the forkserver's preload imports) and print a traceback, while the build's process,
+    which handles its own, stops the pool and says one line (pipeline/cli.py).
+
+    SIGINT is blocked around the switch, so one that comes meanwhile stays pending (a blocked signal is never
+    discarded as ignored) and reaches this process's own handler once it is back: ignoring it alone lost such a
+    Ctrl-C (tests/test_resume.py, under pytest-xdist). Blocking alone is not enough: the forkserver is started
+    through _posixsubprocess, which clears the signal mask. Only from the main thread, where handlers can be
+    set; elsewhere, nothing changes."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def tokenizer_threads(cfg: ExecutorConfig, beside: bool = False) -> int:
