@@ -233,8 +233,15 @@ def start_worker_server(cfg: ExecutorConfig) -> None:
                      if not m.ispkg]
     # no effect once the forkserver runs, which is fine
     multiprocess.set_forkserver_preload(WORKER_PRELOAD + stage_modules)
+    if _STARTED_IN == [os.getpid()]:  # running: ensure_running() is a no-op, and SIGINT stays as it is
+        multiprocess.forkserver.ensure_running()
+        return
     with sigint_ignored_by_children():
         multiprocess.forkserver.ensure_running()
+    _STARTED_IN[:] = [os.getpid()]
+
+
+_STARTED_IN: list[int] = []  # the process that started the forkserver (a forked child must start its own)
 
 
 @contextmanager
@@ -245,11 +252,14 @@ def sigint_ignored_by_children():
     it was (in a task, in the forkserver's preload imports) and print a traceback, while the build's process,
     which handles its own, stops the pool and says one line (pipeline/cli.py).
 
-    SIGINT is blocked around the switch, so one that comes meanwhile stays pending (a blocked signal is never
-    discarded as ignored) and reaches this process's own handler once it is back: ignoring it alone lost such a
-    Ctrl-C (tests/test_resume.py, under pytest-xdist). Blocking alone is not enough: the forkserver is started
-    through _posixsubprocess, which clears the signal mask. Only from the main thread, where handlers can be
-    set; elsewhere, nothing changes."""
+    Used once per build process, when the server starts: a SIGINT sent to the process while its disposition is
+    SIG_IGN can be discarded, and doing this on every stage's call (a no-op once the server runs) lost a Ctrl-C
+    in tests/test_resume.py under pytest-xdist. SIGINT is blocked in this thread around the switch, so one
+    directed at it stays pending; another of the process's threads can still take and drop one in that moment
+    (the kernel gives a process's signal to any thread not blocking it), so a Ctrl-C in the first instant of
+    the first stage may need pressing again. Blocking alone is not enough: the forkserver is started through
+    _posixsubprocess, which clears the signal mask. Only from the main thread, where handlers can be set;
+    elsewhere, nothing changes."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():
