@@ -14,12 +14,12 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import resource
-import sys
 import time
 from collections import deque
 from typing import Any, Callable
 
 from cpp_data.clang_index.compile_db import CompileCommand
+from cpp_data.pipeline.lifetime import die_with_parent
 
 HOOK_ENV = "CLANG_INDEX_TEST_HOOK"
 
@@ -29,7 +29,7 @@ def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple,
            hook: str | None) -> None:
     """Worker process body: cap the address space, run fn(*args), send the result (or the exception) back. If the
     process that asked is gone (an interrupted build), there is no one to answer: exit quietly."""
-    _die_with_forkserver()
+    die_with_parent()  # its parent, the forkserver, exits when the worker that asked for this TU dies
     if max_mb:
         resource.setrlimit(resource.RLIMIT_AS, (max_mb << 20, max_mb << 20))
     if hook == "hang":
@@ -45,19 +45,6 @@ def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple,
         conn.close()
     except OSError:  # BrokenPipeError: the requesting worker was stopped while this TU ran
         pass
-
-
-def _die_with_forkserver() -> None:
-    """Linux's PR_SET_PDEATHSIG: this process is killed when the forkserver that made it exits, which it does
-    when the worker that started it dies, so a stopped build leaves no TU being indexed."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 

@@ -23,6 +23,7 @@ from datatrove.executor import LocalPipelineExecutor
 from tqdm import tqdm
 
 from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.lifetime import die_with_parent
 from cpp_data.pipeline.task_watch import TaskDeathWatch, record_task_process
 
 
@@ -79,18 +80,6 @@ def bind_children_to_this_process() -> None:
     """Every child this process forks from now on dies with it (datatrove's Manager server and pool workers
     otherwise outlive a killed build). Processes started by exec (git, the forkserver) are not affected."""
     os.register_at_fork(after_in_child=die_with_parent)
-
-
-def die_with_parent() -> None:
-    """Ask Linux to kill this worker when its parent dies, so a killed build leaves no writer behind."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 class DieWithParent:
@@ -233,10 +222,8 @@ def start_worker_server(cfg: ExecutorConfig) -> None:
                      if not m.ispkg]
     # no effect once the forkserver runs, which is fine
     multiprocess.set_forkserver_preload(WORKER_PRELOAD + stage_modules)
-    if _STARTED_IN == [os.getpid()]:  # running: ensure_running() is a no-op, and SIGINT stays as it is
-        multiprocess.forkserver.ensure_running()
-        return
-    with sigint_ignored_by_children():
+    started_here = _STARTED_IN == [os.getpid()]  # then ensure_running() is a no-op, and SIGINT stays as it is
+    with nullcontext() if started_here else sigint_ignored_by_children():
         multiprocess.forkserver.ensure_running()
     _STARTED_IN[:] = [os.getpid()]
 

@@ -165,7 +165,6 @@ def parse_spdx(expression: str) -> str | None:
     try:
         parsed = _licensing().parse(expression, validate=True, strict=True)
     except (ExpressionError, Exception):
-        parsed = None
         try:
             loose = _licensing().parse(expression, validate=False, strict=True)
         except (ExpressionError, Exception):

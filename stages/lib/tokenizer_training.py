@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job_path = Path(argv[0])
     result_path = job_path.with_name("result.json")
-    from cpp_data.pipeline.executors import die_with_parent
+    from cpp_data.pipeline.lifetime import die_with_parent
 
     job = json.loads(job_path.read_text())
     die_with_parent()  # killed when the thread that started this process ends (PR_SET_PDEATHSIG) ...
