@@ -328,3 +328,45 @@ def test_several_license_notices_in_one_header_all_apply():
     dual = ("// Licensed under the Apache License, Version 2.0, or the MIT license, at your option: this file is\n"
             "// dual licensed. Permission is hereby granted, free of charge, to any person obtaining a copy\n")
     assert classify(dual + "int x;\n", None, None).spdx == "Apache-2.0 OR MIT"
+
+
+def _notices_without_prefilter(block: str, monkeypatch) -> tuple[str, str] | None:
+    from cpp_data.stages.lib import license_match
+
+    with monkeypatch.context() as m:
+        m.setattr(license_match._Notice, "may_match", lambda self, lowered: True)
+        return license_match.match_notices(block)
+
+
+def test_notice_prefilter_changes_no_answer_on_real_headers(monkeypatch):
+    """The notice table's keyword prefilter against every pattern searched, on the headers of the default
+    corpus's trees and Debian's license texts: the same answer for each one."""
+    from cpp_data.stages.lib.license_match import header_comments, match_notices
+
+    roots = [r for r in (GOOGLETEST, NLOHMANN, POCO, JUCE, COMMON) if r.is_dir()]
+    if len(roots) < 3:
+        need(POCO)
+    seen = noticed = 0
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            text = path.read_bytes()[:200_000].decode("utf-8", "replace")
+            block = header_comments(text) if root != COMMON else text
+            if not block:
+                continue
+            want = _notices_without_prefilter(block, monkeypatch)
+            assert match_notices(block) == want, path
+            seen, noticed = seen + 1, noticed + (want is not None)
+    assert seen > 1000 and noticed > 500, (seen, noticed)
+
+
+def test_notice_prefilter_leaves_non_ascii_headers_to_every_pattern(monkeypatch):
+    """re.I matches some non-ASCII letters to ASCII ones (the long s to s, the Kelvin sign to k): a header
+    holding them is not prefiltered by its lowered words, which they would hide."""
+    from cpp_data.stages.lib.license_match import match_notices
+
+    for block in ("// Licensed under the Buſineſs Source License 1.1\n",
+                  "// Released under the MIT License. \u212aeep this notice.\n",
+                  "// This file is placed in the public domain (ſee below).\n"):
+        want = _notices_without_prefilter(block, monkeypatch)
+        assert want is not None and match_notices(block) == want
+    assert match_notices("// Licensed under the Buſineſs Source License 1.1\n")[0] == "BUSL-1.1"
