@@ -26,7 +26,8 @@ typical use:
 
 exit codes: 0 success (build: a new build was published), 1 a stage or check failed,
 2 bad input (the message names the file), 3 build: nothing to do (a build of these pins and this recipe
-already exists), 75 another build holds the output directory (retry later or pass --wait).
+already exists), 75 another build holds the output directory (retry later or pass --wait), 130 interrupted
+(Ctrl-C) and 143 terminated (SIGTERM): run the same command again, a build resumes from its finished tasks.
 """
 
 BUILD_HELP = """\

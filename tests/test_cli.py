@@ -20,6 +20,24 @@ def test_help_texts(args, words):
         assert w in proc.stdout, (args, w)
 
 
+def test_every_exit_code_is_in_the_help_and_the_readme():
+    """The exit-code table is one contract: each EXIT_* of pipeline/errors.py is explained by `cpp-data --help`
+    and is a row of the README's table."""
+    import re
+    from pathlib import Path
+
+    from cpp_data.pipeline import errors
+
+    codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    helped = " ".join(run_cli("--help").stdout.split())
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
+    rows = {int(m) for m in re.findall(r"^\| (\d+) \|", readme, re.M)}
+    assert len(codes) >= 7
+    for code in sorted(codes):
+        assert re.search(rf"(^|[ ,:]){code} [a-z(]", helped), (code, "cpp-data --help")
+    assert rows == codes, (rows, codes)
+
+
 @pytest.mark.slow
 def test_unimplemented_generation_names_missing_stages(tmp_path):
     src = tmp_path / "s.toml"
