@@ -92,6 +92,14 @@ class LockedSource:
         return pin
 
 
+
+def _spdx_expression(text: str) -> str | None:
+    """The license cascade's own parse of an SPDX expression (None: not one), so that a declared license the
+    build would not read is refused where it is written."""
+    from cpp_data.stages.lib.license_match import parse_spdx
+
+    return parse_spdx(text)
+
 def source_weights(sources: list[LockedSource]) -> dict[str, float]:
     """{source name: blend weight} (the sources file's `weight`, default 1.0)."""
     return {s.name: float(s.weight) for s in sorted(sources, key=lambda s: s.name)}
@@ -148,6 +156,9 @@ def load_sources(path: Path) -> list[SourceSpec]:
         lic = table.get("license")
         if lic is not None and not isinstance(lic, str):
             raise SourcesError(f"{where}: 'license' must be an SPDX expression string")
+        if lic is not None and _spdx_expression(lic) is None:  # else every file that falls back to it is refused
+            raise SourcesError(f"{where}: license {lic!r} is not an SPDX license expression (for example MIT, "
+                               f"BSD-3-Clause, Apache-2.0 OR MIT; LicenseRef-<name> for a license off the list)")
         vendored = table.get("vendored", False)
         if not isinstance(vendored, bool):
             raise SourcesError(f"{where}: 'vendored' must be true or false")

@@ -78,6 +78,9 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
         "unknown key": "[[source]]\nname = 'a'\nurl = '/tmp'\nbranch = 'main'\n",
         "missing path": f"[[source]]\nname = 'a'\nurl = '{tmp_path}/nope'\n",
         "ref on a plain dir": f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\nref = 'main'\n",
+        # declared licenses the cascade cannot read: every file falling back to them would be refused as no_license
+        "license not spdx": f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\nlicense = 'MIT License'\n",
+        "license typo": f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\nlicense = 'BSD-3'\n",
     }
     for label, text in cases.items():
         f = tmp_path / f"{label.replace(' ', '_')}.toml"
@@ -87,6 +90,8 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
         err = proc.stderr.strip()
         assert len(err.splitlines()) == 1 and str(f) in err, (label, err)
         assert "Traceback" not in err
+        if label.startswith("license"):
+            assert "is not an SPDX license expression" in err, err
     # a directory given as the sources file, to build and to lock
     for args in (("build", "--sources", str(tmp_path), "--out", str(tmp_path / "o")), ("sources", "lock", str(tmp_path))):
         proc = run_cli(*args, check=False)
