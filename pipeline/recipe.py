@@ -5,9 +5,10 @@ A recipe names its schema generation, the stages it runs (in order) and their pa
     stages = ["collect", "filter", "decontaminate", "license", "exact_dedup", "shards", "ledger"]
     [params.filter]
     max_line_length = 1000
-Parameters not given take the stage's defaults; unknown stages, unknown keys and mistyped values are errors
-that name the recipe file and the key. Every number of the reference design is a setting here, never a limit
-in code.
+Parameters not given take the stage's defaults; unknown stages, unknown keys, mistyped values and values out
+of a parameter's range (a Params class's `bounds`, and its `check()` for rules across parameters) are errors
+that name the recipe file and the key, before any stage runs. Every number of the reference design is a
+setting here, never a limit in code.
 """
 
 from __future__ import annotations
@@ -81,14 +82,35 @@ def _coerce(where: str, key: str, value: Any, annotation: Any) -> Any:
     return value
 
 
+def _range(lo: float | None, hi: float | None) -> str:
+    if hi is None:
+        return f"at least {lo}"
+    if lo is None:
+        return f"at most {hi}"
+    return f"between {lo} and {hi}"
+
+
 def build_params(cls: type, values: dict[str, Any], where: str) -> Any:
-    """Instantiate a stage's Params dataclass from recipe values, checking names and types."""
+    """Instantiate a stage's Params dataclass from recipe values, checking names, types and ranges.
+
+    A Params class may declare `bounds` ({name: (lowest, highest)}, inclusive, None for no bound) and a
+    `check()` returning a problem across parameters or None. Without them a negative sequence length or a
+    validation share of 2 ran until a stage failed on it, or published a build that silently did not do what
+    was asked (a near-dedup threshold of 7 removes nothing)."""
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
         raise RecipeError(f"{where}: unknown parameter(s) {unknown}; known: {sorted(names)}")
-    return cls(**{k: _coerce(where, k, v, hints[k]) for k, v in values.items()})
+    params = cls(**{k: _coerce(where, k, v, hints[k]) for k, v in values.items()})
+    for name, (lo, hi) in getattr(cls, "bounds", {}).items():
+        value = getattr(params, name)
+        if value is not None and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+            raise RecipeError(f"{where}: {name} must be {_range(lo, hi)}, got {value!r}")
+    check = getattr(params, "check", None)
+    if check is not None and (problem := check()):
+        raise RecipeError(f"{where}: {problem}")
+    return params
 
 
 def load_recipe(version: str | None = None, path: Path | None = None,

@@ -8,6 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +24,8 @@ SPLITS = ("train", "valid")
 
 @dataclass(frozen=True)
 class ShardParams:
+    bounds: ClassVar[dict] = {"docs_per_shard": (1, None), "row_group_size": (1, None), "row_group_bytes": (0, None),
+                              "valid_fraction": (0, 0.5), "bucket_bytes": (1, None), "max_buckets": (1, None)}
     generation: str = "v6"
     docs_per_shard: int = 50_000
     row_group_size: int = 1024

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,6 +37,8 @@ from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, BlobReader, fetch
 
 @dataclass(frozen=True)
 class CollectParams:
+    bounds: ClassVar[dict] = {"max_bytes": (1, None), "files_per_part": (1, None), "max_license_file_bytes": (0, None),
+                              "history_max_commits": (1, None), "doxygen_share": (0, 1)}
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
     max_bytes: int = 1_000_000  # larger files are recorded as too_large and never loaded into a part
     files_per_part: int = 500  # one datatrove task per part downstream

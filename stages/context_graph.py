@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -58,6 +59,8 @@ DOC_COLUMNS = ["text", "doc_id", *_META, "text_sha256", "size_bytes", "target_na
 
 @dataclass(frozen=True)
 class ContextGraphParams:
+    bounds: ClassVar[dict] = {"budget_bytes": (1, None), "docs_per_shard": (1, None), "row_group_size": (1, None),
+                              "rows_per_task": (1, None), "group_bytes": (1, None)}
     generation: str = "v4"
     budget_bytes: int = 16_384  # ~4,096 tokens of C++
     docs_per_shard: int = 50_000

@@ -16,6 +16,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,6 +35,8 @@ DOC_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", 
 
 @dataclass(frozen=True)
 class DependencyDocumentsParams:
+    bounds: ClassVar[dict] = {"max_depth": (0, None), "budget_bytes": (1, None), "valid_fraction": (0, 0.5),
+                              "docs_per_shard": (1, None), "row_group_size": (1, None)}
     generation: str = "v5"
     max_depth: int = 5
     budget_bytes: int = 16_384  # ~4,096 tokens of C++

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +28,7 @@ _COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha2
 
 @dataclass(frozen=True)
 class ExactDedupParams:
+    bounds: ClassVar[dict] = {"rows_per_bucket": (1, None)}
     rows_per_bucket: int = 1_000_000
 
 

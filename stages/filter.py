@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import ClassVar
 
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
@@ -22,6 +23,9 @@ from cpp_data.stages.lib.scrub import scrub
 
 @dataclass(frozen=True)
 class FilterParams:
+    bounds: ClassVar[dict] = {"min_bytes": (0, None), "max_bytes": (1, None), "max_line_length": (1, None),
+                              "min_unique_line_ratio": (0, 1), "max_comment_share": (0, 1), "max_byte_entropy": (0, 8),
+                              "max_data_share": (0, 1), "secret_entropy_limit": (0, 8)}
     min_bytes: int = 100
     max_bytes: int = 1_000_000
     max_line_length: int = 1000
@@ -34,6 +38,11 @@ class FilterParams:
     drop_generated: bool = True
     scrub_secrets: bool = True
     secret_entropy_limit: float = 4.5  # detect-secrets' Base64HighEntropyString limit
+
+    def check(self) -> str | None:
+        if self.min_bytes > self.max_bytes:
+            return f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes}): every file would be refused"
+        return None
 
 
 class DecodeNormalize(BaseFilter):

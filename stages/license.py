@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 import pyarrow.parquet as pq
 from datatrove.data import Document
@@ -39,9 +40,24 @@ DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BS
 
 @dataclass(frozen=True)
 class LicenseParams:
+    bounds: ClassVar[dict] = {"header_min_chars": (0, None)}
     allow: tuple[str, ...] = DEFAULT_ALLOW
     allow_copyleft: bool = False  # GPL-family code is kept only when a recipe opts in (then tagged per document)
     header_min_chars: int = 400  # header comments shorter than this are not sent to askalono
+
+    def check(self) -> str | None:
+        """Each allow entry is one license id (or `ID WITH EXCEPTION`) as the SPDX list spells it: the policy
+        compares the ids of a file's expression with these strings, so 'Apache 2.0' or 'apache-2.0' would
+        never match and every such file would be refused as license_not_allowed."""
+        for entry in self.allow:
+            spelled = parse_spdx(entry)
+            if spelled is None:
+                return f"allow: {entry!r} is not an SPDX license id (for example Apache-2.0, BSD-3-Clause)"
+            if spelled != entry:
+                return f"allow: write {entry!r} as {spelled!r}, as the SPDX list spells it"
+            if " AND " in spelled or " OR " in spelled:
+                return f"allow: {entry!r} is an expression; list each license on its own"
+        return None
 
 
 def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:

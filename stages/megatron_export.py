@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -34,6 +35,7 @@ from cpp_data.tokenizer.pretokenizer import encode_in_parts
 
 @dataclass(frozen=True)
 class MegatronExportParams:
+    bounds: ClassVar[dict] = {"encode_batch": (1, None), "rows_per_task": (1, None)}
     name: str = "cpp"
     encode_batch: int = 256  # documents per encode_batch call when the shards carry no token ids
     rows_per_task: int = 1024  # documents per task (the output bytes do not depend on it)

@@ -33,6 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,9 @@ _BAND_DTYPE = np.dtype([("key", "<u8"), ("doc", "<u4")])
 
 @dataclass(frozen=True)
 class NearDedupParams:
+    bounds: ClassVar[dict] = {"ngram": (1, 8), "num_perm": (1, None), "bands": (1, None), "rows": (1, None),
+                              "threshold": (0, 1), "estimate_margin": (0, 1), "entries_per_range": (1, None),
+                              "all_pairs_up_to": (1, None), "pairs_in_memory": (1, None)}
     ngram: int = 5
     num_perm: int = 128
     bands: int = 16
@@ -70,6 +74,11 @@ class NearDedupParams:
     entries_per_range: int = 4_000_000  # band entries held in memory at once while bucketing
     all_pairs_up_to: int = 32  # buckets up to this size compare every pair, larger ones only with their first
     pairs_in_memory: int = 8_000_000  # candidate pairs made distinct at once before their exact check
+
+    def check(self) -> str | None:
+        if self.bands * self.rows > self.num_perm:
+            return f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}"
+        return None
 
 
 def _int(x):  # datasketch hash function: our shingle hashes are already 32-bit integers

@@ -44,6 +44,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +64,9 @@ from cpp_data.tokenizer.files import tokenizer_info
 
 @dataclass(frozen=True)
 class PackedParams:
+    bounds: ClassVar[dict] = {"seq_length": (2, None), "fim_rate": (0, 1), "fim_spm_rate": (0, 1),
+                              "block_docs": (1, None), "block_bytes": (1, None), "rows_per_shard": (1, None),
+                              "row_group_size": (1, None)}
     generation: str = "v6"
     seq_length: int = 4096
     fim_rate: float = 0.5

@@ -23,6 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,6 +41,8 @@ _SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
 
 @dataclass(frozen=True)
 class SemanticsParams:
+    bounds: ClassVar[dict] = {"configure_timeout_s": (1, None), "tus_per_task": (1, None), "timeout_s": (1, None),
+                              "max_rss_mb": (256, None)}
     configure: bool = True  # configure CMake/Meson projects that ship no compile database (never build)
     cmake_args: tuple[str, ...] = ()
     configure_timeout_s: float = 300.0  # per configure attempt

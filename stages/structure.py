@@ -33,6 +33,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +60,7 @@ _ARRAYS = {"structure_ids": np.uint8, "ast_depth": np.int8, "sibling_index": np.
 
 @dataclass(frozen=True)
 class StructureParams:
+    bounds: ClassVar[dict] = {"max_candidates": (1, None), "rows_per_task": (1, None), "graph_group_rows": (1, None)}
     max_candidates: int = 8  # calls whose name matches more definitions than this are not linked
     compression: str = "zstd"
     compression_level: int = 3

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pathlib import Path
 
 from cpp_data.pipeline.executors import stat_total, worker_cache
 from cpp_data.pipeline.fsutil import atomic_write_json
@@ -34,6 +34,7 @@ from cpp_data.tokenizer.pretokenizer import PART_CHARS, byte_symbols, encode_in_
 
 @dataclass(frozen=True)
 class TokenColumnsParams:
+    bounds: ClassVar[dict] = {"rows_per_task": (1, None)}
     generation: str = "v6"
     compression: str = "zstd"
     compression_level: int = 3

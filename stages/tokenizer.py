@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from cpp_data.pipeline.executors import tokenizer_threads
 from cpp_data.pipeline.stage import Stage, StageContext
@@ -32,6 +33,8 @@ from cpp_data.tokenizer.train import check_band_pieces, padding_ids
 
 @dataclass(frozen=True)
 class TokenizerParams:
+    bounds: ClassVar[dict] = {"vocab_size": (1, None), "heldout_fraction": (0, 0.5), "min_frequency": (1, None),
+                              "sample_bytes": (1, None)}
     vocab_size: int = 65_536
     cap_vocab_to_corpus: bool = True  # a corpus that cannot fill vocab_size gets what it fills, rounded up to 128
     heldout_fraction: float = 0.05

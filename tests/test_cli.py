@@ -97,10 +97,42 @@ def test_recipes_list_and_show():
     ("packed_rows.seq_length=abc", "seq_length must be an integer, got 'abc'"),
     ("fancy.seed=1", "'fancy' is not a stage of this recipe"),
     ("seq_length=2048", "expected STAGE.PARAM=VALUE"),
+    # values out of range, refused before any stage runs (a negative length had failed in packed_rows, a
+    # threshold of 7 had silently removed no near duplicate)
+    ("packed_rows.seq_length=-5", "seq_length must be at least 2, got -5"),
+    ("near_dedup.threshold=7", "threshold must be between 0 and 1, got 7.0"),
+    ("shards.valid_fraction=2", "valid_fraction must be between 0 and 0.5, got 2.0"),
+    ("near_dedup.bands=32", "bands x rows = 256 exceeds num_perm = 128"),
+    ("filter.min_bytes=2000000", "min_bytes (2000000) is above max_bytes (1000000)"),
+    ('license.allow=["MIT", "Apache 2.0"]', "allow: 'Apache 2.0' is not an SPDX license id"),
+    ('license.allow=["apache-2.0"]', "allow: write 'apache-2.0' as 'Apache-2.0'"),
+    ('license.allow=["MIT OR Apache-2.0"]', "is an expression; list each license on its own"),
 ])
 def test_set_overrides_are_checked_like_the_recipe(setting, message):
     proc = run_cli("recipes", "show", "v6", "--set", setting, check=False)
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1]
+
+
+def test_every_recipe_default_is_within_its_bounds():
+    """The bounds describe the defaults too: every bundled recipe loads with its own values, and each Params
+    class's defaults pass its bounds and check (a bound tighter than a default would refuse every build)."""
+    import dataclasses
+
+    from cpp_data.pipeline.recipe import available_versions, build_params, load_recipe
+    from cpp_data.stages import STAGES
+
+    for version in available_versions():
+        load_recipe(version)
+    bounded = 0
+    for name, stage in STAGES.items():
+        params = getattr(stage, "Params", None)
+        if params is None or not dataclasses.is_dataclass(params):
+            continue
+        build_params(params, {}, name)
+        for key in getattr(params, "bounds", {}):
+            assert key in {f.name for f in dataclasses.fields(params)}, (name, key)
+            bounded += 1
+    assert bounded >= 40, bounded
 
 
 @pytest.mark.slow
