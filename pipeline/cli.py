@@ -144,7 +144,8 @@ def _parser() -> argparse.ArgumentParser:
     v = leaf(sub, "validate", cmd_validate, help="check a build against its manifest and schemas",
              description="Check _COMPLETE, every checksum in the manifest and every shard against its generation's "
                          "schema. Exits 1 naming file, row group and column on the first problem.")
-    v.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), or OUT for its latest build")
+    v.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+                                            "or OUT/builds/PROMOTED")
 
     s = leaf(sub, "status", cmd_status, help="summarize an output directory into OUT/status/",
              description="Write OUT/status/current.json and current.md (sources, pins, builds by date, stage cache) "
@@ -170,7 +171,8 @@ def _parser() -> argparse.ArgumentParser:
               description="Write OUT/reports/BUILD.html (never into the sealed build): sources and pins, license "
                           "distribution by repo, refusal reasons, duplicate clusters, document and token lengths, "
                           "semantic coverage and stage times, as inline SVG plots (no scripts, no network).")
-    rp.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), or OUT for its latest build")
+    rp.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+                                             "or OUT/builds/PROMOTED")
     rp.add_argument("--output", type=Path, help="the HTML file to write (default OUT/reports/BUILD.html)")
 
     tk = group("tokenizer", help="measure a build's tokenizer")
@@ -189,7 +191,8 @@ def _parser() -> argparse.ArgumentParser:
                           "megatron-core IndexedDataset and GPTDataset over the export, packed rows, and one "
                           "training step of the bundled harness. Exits 1 naming each failed gate; on success writes "
                           "OUT/verify/BUILD.json and points OUT/builds/PROMOTED at the build.")
-    vf.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), or OUT for its latest build")
+    vf.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+                                             "or OUT/builds/PROMOTED")
     vf.add_argument("--max-empty-ratio", type=float, default=0.001, help="largest share of empty documents")
     vf.add_argument("--no-train-step", action="store_true", help="skip the training-step gate")
 
@@ -201,7 +204,7 @@ def _parser() -> argparse.ArgumentParser:
                           "export.json with each file's SHA-256, arguments.json and a launch.json whose paths are "
                           "relative to it. A v6 build already holds this export under megatron/; use this for "
                           "other names or sequence lengths. Other arguments export into another directory.")
-    em.add_argument("build", type=Path, help="a build directory, or OUT for its latest build")
+    em.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
     em.add_argument("--out", type=Path,
                     help="export directory (default OUT/exports/BUILD/megatron-NAME-<hash of the arguments>)")
     em.add_argument("--name", default="cpp", help="file prefix of the bin/idx pairs")
@@ -213,7 +216,7 @@ def _parser() -> argparse.ArgumentParser:
                           "metadata columns; FIM on the training split; the same rows as a Megatron bin/idx "
                           "(cpp_packed_<split>) and a launch.json for them. Other arguments export into another "
                           "directory.")
-    ep.add_argument("build", type=Path, help="a build directory, or OUT for its latest build")
+    ep.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
     ep.add_argument("--seq-length", type=int, default=4096, help="tokens per packed row")
     ep.add_argument("--fim-rate", type=float, default=0.5, help="share of training documents made fill-in-the-middle")
     ep.add_argument("--fim-spm-rate", type=float, default=0.5, help="share of FIM documents in SPM order")
@@ -269,7 +272,7 @@ def _parser() -> argparse.ArgumentParser:
                           "(coloured in a terminal, as line ranges otherwise). --json gives the same for scripts.",
               epilog="examples:\n  cpp-data show out --repo googletest --path '*/gtest.cc'\n"
                      "  cpp-data show out -n 20 --json | jq '.[].source_path'")
-    sh.add_argument("build", type=Path, help="a build directory, or OUT for its latest build")
+    sh.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
     sh.add_argument("--repo", help="only documents of this source")
     sh.add_argument("--path", dest="path_glob", metavar="GLOB", help="only paths matching this glob (fnmatch)")
     sh.add_argument("-n", type=int, default=3, help="how many documents (default 3)")

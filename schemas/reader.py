@@ -221,9 +221,15 @@ def shard_files(directory: Path, split: str | None = None) -> list[Path]:
 
 
 def resolve_build(path: Path) -> Path:
-    """A BUILD argument: a build directory as given, or an output directory, meaning its builds/LATEST."""
+    """A BUILD argument: a build directory as given, an output directory (meaning its builds/LATEST), or one of
+    the pointer files OUT/builds/LATEST and OUT/builds/PROMOTED (meaning the build it names)."""
     if (path / "manifest.json").is_file() or (path / "_COMPLETE").is_file():
         return path
+    if path.name in ("LATEST", "PROMOTED") and path.parent.name == "builds" and path.is_file():
+        named = path.read_text().strip()
+        if named and "/" not in named and (path.parent / named / "manifest.json").is_file():
+            return path.parent / named
+        raise BadInput(f"{path}: names {named!r}, which is not a build in {path.parent}")
     latest = path / "builds" / "LATEST"
     if latest.is_file():
         return path / "builds" / latest.read_text().strip()

@@ -37,3 +37,19 @@ def test_show_colours_structure_in_a_terminal_only(reference_build: Path):
     rc, out = run_in_terminal(["show", str(reference_build), "-n", "1", "--lines", "12"], timeout=300)
     assert rc == 0, out[-2000:]
     assert "\x1b[" in out and "span " not in out
+
+
+def test_builds_pointer_files_name_their_build(reference_build: Path, tmp_path: Path):
+    """OUT/builds/LATEST (and PROMOTED, written by verify) are what a launch script points at: given as BUILD
+    they mean the build they name; one naming no build here is a one-line error."""
+    latest = reference_build.parent / "LATEST"
+    assert latest.read_text().strip() == reference_build.name
+    docs = json.loads(run_cli("show", str(latest), "-n", "1", "--json").stdout)
+    assert len(docs) == 1 and docs[0]["source_repo"]
+    stale = tmp_path / "builds" / "PROMOTED"
+    stale.parent.mkdir()
+    stale.write_text("v6-19700101-00000000\n")
+    proc = run_cli("show", str(stale), check=False)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "names 'v6-19700101-00000000', which is not a build" in err
