@@ -80,6 +80,30 @@ def recipe_arguments(p: argparse.ArgumentParser) -> None:
                         "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. --set packed_rows.seq_length=2048")
 
 
+def _int_at_least(least: int):
+    """An argparse type: an integer of at least `least`; anything else is argparse's one-line usage error
+    (exit 2), not a failure deep in a stage or a launch.json holding a negative sequence length."""
+    def integer(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return integer
+
+
+def _number(lowest: float, highest: float | None = None, above: bool = False):
+    """An argparse type: a number from `lowest` (excluded when `above`) up to `highest` (included)."""
+    def number(text: str) -> float:
+        value = float(text)
+        low = value <= lowest if above else value < lowest
+        if value != value or low or (highest is not None and value > highest):  # value != value: NaN
+            bound = f"above {lowest}" if above else f"at least {lowest}"
+            most = f" and at most {highest}" if highest is not None else ""
+            raise argparse.ArgumentTypeError(f"must be {bound}{most}, got {text}")
+        return value
+    return number
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="on an error, print the traceback, not one line")
@@ -104,10 +128,12 @@ def _parser() -> argparse.ArgumentParser:
     recipe_arguments(b)
     b.add_argument("--executor", choices=("local", "ray", "slurm"), default="local",
                    help="where per-document work runs (datatrove executors)")
-    b.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel tasks (the CPU count)")
+    b.add_argument("--workers", type=_int_at_least(1), default=os.cpu_count() or 1,
+                   help="parallel tasks (the CPU count)")
     b.add_argument("--ray-address", help="Ray cluster to join (default: start a local Ray for this build)")
-    b.add_argument("--ray-cpus-per-task", type=int, default=1, help="CPUs Ray reserves per task (--executor ray)")
-    b.add_argument("--ray-mem-per-cpu", type=float, default=0.5, metavar="GB",
+    b.add_argument("--ray-cpus-per-task", type=_int_at_least(1), default=1,
+                   help="CPUs Ray reserves per task (--executor ray)")
+    b.add_argument("--ray-mem-per-cpu", type=_number(0, above=True), default=0.5, metavar="GB",
                    help="memory Ray reserves per CPU of a task, GB (--executor ray)")
     b.add_argument("--ray-resource", action="append", default=[], metavar="NAME=AMOUNT",
                    help="a custom Ray resource every task needs, e.g. --ray-resource cpp_data_node=1 (repeatable)")
@@ -115,8 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--slurm-time", default="04:00:00", help="Slurm time limit per task (--executor slurm)")
     b.add_argument("--slurm-account", help="Slurm account to charge (sbatch --account)")
     b.add_argument("--slurm-qos", default="normal", help="Slurm quality of service (sbatch --qos)")
-    b.add_argument("--slurm-cpus-per-task", type=int, default=1, help="CPUs per Slurm task")
-    b.add_argument("--slurm-mem-per-cpu", type=int, default=2, metavar="GB", help="memory per CPU of a Slurm task, GB")
+    b.add_argument("--slurm-cpus-per-task", type=_int_at_least(1), default=1, help="CPUs per Slurm task")
+    b.add_argument("--slurm-mem-per-cpu", type=_int_at_least(1), default=2, metavar="GB",
+                   help="memory per CPU of a Slurm task, GB")
     b.add_argument("--slurm-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra sbatch option, e.g. --slurm-arg constraint=skylake (repeatable)")
     g = b.add_mutually_exclusive_group()
@@ -193,7 +220,7 @@ def _parser() -> argparse.ArgumentParser:
                           "OUT/verify/BUILD.json and points OUT/builds/PROMOTED at the build.")
     vf.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
                                              "or OUT/builds/PROMOTED")
-    vf.add_argument("--max-empty-ratio", type=float, default=0.001, help="largest share of empty documents")
+    vf.add_argument("--max-empty-ratio", type=_number(0, 1), default=0.001, help="largest share of empty documents")
     vf.add_argument("--no-train-step", action="store_true", help="skip the training-step gate")
 
     ex = group("export", help="export a build for training (Megatron bin/idx, packed rows)")
@@ -208,8 +235,10 @@ def _parser() -> argparse.ArgumentParser:
     em.add_argument("--out", type=Path,
                     help="export directory (default OUT/exports/BUILD/megatron-NAME-<hash of the arguments>)")
     em.add_argument("--name", default="cpp", help="file prefix of the bin/idx pairs")
-    em.add_argument("--seq-length", type=int, default=2048, help="sequence length written into its launch.json")
-    em.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel tasks (the CPU count)")
+    em.add_argument("--seq-length", type=_int_at_least(2), default=2048,
+                    help="sequence length written into its launch.json")
+    em.add_argument("--workers", type=_int_at_least(1), default=os.cpu_count() or 1,
+                    help="parallel tasks (the CPU count)")
     ep = leaf(ex, "packed", cmd_export, help="fixed-length packed rows (best-fit-decreasing, FIM)",
               description="Write Parquet rows of --seq-length tokens packed best-fit-decreasing with input_ids, "
                           "target_ids, loss_mask, doc_ids, valid_token_count, num_docs, pack_id and the token "
@@ -217,11 +246,13 @@ def _parser() -> argparse.ArgumentParser:
                           "(cpp_packed_<split>) and a launch.json for them. Other arguments export into another "
                           "directory.")
     ep.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
-    ep.add_argument("--seq-length", type=int, default=4096, help="tokens per packed row")
-    ep.add_argument("--fim-rate", type=float, default=0.5, help="share of training documents made fill-in-the-middle")
-    ep.add_argument("--fim-spm-rate", type=float, default=0.5, help="share of FIM documents in SPM order")
+    ep.add_argument("--seq-length", type=_int_at_least(2), default=4096, help="tokens per packed row")
+    ep.add_argument("--fim-rate", type=_number(0, 1), default=0.5,
+                    help="share of training documents made fill-in-the-middle")
+    ep.add_argument("--fim-spm-rate", type=_number(0, 1), default=0.5, help="share of FIM documents in SPM order")
     ep.add_argument("--seed", type=int, default=42, help="seed of the FIM choices")
-    ep.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel tasks (the CPU count)")
+    ep.add_argument("--workers", type=_int_at_least(1), default=os.cpu_count() or 1,
+                    help="parallel tasks (the CPU count)")
     ep.add_argument("--out", type=Path,
                     help="export directory (default OUT/exports/BUILD/packed-SEQ_LENGTH-<hash of the arguments>)")
 
@@ -242,22 +273,24 @@ def _parser() -> argparse.ArgumentParser:
                     help="which dataset of the launch spec (default: its default_dataset, packed rows)")
     tr.add_argument("--out", type=Path, required=True, help="run directory (log, checkpoints, summary)")
     tr.add_argument("--model", default="tiny", help="tiny, small, gpt-125m or gpt-350m")
-    tr.add_argument("--steps", type=int, default=50, help="optimizer steps")
-    tr.add_argument("--batch-size", type=int, default=8, help="sequences per optimizer step")
-    tr.add_argument("--micro-batch-size", type=int,
+    tr.add_argument("--steps", type=_int_at_least(1), default=50, help="optimizer steps")
+    tr.add_argument("--batch-size", type=_int_at_least(1), default=8, help="sequences per optimizer step")
+    tr.add_argument("--micro-batch-size", type=_int_at_least(1),
                     help="sequences per forward pass (gradient accumulation; default: the batch size)")
-    tr.add_argument("--seq-length", type=int,
+    tr.add_argument("--seq-length", type=_int_at_least(2),
                     help="tokens per sequence (default: the launch spec's; packed rows accept only theirs)")
-    tr.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    tr.add_argument("--warmup", type=int, default=10, help="linear warmup steps")
+    tr.add_argument("--lr", type=_number(0, above=True), default=3e-3, help="peak learning rate")
+    tr.add_argument("--warmup", type=_int_at_least(0), default=10, help="linear warmup steps")
     tr.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    tr.add_argument("--log-every", type=int, default=10, help="steps between log lines")
-    tr.add_argument("--eval-every", type=int, default=0, help="steps between validation passes (0: none)")
-    tr.add_argument("--save-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
-    tr.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
+    tr.add_argument("--log-every", type=_int_at_least(1), default=10, help="steps between log lines")
+    tr.add_argument("--eval-every", type=_int_at_least(0), default=0, help="steps between validation passes (0: none)")
+    tr.add_argument("--save-every", type=_int_at_least(0), default=0,
+                    help="steps between checkpoints (0: only at the end)")
+    tr.add_argument("--num-workers", type=_int_at_least(0), default=0, help="DataLoader workers")
     tr.add_argument("--seed", type=int, default=1234, help="seed of the model and the data order")
-    tr.add_argument("--stop-after", type=int, help="checkpoint and stop after this step; run again to resume")
-    tr.add_argument("--eval-batches", type=int, default=4, help="batches per validation pass")
+    tr.add_argument("--stop-after", type=_int_at_least(1),
+                    help="checkpoint and stop after this step; run again to resume")
+    tr.add_argument("--eval-batches", type=_int_at_least(1), default=4, help="batches per validation pass")
     tr.add_argument("--eval-data", choices=("packed", "documents"),
                     help="evaluate on this dataset's validation split (default: the one trained on); packed: "
                          "each validation document on its own, no FIM")
@@ -275,9 +308,9 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
     sh.add_argument("--repo", help="only documents of this source")
     sh.add_argument("--path", dest="path_glob", metavar="GLOB", help="only paths matching this glob (fnmatch)")
-    sh.add_argument("-n", type=int, default=3, help="how many documents (default 3)")
+    sh.add_argument("-n", type=_int_at_least(1), default=3, help="how many documents (default 3)")
     sh.add_argument("--columns", nargs="+", default=[], metavar="COLUMN", help="more shard columns to print")
-    sh.add_argument("--lines", type=int, default=40, help="lines of text per document (default 40)")
+    sh.add_argument("--lines", type=_int_at_least(1), default=40, help="lines of text per document (default 40)")
     sh.add_argument("--json", action="store_true", help="JSON: every shown column, spans as character ranges")
 
     gc = leaf(sub, "gc", cmd_gc, help="remove old builds and the cache entries no kept build needs",
@@ -490,8 +523,6 @@ def cmd_build(args) -> int:
     bind_children_to_this_process()
     recipe = _recipe_of(args)
     sources = _pins(args)
-    if args.workers < 1:
-        raise BadInput("--workers must be at least 1")
     if args.out.exists() and not args.out.is_dir():
         raise BadInput(f"{args.out}: --out is a file; give a directory (it is made if missing)")
     problem = _executor_problem(args.executor)

@@ -20,6 +20,21 @@ def test_help_texts(args, words):
         assert w in proc.stdout, (args, w)
 
 
+@pytest.mark.parametrize("args,message", [
+    (("train", "--launch-spec", "x", "--out", "y", "--batch-size", "0"), "argument --batch-size: must be at least 1"),
+    (("train", "--launch-spec", "x", "--out", "y", "--steps", "-1"), "argument --steps: must be at least 1"),
+    (("train", "--launch-spec", "x", "--out", "y", "--lr", "nan"), "argument --lr: must be above 0"),
+    (("export", "megatron", "x", "--seq-length", "-3"), "argument --seq-length: must be at least 2"),
+    (("export", "packed", "x", "--fim-rate", "1.5"), "argument --fim-rate: must be at least 0 and at most 1"),
+    (("build", "--sources", "s", "--out", "o", "--workers", "0"), "argument --workers: must be at least 1"),
+])
+def test_numeric_options_out_of_range_are_usage_errors(args, message):
+    """A batch size of 0 had ended in ZeroDivisionError (exit 1) and a negative export length had been
+    written into launch.json; out-of-range numbers are refused with argparse's one-line error (exit 2)."""
+    proc = run_cli(*args, check=False)
+    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
 def test_every_exit_code_is_in_the_help_and_the_readme():
     """The exit-code table is one contract: each EXIT_* of pipeline/errors.py is explained by `cpp-data --help`
     and is a row of the README's table."""
