@@ -31,6 +31,9 @@ from cpp_data.tokenizer.files import TOKENIZER_JSON, load_tokenizer
 from cpp_data.tokenizer.train import check_band_pieces, padding_ids
 
 
+BYTE_SYMBOLS = 256  # byte-level BPE's alphabet (tokenizer/pretokenizer.py: byte_symbols)
+
+
 @dataclass(frozen=True)
 class TokenizerParams:
     bounds: ClassVar[dict] = {"vocab_size": (1, None), "heldout_fraction": (0, 0.5), "min_frequency": (1, None),
@@ -50,6 +53,20 @@ class TokenizerParams:
     # token against training on all 62 MB, 0.06% more than 24 MB (bench/results/tokenizer_sample-4x-budgets.md).
     sample_bytes: int = 20_000_000
     sample_seed: int = 42
+
+    def check(self) -> str | None:
+        """The band file must read, and vocab_size must hold it: its specials, the 256 byte symbols and its
+        entries have fixed ids (a frozen tokenizer brings its own vocabulary)."""
+        if self.frozen:
+            return None
+        try:
+            band = load_band(Path(self.band_file) if self.band_file else None)
+        except (OSError, ValueError) as exc:
+            return f"band_file: {exc}"
+        fixed = len(band.specials) + BYTE_SYMBOLS + len(band.entries)
+        if self.vocab_size < fixed:
+            return f"vocab_size {self.vocab_size} is smaller than the tokenizer's fixed band ({fixed} entries)"
+        return None
 
 
 class TokenizerStage(Stage):

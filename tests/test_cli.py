@@ -122,10 +122,19 @@ def test_recipes_list_and_show():
     ('license.allow=["MIT", "Apache 2.0"]', "allow: 'Apache 2.0' is not an SPDX license id"),
     ('license.allow=["apache-2.0"]', "allow: write 'apache-2.0' as 'Apache-2.0'"),
     ('license.allow=["MIT OR Apache-2.0"]', "is an expression; list each license on its own"),
+    ("tokenizer.vocab_size=500", "vocab_size 500 is smaller than the tokenizer's fixed band (988 entries)"),
+    ('tokenizer.band_file="/nonexistent/band.toml"', "band_file: [Errno 2] No such file or directory"),
 ])
 def test_set_overrides_are_checked_like_the_recipe(setting, message):
     proc = run_cli("recipes", "show", "v6", "--set", setting, check=False)
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1]
+
+
+def test_the_fixed_band_count_uses_the_real_byte_alphabet():
+    from cpp_data.stages.tokenizer import BYTE_SYMBOLS
+    from cpp_data.tokenizer.pretokenizer import byte_symbols
+
+    assert BYTE_SYMBOLS == len(byte_symbols())
 
 
 def test_every_recipe_default_is_within_its_bounds():
