@@ -136,9 +136,14 @@ def test_exit_codes_and_one_line_errors(small, tmp_path):
     # a failing stage: one line naming the stage, no traceback with locals; --debug shows the traceback
     from importlib import resources
 
+    # (a band entry the pre-tokenizer never yields whole: the band file reads, so the recipe is accepted, and
+    # the tokenizer stage refuses it)
+    band = tmp_path / "band.toml"
+    band.write_text(resources.files("cpp_data.tokenizer").joinpath("cpp_band.toml").read_text()
+                    + '\n[band.unusable]\nentries = ["never one piece"]\n')
     recipe = tmp_path / "r.toml"
     recipe.write_text(resources.files("cpp_data.pipeline.recipes").joinpath("v6.toml").read_text()
-                      .replace("vocab_size = 65_536", "vocab_size = 300"))
+                      .replace("[params.tokenizer]\n", f'[params.tokenizer]\nband_file = "{band}"\n'))
     proc = run_cli("build", "--recipe", str(recipe), "--sources", str(cfg), "--out", str(small["out"]),
                    "--workers", "2", "--no-progress", check=False)
     assert proc.returncode == 1
