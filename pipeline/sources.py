@@ -92,14 +92,6 @@ class LockedSource:
         return pin
 
 
-
-def _spdx_expression(text: str) -> str | None:
-    """The license cascade's own parse of an SPDX expression (None: not one), so that a declared license the
-    build would not read is refused where it is written."""
-    from cpp_data.stages.lib.license_match import parse_spdx
-
-    return parse_spdx(text)
-
 def source_weights(sources: list[LockedSource]) -> dict[str, float]:
     """{source name: blend weight} (the sources file's `weight`, default 1.0)."""
     return {s.name: float(s.weight) for s in sorted(sources, key=lambda s: s.name)}
@@ -107,6 +99,8 @@ def source_weights(sources: list[LockedSource]) -> dict[str, float]:
 
 def load_sources(path: Path) -> list[SourceSpec]:
     """Parse and check a sources file; raises SourcesError with a one-line message naming the problem."""
+    from cpp_data.stages.lib.license_match import parse_spdx  # a declared license is read as the cascade reads it
+
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -156,7 +150,7 @@ def load_sources(path: Path) -> list[SourceSpec]:
         lic = table.get("license")
         if lic is not None and not isinstance(lic, str):
             raise SourcesError(f"{where}: 'license' must be an SPDX expression string")
-        if lic is not None and _spdx_expression(lic) is None:  # else every file that falls back to it is refused
+        if lic is not None and parse_spdx(lic) is None:  # else every file falling back to it is refused
             raise SourcesError(f"{where}: license {lic!r} is not an SPDX license expression (for example MIT, "
                                f"BSD-3-Clause, Apache-2.0 OR MIT; LicenseRef-<name> for a license off the list)")
         vendored = table.get("vendored", False)

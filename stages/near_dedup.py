@@ -257,8 +257,8 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
                p: NearDedupParams, executor, label: str = "near_dedup") -> dict:
     """The whole stage on a list of document parts: writes out/near_duplicates.parquet, returns counts.
     (bench/dedup_vs_datatrove.py calls this too, so the benchmark measures exactly the stage's code.)"""
-    if p.bands * p.rows > p.num_perm:
-        raise ValueError(f"bands x rows = {p.bands * p.rows} exceeds num_perm = {p.num_perm}")
+    if problem := p.check():  # the recipe refuses these params already; a direct caller (a benchmark) too
+        raise ValueError(problem)
     out = Path(out)
     sig_dir = out / "_signatures"
     sig_dir.mkdir(parents=True, exist_ok=True)

@@ -130,11 +130,25 @@ def test_set_overrides_are_checked_like_the_recipe(setting, message):
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1]
 
 
-def test_the_fixed_band_count_uses_the_real_byte_alphabet():
-    from cpp_data.stages.tokenizer import BYTE_SYMBOLS
-    from cpp_data.tokenizer.pretokenizer import byte_symbols
+def test_the_recipe_and_the_trainer_agree_on_the_smallest_vocabulary():
+    """The recipe's check and the trainer's composition use one count of the fixed band: the size the recipe
+    refuses is the size the trainer refuses."""
+    import pytest
 
-    assert BYTE_SYMBOLS == len(byte_symbols())
+    from cpp_data.stages.tokenizer import TokenizerParams
+    from cpp_data.tokenizer.band import load_band
+    from cpp_data.tokenizer.train import _compose, fixed_band_size
+
+    band = load_band()
+    smallest = fixed_band_size(band)
+    assert TokenizerParams(vocab_size=smallest).check() is None
+    assert "smaller than the tokenizer's fixed band" in TokenizerParams(vocab_size=smallest - 1).check()
+    with pytest.raises(ValueError, match="smaller than the fixed band"):
+        _compose(band, [], smallest - 1)
+    try:  # at the fixed size the trainer gets past that rule (the band's merge chains may still need more ids)
+        _compose(band, [], smallest)
+    except ValueError as exc:
+        assert "smaller than the fixed band" not in str(exc)
 
 
 def test_every_recipe_default_is_within_its_bounds():

@@ -29,12 +29,18 @@ def _bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> models.BPE:
     return models.BPE(vocab=vocab, merges=merges)
 
 
+def fixed_band_size(band: Band) -> int:
+    """Ids every vocabulary of this band holds before any learned merge: its specials, the 256 byte symbols and
+    its entries (the smallest vocab_size a recipe may ask for)."""
+    return len(band.specials) + len(byte_symbols()) + len(band.entries)
+
+
 def _compose(band: Band, merges: list[tuple[str, str]], vocab_size: int) -> tuple[dict[str, int], list]:
     """Vocabulary (ids from len(specials)) and merges with the band at fixed ids and `vocab_size` entries."""
     s = len(band.specials)
     fixed = byte_symbols() + [to_byte_symbols(e) for e in band.entries]
-    if s + len(fixed) > vocab_size:
-        raise ValueError(f"vocab_size {vocab_size} is smaller than the fixed band ({s + len(fixed)} entries)")
+    if (size := fixed_band_size(band)) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the fixed band ({size} entries)")
     keep = len(merges)
     for _ in range(32):
         vocab = {t: s + i for i, t in enumerate(fixed)}
