@@ -1,4 +1,5 @@
-"""Concatenate Parquet files of one schema into one file, their row groups copied byte for byte.
+"""Concatenate Parquet files of one schema into one file, their row groups copied byte for byte; or build each
+row group from the column chunks of several files' row groups, side by side (`splice_row_groups`).
 
 Why by hand: pyarrow can only write a row group by encoding a table, so putting the row groups of N files into
 one file costs a decode and an encode of every column (the single-core merge that ended the structure and
@@ -16,6 +17,12 @@ offsets (0 stands for none and stays): RowGroup.file_offset; ColumnChunk.file_of
 ColumnMetaData.data_page_offset, index_page_offset, dictionary_page_offset and bloom_filter_offset. The page
 indexes and bloom filters a writer puts after the row groups are inside the copied body, so their offsets move
 with it. Encrypted files (`PARE`) are refused.
+
+Splicing copies column chunks one by one (from the first page, the dictionary page where there is one, for the
+chunk's total_compressed_size, headers included), so it refuses chunks that point at data outside that range
+(page indexes, bloom filters) or in other files (file_path). The new file takes its schema and key-value
+metadata from a template file (pyarrow writing no rows of the whole schema); each spliced row group's columns,
+taken together, must have the template's schema elements, field by field, else ParquetConcatError.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ _FMD_SCHEMA, _FMD_NUM_ROWS, _FMD_ROW_GROUPS, _FMD_KEY_VALUE, _FMD_ENCRYPTION = 2
 _RG_COLUMNS, _RG_FILE_OFFSET, _RG_ORDINAL = 1, 5, 7
 _CC_FILE_OFFSET, _CC_META, _CC_OFFSET_INDEX, _CC_COLUMN_INDEX = 2, 3, 4, 6
 _CMD_OFFSETS = (9, 10, 11, 14)  # data_page_offset, index_page_offset, dictionary_page_offset, bloom_filter_offset
+_RG_TOTAL_BYTE_SIZE, _RG_NUM_ROWS, _RG_TOTAL_COMPRESSED = 2, 3, 6
+_CC_FILE_PATH, _CMD_TOTAL_COMPRESSED, _CMD_DATA_PAGE, _CMD_DICTIONARY_PAGE, _CMD_BLOOM = 1, 7, 9, 11, 14
+_SE_NUM_CHILDREN = 5  # SchemaElement.num_children
 
 
 class ParquetConcatError(ValueError):
@@ -272,6 +282,116 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
         rg_field[2] = (_STRUCT, row_groups)
     footer = footer_bytes(meta)
     dest.write(footer + struct.pack("<I", len(footer)) + MAGIC)
+    return rows
+
+
+def _top_level_fields(meta: list[list]) -> list[list]:
+    """The schema elements of each top-level field (the field's element and its descendants'), in order."""
+    elements = _field(meta, _FMD_SCHEMA)[2][1]
+    out, k = [], 1  # elements[0] is the root
+
+    def span(i: int) -> int:  # index past element i's subtree
+        children = _field(elements[i], _SE_NUM_CHILDREN)
+        j = i + 1
+        for _ in range(children[2] if children else 0):
+            j = span(j)
+        return j
+
+    while k < len(elements):
+        end = span(k)
+        out.append(elements[k:end])
+        k = end
+    return out
+
+
+def splice_row_groups(dest: BinaryIO, template: Path, groups: Sequence[Sequence[tuple[Path, int]]]) -> int:
+    """Write to `dest` a Parquet file with `template`'s schema and key-value metadata whose row group k holds the
+    column chunks of groups[k]'s (file, row group) pairs, side by side in that order, copied byte for byte;
+    returns the rows written. The pairs of a group must have as many rows each, and their files' fields, in
+    order, must be the template's. Memory: the footers, and one chunk's copy buffer of 1 MiB."""
+    meta = [list(f) for f in read_footer(Path(template))[0]]
+    want = _top_level_fields(meta)
+    footers: dict[Path, tuple[list[list], list[list]]] = {}
+    handles: dict[Path, BinaryIO] = {}
+    row_groups, rows, at = [], 0, 4
+    dest.write(MAGIC)
+    try:
+        for k, group in enumerate(groups):
+            columns, fields, n_rows, total_bytes, total_compressed, first_start = [], [], None, 0, 0, None
+            for path, rg in group:
+                path = Path(path)
+                if path not in footers:
+                    source, _ = read_footer(path)
+                    footers[path] = source, _top_level_fields(source)
+                    handles[path] = open(path, "rb")
+                source, source_fields = footers[path]
+                listed = _field(source, _FMD_ROW_GROUPS)
+                if listed is None or not 0 <= rg < len(listed[2][1]):
+                    raise ParquetConcatError(f"{path}: has no row group {rg}")
+                group_meta = listed[2][1][rg]
+                here = _field(group_meta, _RG_NUM_ROWS)[2]
+                if n_rows is not None and here != n_rows:
+                    raise ParquetConcatError(f"{path}: row group {rg} holds {here} rows, not {n_rows}")
+                n_rows = here
+                fields += source_fields
+                total_bytes += _field(group_meta, _RG_TOTAL_BYTE_SIZE)[2]
+                total_compressed += (_field(group_meta, _RG_TOTAL_COMPRESSED) or [0, 0, 0])[2]
+                for chunk in _field(group_meta, _RG_COLUMNS)[2][1]:
+                    chunk = [list(f) for f in chunk]
+                    cmd_field = _field(chunk, _CC_META)
+                    if cmd_field is None or _field(chunk, _CC_FILE_PATH) is not None or any(
+                            _field(chunk, f) is not None for f in (_CC_OFFSET_INDEX, _CC_COLUMN_INDEX)) \
+                            or _field(cmd_field[2], _CMD_BLOOM) is not None:
+                        raise ParquetConcatError(f"{path}: a column chunk with page indexes, a bloom filter or "
+                                                 f"data in another file cannot be spliced")
+                    cmd = cmd_field[2] = [list(f) for f in cmd_field[2]]
+                    dictionary = _field(cmd, _CMD_DICTIONARY_PAGE)
+                    start = dictionary[2] if dictionary is not None and dictionary[2] > 0 \
+                        else _field(cmd, _CMD_DATA_PAGE)[2]
+                    length = _field(cmd, _CMD_TOTAL_COMPRESSED)[2]
+                    f = handles[path]
+                    f.seek(start)
+                    left = length
+                    while left:
+                        block = f.read(min(left, 1 << 20))
+                        if not block:
+                            raise ParquetConcatError(f"{path}: a column chunk runs past the end of the file")
+                        dest.write(block)
+                        left -= len(block)
+                    _shift(chunk, (_CC_FILE_OFFSET,), at - start)
+                    _shift(cmd, _CMD_OFFSETS, at - start)
+                    first_start = at if first_start is None else first_start
+                    at += length
+                    columns.append(chunk)
+            if fields != want:
+                raise ParquetConcatError(f"{group[0][0]} and the rest of row group {k}'s parts: their fields are "
+                                         f"not {template}'s")
+            out = [[_RG_COLUMNS, _LIST, (_STRUCT, columns)], [_RG_TOTAL_BYTE_SIZE, _I64, total_bytes],
+                   [_RG_NUM_ROWS, _I64, n_rows or 0], [_RG_FILE_OFFSET, _I64, first_start or 0],
+                   [_RG_TOTAL_COMPRESSED, _I64, total_compressed]]
+            row_groups.append(out)
+            rows += n_rows or 0
+    finally:
+        for f in handles.values():
+            f.close()
+    _field(meta, _FMD_NUM_ROWS)[2] = rows
+    rg_field = _field(meta, _FMD_ROW_GROUPS)
+    if rg_field is None:
+        meta.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, row_groups)])
+        meta.sort(key=lambda f: f[0])
+    else:
+        rg_field[2] = (_STRUCT, row_groups)
+    footer = footer_bytes(meta)
+    dest.write(footer + struct.pack("<I", len(footer)) + MAGIC)
+    return rows
+
+
+def splice_row_groups_file(template: Path, groups: Sequence[Sequence[tuple[Path, int]]], final: Path) -> int:
+    """splice_row_groups into `final`, written under a hidden temporary name and renamed into place."""
+    tmp = final.with_name(f".{final.name}.tmp")
+    with open(tmp, "wb") as f:
+        rows = splice_row_groups(f, template, groups)
+    os.replace(tmp, final)
     return rows
 
 

@@ -155,8 +155,6 @@ def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.nd
 class Tokenize(SliceWork):
     """token_ids and the per-token mirrors of one slice's documents; counts the tokens per shard file."""
 
-    carry_input = True  # the per-character columns are costly to decode: the merge takes them from the pieces
-
     def __init__(self, tokenizer: Path, generation: str, present: list[str]):
         self.tokenizer, self.generation = str(tokenizer), generation
         self.columns = ["text"] + [c.name for c in generation_columns(generation) if c.per_char and c.name in present]

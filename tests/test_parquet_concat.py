@@ -1,5 +1,6 @@
 """schemas/parquet_concat.py: row groups copied into one file must be the file pyarrow's own writer makes of them,
-and files from another writer (DuckDB's) must come out whole, as pyarrow and DuckDB read them."""
+files from another writer (DuckDB's) must come out whole, as pyarrow and DuckDB read them, and columns spliced
+side by side must be the file pyarrow writes of the whole table."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cpp_data.schemas.parquet_concat import ParquetConcatError, concat_parquet, footer_bytes, read_footer
+from cpp_data.schemas.parquet_concat import (ParquetConcatError, concat_parquet, footer_bytes, read_footer,
+                                            splice_row_groups)
 
 
 def _tables(n_groups: int) -> list[pa.Table]:
@@ -40,7 +42,7 @@ def _one_writer(tables: list[pa.Table], **kw) -> bytes:
     buf = io.BytesIO()
     with pq.ParquetWriter(buf, tables[0].schema, **kw) as writer:
         for t in tables:
-            writer.write_table(t, row_group_size=t.num_rows)
+            writer.write_table(t, row_group_size=max(t.num_rows, 1))
     return buf.getvalue()
 
 
@@ -141,3 +143,50 @@ def test_row_group_ordinals_are_renumbered(tmp_path):
     groups = next(f for f in meta if f[0] == 4)[2][1]
     assert [next(v for fid, _, v in g if fid == 7) for g in groups] == list(range(6))
     assert pq.read_table(whole).column("x").to_pylist() == list(range(10)) * 2
+
+
+def _splice_parts(tmp_path, tables, split, **settings):
+    """The first `split` columns of every row group in one file, the rest one row group per file, and the
+    template (no rows of the whole schema)."""
+    left = tmp_path / "left.parquet"
+    left.write_bytes(_one_writer([t.select(t.column_names[:split]) for t in tables], **settings))
+    groups = []
+    for k, t in enumerate(tables):
+        right = tmp_path / f"right{k}.parquet"
+        right.write_bytes(_one_writer([t.select(t.column_names[split:])], **settings))
+        groups.append([(left, k), (right, 0)])
+    template = tmp_path / "template.parquet"
+    template.write_bytes(_one_writer([tables[0].schema.empty_table()], **settings))
+    return template, groups
+
+
+@pytest.mark.parametrize("split", [1, 4, 7])
+def test_splice_equals_pyarrows_own_writer(tmp_path, split):
+    """Row groups spliced from a file of the first columns and files of the rest are the bytes pyarrow writes
+    for the whole table (the stages' merges keep the input's columns this way)."""
+    settings = {"compression": "zstd", "compression_level": 3, "write_page_checksum": True}
+    tables = _tables(4)
+    template, groups = _splice_parts(tmp_path, tables, split, **settings)
+    out = io.BytesIO()
+    assert splice_row_groups(out, template, groups) == sum(t.num_rows for t in tables)
+    assert out.getvalue() == _one_writer(tables, **settings)
+
+
+def test_splice_refuses_columns_out_of_the_templates_order(tmp_path):
+    tables = _tables(2)
+    template, groups = _splice_parts(tmp_path, tables, 3)
+    with pytest.raises(ParquetConcatError, match="their fields are not"):
+        splice_row_groups(io.BytesIO(), template, [list(reversed(g)) for g in groups])
+    nullable = tmp_path / "nullable.parquet"  # the same names and types, but another nullability: other levels
+    schema = pa.schema([pa.field(f.name, f.type, nullable=False) if f.name == "text" else f
+                        for f in tables[0].schema])
+    nullable.write_bytes(_one_writer([schema.empty_table()]))
+    with pytest.raises(ParquetConcatError, match="their fields are not"):
+        splice_row_groups(io.BytesIO(), nullable, groups)
+
+
+def test_splice_refuses_row_groups_of_other_lengths(tmp_path):
+    tables = _tables(2)
+    template, groups = _splice_parts(tmp_path, tables, 3)
+    with pytest.raises(ParquetConcatError, match="rows, not"):
+        splice_row_groups(io.BytesIO(), template, [[groups[0][0], groups[1][1]]])

@@ -7,10 +7,15 @@ returns to `_work/pieces/r.arrow` (scratch: Arrow IPC with lz4, which keeps the 
 field names included, and costs no Parquet encoding). Merge: one task per input row group reads that row
 group's pieces in order, lets `SliceWork.finalize` complete them (the structure stage fills in what needed the
 whole repository), concatenates them into one table of one chunk per column and writes it as a Parquet file of
-one row group. Concat: one task per input file copies its row groups' encoded bytes in order into the file
-(schemas/parquet_concat.py), renames it into place and records its rows, bytes and SHA-256. The encoding is
-spread over the row groups: one task per file had left a core idle while it encoded a whole file (2.1 to 2.9
-s of a 60 MB build's single training file, in structure and in token_columns).
+one row group, of the added columns only. Concat: one task per input file builds each row group from the input
+row group's column chunks and the merged ones, copied as they are encoded (schemas/parquet_concat.py), renames
+the file into place and records its rows, bytes and SHA-256. So the input's columns are never decoded or
+encoded again (token_columns had re-encoded the four per-character columns of structure and the text), and the
+encoding is spread over the row groups: one task per file had left a core idle while it encoded a whole file
+(2.1 to 2.9 s of a 60 MB build's single training file, in structure and in token_columns). A stage's
+compression settings apply to the columns it adds; the columns it keeps stay as their stage wrote them. Where
+the output is not the input's fields then the added ones (`spliced_schema`), the merge reads the input's
+columns and writes every column, and the concat copies whole row groups.
 
 A row group is written from the same rows whatever the slicing, and its bytes are the same in a file of its own
 as in the final file, so the bytes do not depend on rows_per_task, the number of workers or the executor. Every
@@ -38,7 +43,7 @@ from datatrove.pipeline.base import PipelineStep
 from cpp_data.pipeline.allocator import give_back_freed_memory
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.schemas.manifest import sha256_file
-from cpp_data.schemas.parquet_concat import concat_parquet_file
+from cpp_data.schemas.parquet_concat import concat_parquet_file, splice_row_groups_file
 from cpp_data.schemas.reader import read_row_group
 
 WORK = "_work"  # scratch of the tasks (pieces, plans); pipeline/cache.py leaves it out of the sealed outputs
@@ -92,10 +97,6 @@ class SliceWork:
     process (see `worker_cache`)."""
 
     columns: list[str] | None = None  # the input columns transform reads (None: all)
-    # Pieces hold the input columns too, so the merge need not decode them again from the input: worth it where
-    # those are expensive to decode (list columns of one value per character) and rows_per_task is a whole row
-    # group (a slice costs the decode of its whole row group).
-    carry_input: bool = False
 
     def transform(self, table: pa.Table, piece: Slice, rank: int, work: Path, stat) -> pa.Table:
         """The slice's rows (its `columns`) in; the columns the stage adds out, for the same rows in the same
@@ -163,20 +164,15 @@ class MapSlices(PipelineStep):
     def run(self, data, rank: int = 0, world_size: int = 1):
         s = slice_of(load_plan(self.work_dir), rank)
         path = self.src / self.files[s.file]
-        read = None if self.job.carry_input else self.job.columns
-        rows = read_row_group(pq.ParquetFile(path, page_checksum_verification=True), s.row_group, read)
-        rows = rows.slice(s.start, s.stop - s.start)
-        table = rows.select(self.job.columns) if self.job.columns is not None else rows
+        rows = read_row_group(pq.ParquetFile(path, page_checksum_verification=True), s.row_group, self.job.columns)
+        table = rows.slice(s.start, s.stop - s.start)
         out = self.job.transform(table, s, rank, self.work_dir, lambda k, v=1: self.stat_update(k, value=v))
         self.stat_update("rows", value=table.num_rows)
         if out is None:  # the job wrote what it makes itself (the export's partial bin/idx)
             return
-        if out.num_rows != table.num_rows or set(out.column_names) & set(rows.column_names):
+        if out.num_rows != table.num_rows or set(out.column_names) & set(table.column_names):
             raise RuntimeError(f"{path}, row group {s.row_group}: {type(self.job).__name__} returned "
                                f"{out.num_rows} rows for {table.num_rows}, or an input column")
-        if self.job.carry_input:  # else only the added columns: the merge reads the others from the input
-            for name in rows.column_names:  # again, cheaper than a second copy (text above all) through pieces
-                out = out.append_column(name, rows.column(name))
         write_piece(out, self.work_dir / "pieces" / f"{rank:05d}.arrow")
         return
         yield  # a generator that yields nothing: the last step of its pipeline
@@ -188,9 +184,23 @@ def row_groups(plan: np.ndarray) -> np.ndarray:
     return np.unique(np.asarray(plan[:, :2]), axis=0) if len(plan) else np.zeros((0, 2), np.int64)
 
 
+def spliced_schema(job: SliceWork, source: pa.Schema, added: list[str]) -> pa.Schema | None:
+    """The output schema when a merge keeps the input's columns as they are encoded: the output is the input's
+    fields (name, type, nullability), in order, then the added ones. None otherwise (the merge then reads the
+    input's columns and encodes every column again)."""
+    if set(added) & set(source.names):
+        return None
+    schema = job.schema(source.names + list(added))
+    n = len(source)
+    if schema.names[:n] != source.names or not all(schema.field(i).equals(source.field(i)) for i in range(n)):
+        return None
+    return schema
+
+
 class MergeRowGroup(PipelineStep):
     """Task r: row group r of the input shards (`row_groups`) again, the concatenation of its pieces
-    (finalized), as a Parquet file of that one row group under _work/rowgroups/."""
+    (finalized), as a Parquet file of that one row group under _work/rowgroups/: of the added columns only
+    where the input's columns are kept as encoded (`spliced_schema`), else of every column."""
 
     type = "🔢 - MERGE"
     name = "merge"
@@ -206,13 +216,18 @@ class MergeRowGroup(PipelineStep):
         file, rg = (int(x) for x in row_groups(plan)[rank])
         mine = [(int(r), slice_of(plan, int(r))) for r in np.flatnonzero((plan[:, 0] == file) & (plan[:, 1] == rg))]
         pieces = [read_piece(self.work_dir / "pieces" / f"{r:05d}.arrow") for r, _ in mine]
-        base = pa.table({}) if self.job.carry_input else read_row_group(
-            pq.ParquetFile(self.src / self.files[file], page_checksum_verification=True), rg)
-        schema = self.job.schema([n for n in base.column_names if n not in pieces[0].column_names]
-                                 + pieces[0].column_names)
+        source = pq.ParquetFile(self.src / self.files[file], page_checksum_verification=True)
+        spliced = spliced_schema(self.job, source.schema_arrow, pieces[0].column_names)
+        if spliced is not None:  # the input's columns stay in its file, encoded; ConcatFile splices them in
+            base = pa.table({})
+            schema = pa.schema([f for f in spliced if f.name in pieces[0].column_names])
+        else:
+            base = read_row_group(source, rg)
+            schema = self.job.schema([n for n in base.column_names if n not in pieces[0].column_names]
+                                     + pieces[0].column_names)
         parts, at = [], 0
         for (r, _), piece in zip(mine, pieces):
-            whole = (piece.select([]) if self.job.carry_input else
+            whole = (piece.select([]) if spliced is not None else
                      base.slice(at, piece.num_rows).select([n for n in schema.names if n not in piece.column_names]))
             at += piece.num_rows
             for name in piece.column_names:
@@ -222,12 +237,8 @@ class MergeRowGroup(PipelineStep):
         del pieces, base, parts
         out = self.work_dir / "rowgroups" / f"{rank:05d}.parquet"
         out.parent.mkdir(exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        # the settings of the final file: concat_parquet copies this row group's bytes into it as they are
-        with pq.ParquetWriter(tmp, table.schema, compression=self.compression,
-                              compression_level=self.compression_level, write_page_checksum=True) as writer:
-            writer.write_table(table, row_group_size=table.num_rows)
-        os.replace(tmp, out)
+        # the settings of the final file: ConcatFile copies this row group's bytes into it as they are
+        _write_one_row_group(table, out, self.compression, self.compression_level)
         self.stat_update("rows", value=table.num_rows)
         del table
         give_back_freed_memory()  # else a worker grows with the row groups it merged (pipeline/allocator.py)
@@ -235,25 +246,45 @@ class MergeRowGroup(PipelineStep):
         yield  # a generator that yields nothing: the last step of its pipeline
 
 
+def _write_one_row_group(table: pa.Table, path: Path, compression: str, compression_level: int | None) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with pq.ParquetWriter(tmp, table.schema, compression=compression, compression_level=compression_level,
+                          write_page_checksum=True) as writer:
+        writer.write_table(table, row_group_size=max(table.num_rows, 1))
+    os.replace(tmp, path)
+
+
 class ConcatFile(PipelineStep):
-    """Task k: input file k again, its merged row groups copied in order into one file (schemas/
-    parquet_concat.py: no decoding), renamed into place, its rows, bytes and SHA-256 recorded."""
+    """Task k: input file k again, from its merged row groups without decoding them (schemas/parquet_concat.py):
+    each row group's column chunks copied in order, the input's own chunks first where the merge kept them
+    (`spliced_schema`); renamed into place, its rows, bytes and SHA-256 recorded."""
 
     type = "🔢 - CONCAT"
     name = "concat"
 
-    def __init__(self, files: list[str], out: Path, work_dir: Path):
+    def __init__(self, src: Path, files: list[str], out: Path, work_dir: Path, job: SliceWork, compression: str,
+                 compression_level: int | None):
         super().__init__()
-        self.files, self.out, self.work_dir = files, Path(out), Path(work_dir)
+        self.src, self.files, self.out, self.work_dir, self.job = Path(src), files, Path(out), Path(work_dir), job
+        self.compression, self.compression_level = compression, compression_level
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         groups = row_groups(load_plan(self.work_dir))
-        parts = [self.work_dir / "rowgroups" / f"{r:05d}.parquet" for r in np.flatnonzero(groups[:, 0] == rank)]
+        mine = np.flatnonzero(groups[:, 0] == rank)
+        parts = [self.work_dir / "rowgroups" / f"{r:05d}.parquet" for r in mine]
         if not parts:  # a file without rows keeps its (empty) shape: the transform of an empty slice
             raise RuntimeError(f"{self.files[rank]}: no rows to merge")
         final = self.out / self.files[rank]
         final.parent.mkdir(parents=True, exist_ok=True)
-        rows = concat_parquet_file(parts, final)
+        source = self.src / self.files[rank]
+        spliced = spliced_schema(self.job, pq.read_schema(source), pq.read_schema(parts[0]).names)
+        if spliced is None:
+            rows = concat_parquet_file(parts, final)
+        else:  # the template gives the file its schema and Arrow metadata: pyarrow writing no rows of it
+            template = self.work_dir / "rowgroups" / f"template-{rank:05d}.parquet"
+            _write_one_row_group(spliced.empty_table(), template, self.compression, self.compression_level)
+            rows = splice_row_groups_file(template, [[(source, int(groups[r, 1])), (part, 0)]
+                                                     for r, part in zip(mine, parts)], final)
         (self.work_dir / "merged").mkdir(exist_ok=True)
         (self.work_dir / "merged" / f"{rank:05d}.json").write_text(json.dumps(
             {"rows": rows, "bytes": final.stat().st_size, "sha256": sha256_file(final)}))
@@ -283,8 +314,8 @@ def merge_shards(ctx, src: Path, listing: list[dict], job: SliceWork, compressio
     files = [e["path"] for e in listing]
     run_datatrove(ctx.executor, [MergeRowGroup(src, files, work, job, compression, compression_level)],
                   len(row_groups(load_plan(work))), work / "_datatrove" / "merge", f"{ctx.label}: merge")
-    run_datatrove(ctx.executor, [ConcatFile(files, ctx.out, work)], len(files), work / "_datatrove" / "concat",
-                  f"{ctx.label}: concat")
+    run_datatrove(ctx.executor, [ConcatFile(src, files, ctx.out, work, job, compression, compression_level)],
+                  len(files), work / "_datatrove" / "concat", f"{ctx.label}: concat")
     out = []
     for k, entry in enumerate(listing):
         merged = json.loads((work / "merged" / f"{k:05d}.json").read_text())
