@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -230,6 +230,31 @@ def footer_bytes(meta: list[list]) -> bytes:
     return bytes(out)
 
 
+def _copy_range(src: BinaryIO, start: int, length: int, dest: BinaryIO, short: str) -> None:
+    """Copy `length` bytes of `src` from `start` to `dest` in 1 MiB blocks; ParquetConcatError(short) if the
+    file ends first."""
+    src.seek(start)
+    while length:
+        block = src.read(min(length, 1 << 20))
+        if not block:
+            raise ParquetConcatError(short)
+        dest.write(block)
+        length -= len(block)
+
+
+def _write_footer(dest: BinaryIO, meta: list[list], rows: int, row_groups: list) -> None:
+    """Close a file: `meta` with its row count and row groups replaced, its length and the magic."""
+    _field(meta, _FMD_NUM_ROWS)[2] = rows
+    rg_field = _field(meta, _FMD_ROW_GROUPS)
+    if rg_field is None:
+        meta.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, row_groups)])
+        meta.sort(key=lambda f: f[0])
+    else:
+        rg_field[2] = (_STRUCT, row_groups)
+    footer = footer_bytes(meta)
+    dest.write(footer + struct.pack("<I", len(footer)) + MAGIC)
+
+
 def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
     """Write `parts` (Parquet files of one schema, in order) to `dest` as one Parquet file holding all their row
     groups in order; returns the rows written. The schema and key-value metadata (Arrow's schema among them)
@@ -263,25 +288,9 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
             row_groups.append(group)
         rows += _field(meta, _FMD_NUM_ROWS)[2]
         with open(part, "rb") as f:
-            f.seek(4)
-            left = footer_start - 4
-            while left:
-                block = f.read(min(left, 1 << 20))
-                if not block:
-                    raise ParquetConcatError(f"{part}: shorter than its footer says")
-                dest.write(block)
-                left -= len(block)
+            _copy_range(f, 4, footer_start - 4, dest, f"{part}: shorter than its footer says")
         at += footer_start - 4
-    meta = [list(f) for f in first]
-    _field(meta, _FMD_NUM_ROWS)[2] = rows
-    rg_field = _field(meta, _FMD_ROW_GROUPS)
-    if rg_field is None:
-        meta.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, row_groups)])
-        meta.sort(key=lambda f: f[0])
-    else:
-        rg_field[2] = (_STRUCT, row_groups)
-    footer = footer_bytes(meta)
-    dest.write(footer + struct.pack("<I", len(footer)) + MAGIC)
+    _write_footer(dest, [list(f) for f in first], rows, row_groups)
     return rows
 
 
@@ -349,15 +358,8 @@ def splice_row_groups(dest: BinaryIO, template: Path, groups: Sequence[Sequence[
                     start = dictionary[2] if dictionary is not None and dictionary[2] > 0 \
                         else _field(cmd, _CMD_DATA_PAGE)[2]
                     length = _field(cmd, _CMD_TOTAL_COMPRESSED)[2]
-                    f = handles[path]
-                    f.seek(start)
-                    left = length
-                    while left:
-                        block = f.read(min(left, 1 << 20))
-                        if not block:
-                            raise ParquetConcatError(f"{path}: a column chunk runs past the end of the file")
-                        dest.write(block)
-                        left -= len(block)
+                    _copy_range(handles[path], start, length, dest,
+                                f"{path}: a column chunk runs past the end of the file")
                     _shift(chunk, (_CC_FILE_OFFSET,), at - start)
                     _shift(cmd, _CMD_OFFSETS, at - start)
                     first_start = at if first_start is None else first_start
@@ -374,31 +376,23 @@ def splice_row_groups(dest: BinaryIO, template: Path, groups: Sequence[Sequence[
     finally:
         for f in handles.values():
             f.close()
-    _field(meta, _FMD_NUM_ROWS)[2] = rows
-    rg_field = _field(meta, _FMD_ROW_GROUPS)
-    if rg_field is None:
-        meta.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, row_groups)])
-        meta.sort(key=lambda f: f[0])
-    else:
-        rg_field[2] = (_STRUCT, row_groups)
-    footer = footer_bytes(meta)
-    dest.write(footer + struct.pack("<I", len(footer)) + MAGIC)
+    _write_footer(dest, meta, rows, row_groups)
     return rows
 
 
 def splice_row_groups_file(template: Path, groups: Sequence[Sequence[tuple[Path, int]]], final: Path) -> int:
     """splice_row_groups into `final`, written under a hidden temporary name and renamed into place."""
-    tmp = final.with_name(f".{final.name}.tmp")
-    with open(tmp, "wb") as f:
-        rows = splice_row_groups(f, template, groups)
-    os.replace(tmp, final)
-    return rows
+    return _write_atomically(final, lambda f: splice_row_groups(f, template, groups))
 
 
 def concat_parquet_file(parts: Sequence[Path], final: Path) -> int:
     """concat_parquet into `final`, written under a hidden temporary name and renamed into place."""
+    return _write_atomically(final, lambda f: concat_parquet(parts, f))
+
+
+def _write_atomically(final: Path, write: Callable[[BinaryIO], int]) -> int:
     tmp = final.with_name(f".{final.name}.tmp")
     with open(tmp, "wb") as f:
-        rows = concat_parquet(parts, f)
+        rows = write(f)
     os.replace(tmp, final)
     return rows
