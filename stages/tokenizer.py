@@ -28,7 +28,7 @@ from cpp_data.schemas.reader import shard_files
 from cpp_data.stages.lib.tokenizer_training import train_in_own_process
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.files import TOKENIZER_JSON, load_tokenizer
-from cpp_data.tokenizer.train import check_band_pieces, fixed_band_size, padding_ids
+from cpp_data.tokenizer.train import check_band_pieces, padding_ids, smallest_vocab_size
 
 
 @dataclass(frozen=True)
@@ -52,17 +52,18 @@ class TokenizerParams:
     sample_seed: int = 42
 
     def check(self) -> str | None:
-        """The band file must read, and vocab_size must hold its fixed ids (the trainer's own rule); a frozen
-        tokenizer brings its own vocabulary."""
+        """The band file must read, and vocab_size must hold its fixed ids and their merge chains (the trainer's
+        own rule, smallest_vocab_size); a frozen tokenizer brings its own vocabulary."""
         if self.frozen:
             return None
         try:
             band = load_band(Path(self.band_file) if self.band_file else None)
         except (OSError, ValueError) as exc:
             return f"band_file: {exc}"
-        fixed = fixed_band_size(band)
-        if self.vocab_size < fixed:
-            return f"vocab_size {self.vocab_size} is smaller than the tokenizer's fixed band ({fixed} entries)"
+        smallest = smallest_vocab_size(band)
+        if self.vocab_size < smallest:
+            return (f"vocab_size {self.vocab_size} is smaller than the tokenizer's fixed band with its merge chains "
+                    f"({smallest} ids)")
         return None
 
 

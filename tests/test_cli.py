@@ -122,7 +122,10 @@ def test_recipes_list_and_show():
     ('license.allow=["MIT", "Apache 2.0"]', "allow: 'Apache 2.0' is not an SPDX license id"),
     ('license.allow=["apache-2.0"]', "allow: write 'apache-2.0' as 'Apache-2.0'"),
     ('license.allow=["MIT OR Apache-2.0"]', "is an expression; list each license on its own"),
-    ("tokenizer.vocab_size=500", "vocab_size 500 is smaller than the tokenizer's fixed band (988 entries)"),
+    ("tokenizer.vocab_size=500", "vocab_size 500 is smaller than the tokenizer's fixed band with its merge chains "
+                                 "(2874 ids)"),
+    ("tokenizer.vocab_size=2000", "vocab_size 2000 is smaller than the tokenizer's fixed band with its merge "
+                                  "chains (2874 ids)"),
     ('tokenizer.band_file="/nonexistent/band.toml"', "band_file: [Errno 2] No such file or directory"),
 ])
 def test_set_overrides_are_checked_like_the_recipe(setting, message):
@@ -131,24 +134,28 @@ def test_set_overrides_are_checked_like_the_recipe(setting, message):
 
 
 def test_the_recipe_and_the_trainer_agree_on_the_smallest_vocabulary():
-    """The recipe's check and the trainer's composition use one count of the fixed band: the size the recipe
-    refuses is the size the trainer refuses."""
+    """The recipe's check and the trainer's composition use one smallest size: the size the recipe refuses is
+    the size the trainer refuses, and the size it accepts composes, learned merges or none."""
     import pytest
 
     from cpp_data.stages.tokenizer import TokenizerParams
     from cpp_data.tokenizer.band import load_band
-    from cpp_data.tokenizer.train import _compose, fixed_band_size
+    from cpp_data.tokenizer.train import _compose, smallest_vocab_size
 
     band = load_band()
-    smallest = fixed_band_size(band)
+    smallest = smallest_vocab_size(band)
+    fixed = len(band.specials) + 256 + len(band.entries)
+    assert smallest > fixed  # the entries' merge chains take ids of their own
     assert TokenizerParams(vocab_size=smallest).check() is None
     assert "smaller than the tokenizer's fixed band" in TokenizerParams(vocab_size=smallest - 1).check()
+    assert "smaller than the tokenizer's fixed band" in TokenizerParams(vocab_size=fixed).check()
     with pytest.raises(ValueError, match="smaller than the fixed band"):
         _compose(band, [], smallest - 1)
-    try:  # at the fixed size the trainer gets past that rule (the band's merge chains may still need more ids)
-        _compose(band, [], smallest)
-    except ValueError as exc:
-        assert "smaller than the fixed band" not in str(exc)
+    vocab, _ = _compose(band, [], smallest)
+    assert len(band.specials) + len(vocab) == smallest
+    learned = [("Ġ", "Ġ"), ("ĠĠ", "ĠĠ"), ("i", "n"), ("in", "t")]  # merges a trainer would have learned
+    vocab, _ = _compose(band, learned, smallest)  # they give way to the band
+    assert len(band.specials) + len(vocab) <= smallest
 
 
 def test_every_recipe_default_is_within_its_bounds():

@@ -64,6 +64,21 @@ def test_vocab_smaller_than_band_is_refused():
 
 
 @pytest.mark.slow
+def test_smallest_vocab_size_trains():
+    """At the smallest size the recipe accepts, a real training composes: the learned merges give way to the
+    band's chains, and every band entry is one token."""
+    from cpp_data.tokenizer.train import smallest_vocab_size
+
+    band = load_band()
+    size = smallest_vocab_size(band)
+    text = "int main() { std::vector<int> v; for (auto& x : v) { return static_cast<int>(x); } }\n" * 50
+    tok = train_cpp_tokenizer([text] * 20, band, size)
+    assert tok.get_vocab_size() == size
+    with pytest.raises(ValueError, match="smaller than the fixed band"):
+        train_cpp_tokenizer([text] * 20, band, size - 1)
+
+
+@pytest.mark.slow
 def test_round_trip_every_document_of_the_build(reference_build: Path):
     tok = load_tokenizer(reference_build / "tokenizer")
     checked = 0

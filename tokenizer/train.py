@@ -29,50 +29,58 @@ def _bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> models.BPE:
     return models.BPE(vocab=vocab, merges=merges)
 
 
-def fixed_band_size(band: Band) -> int:
-    """Ids every vocabulary of this band holds before any learned merge: its specials, the 256 byte symbols and
-    its entries (the smallest vocab_size a recipe may ask for)."""
-    return len(band.specials) + len(byte_symbols()) + len(band.entries)
+def smallest_vocab_size(band: Band) -> int:
+    """The smallest vocab_size this band composes into: its fixed ids plus the merge chains that make every band
+    entry one token when no learned merge helps: 2,874 for the bundled band, whose specials, 256 byte symbols and
+    entries take 988 ids. Any size from here up composes: `_compose` can always drop every learned merge."""
+    return len(band.specials) + len(_reach_entries(band, [])[0])
+
+
+def _reach_entries(band: Band, merges: list[tuple[str, str]]) -> tuple[dict[str, int], list]:
+    """Vocabulary (ids from len(specials)) and merges: the fixed ids, `merges` with their products, then the
+    merge chains that make each band entry a single token."""
+    s = len(band.specials)
+    fixed = byte_symbols() + [to_byte_symbols(e) for e in band.entries]
+    vocab = {t: s + i for i, t in enumerate(fixed)}
+    used = list(merges)
+    for a, b in used:
+        vocab.setdefault(a + b, s + len(vocab))
+    chains: list[tuple[str, str]] = []
+    chain_set: set[tuple[str, str]] = set()
+    for _round in range(8):  # a chain of one entry can reroute another's: repeat until all are reached
+        model = _bpe(vocab, used + chains)
+        missing = [e for e in fixed[256:] if len(model.tokenize(e)) != 1]
+        if not missing:
+            break
+        for entry in missing:
+            parts = [t.value for t in model.tokenize(entry)]
+            acc = parts[0]
+            for p in parts[1:]:
+                if (acc, p) not in chain_set:
+                    chain_set.add((acc, p))
+                    chains.append((acc, p))
+                acc += p
+                vocab.setdefault(acc, s + len(vocab))
+    else:
+        raise ValueError(f"band entries stay unreachable: {missing[:5]}")
+    if len(set(vocab.values())) != len(vocab):
+        raise AssertionError("tokenizer ids collide")
+    return vocab, used + chains
 
 
 def _compose(band: Band, merges: list[tuple[str, str]], vocab_size: int) -> tuple[dict[str, int], list]:
-    """Vocabulary (ids from len(specials)) and merges with the band at fixed ids and `vocab_size` entries."""
-    s = len(band.specials)
-    fixed = byte_symbols() + [to_byte_symbols(e) for e in band.entries]
-    if (size := fixed_band_size(band)) > vocab_size:
-        raise ValueError(f"vocab_size {vocab_size} is smaller than the fixed band ({size} entries)")
-    keep = len(merges)
+    """Vocabulary (ids from len(specials)) and merges with the band at fixed ids and `vocab_size` entries: as
+    many learned merges as fit beside the band and its chains, in the trainer's order."""
+    if (size := smallest_vocab_size(band)) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the fixed band with its merge chains "
+                         f"({size} ids)")
+    s, keep = len(band.specials), len(merges)
     for _ in range(32):
-        vocab = {t: s + i for i, t in enumerate(fixed)}
-        used = list(merges[:keep])
-        for a, b in used:
-            vocab.setdefault(a + b, s + len(vocab))
-        chains: list[tuple[str, str]] = []
-        chain_set: set[tuple[str, str]] = set()
-        for _round in range(8):  # a chain of one entry can reroute another's: repeat until all are reached
-            model = _bpe(vocab, used + chains)
-            missing = [e for e in fixed[256:] if len(model.tokenize(e)) != 1]
-            if not missing:
-                break
-            for entry in missing:
-                parts = [t.value for t in model.tokenize(entry)]
-                acc = parts[0]
-                for p in parts[1:]:
-                    if (acc, p) not in chain_set:
-                        chain_set.add((acc, p))
-                        chains.append((acc, p))
-                    acc += p
-                    vocab.setdefault(acc, s + len(vocab))
-        else:
-            raise ValueError(f"band entries stay unreachable: {missing[:5]}")
-        if len(set(vocab.values())) != len(vocab):
-            raise AssertionError("tokenizer ids collide")
+        vocab, used = _reach_entries(band, merges[:keep])
         overflow = s + len(vocab) - vocab_size
         if overflow <= 0:
-            return vocab, used + chains
-        keep -= overflow
-        if keep < 0:
-            raise ValueError(f"vocab_size {vocab_size} cannot hold the band and its merge chains")
+            return vocab, used
+        keep = max(keep - overflow, 0)  # with no learned merge the band fits (smallest_vocab_size)
     raise ValueError("could not fit the band into the vocabulary")
 
 
