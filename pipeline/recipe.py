@@ -19,6 +19,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, get_type_hints
 
 from cpp_data.pipeline.errors import BadInput
@@ -90,26 +91,34 @@ def _range(lo: float | None, hi: float | None) -> str:
     return f"between {lo} and {hi}"
 
 
-def build_params(cls: type, values: dict[str, Any], where: str) -> Any:
+def build_params(cls: type, values: dict[str, Any], where: str, set_by: Mapping[str, str] | None = None) -> Any:
     """Instantiate a stage's Params dataclass from recipe values, checking names, types and ranges.
 
     A Params class may declare `bounds` ({name: (lowest, highest)}, inclusive, None for no bound) and a
     `check()` returning a problem across parameters or None. Without them a negative sequence length or a
     validation share of 2 ran until a stage failed on it, or published a build that silently did not do what
-    was asked (a near-dedup threshold of 7 removes nothing)."""
+    was asked (a near-dedup threshold of 7 removes nothing). `set_by` maps the parameters that came from the
+    command line to their `--set STAGE.PARAM` name: an error about one of them names the flag, not the recipe
+    file the user did not touch."""
+    set_by = set_by or {}
+
+    def at(*keys: str) -> str:
+        flags = [set_by[k] for k in keys if k in set_by]
+        return f"{', '.join(flags)} (over {where})" if flags else where
+
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise RecipeError(f"{where}: unknown parameter(s) {unknown}; known: {sorted(names)}")
-    params = cls(**{k: _coerce(where, k, v, hints[k]) for k, v in values.items()})
+        raise RecipeError(f"{at(*unknown)}: unknown parameter(s) {unknown}; known: {sorted(names)}")
+    params = cls(**{k: _coerce(at(k), k, v, hints[k]) for k, v in values.items()})
     for name, (lo, hi) in getattr(cls, "bounds", {}).items():
         value = getattr(params, name)
         if value is not None and ((lo is not None and value < lo) or (hi is not None and value > hi)):
-            raise RecipeError(f"{where}: {name} must be {_range(lo, hi)}, got {value!r}")
+            raise RecipeError(f"{at(name)}: {name} must be {_range(lo, hi)}, got {value!r}")
     check = getattr(params, "check", None)
     if check is not None and (problem := check()):
-        raise RecipeError(f"{where}: {problem}")
+        raise RecipeError(f"{at(*sorted(set_by))}: {problem}")
     return params
 
 
@@ -163,7 +172,8 @@ def load_recipe(version: str | None = None, path: Path | None = None,
         values.update((overrides or {}).get(name, {}))
         if "generation" in {f.name for f in dataclasses.fields(STAGES[name].Params)}:
             values.setdefault("generation", generation)
-        params[name] = build_params(STAGES[name].Params, values, f"{where} [params.{name}]")
+        set_by = {k: f"--set {name}.{k}" for k in (overrides or {}).get(name, {})}
+        params[name] = build_params(STAGES[name].Params, values, f"{where} [params.{name}]", set_by)
     return Recipe(
         version=version or Path(path).stem,
         schema_generation=generation,

@@ -130,7 +130,11 @@ def test_recipes_list_and_show():
 ])
 def test_set_overrides_are_checked_like_the_recipe(setting, message):
     proc = run_cli("recipes", "show", "v6", "--set", setting, check=False)
-    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and message in line
+    key = setting.split("=", 1)[0]
+    if "." in key and not key.startswith("fancy."):  # the error names the flag, not the recipe file
+        assert line.startswith(f"cpp-data: error: --set {key} (over recipe v6 ("), line
 
 
 def test_the_recipe_and_the_trainer_agree_on_the_smallest_vocabulary():
