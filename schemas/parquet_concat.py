@@ -13,10 +13,12 @@ writer writing them in turn (tests/test_parquet_concat.py checks that against py
 The footer is read and written with a schema-less Thrift compact codec (`_read_struct`, `_write_struct`):
 every field is kept as read (id, type, value) and written back in the same order and encoding, so the only
 bytes that change are the fields this module sets. The fields moved are those the Parquet format defines as
-offsets (0 stands for none and stays): RowGroup.file_offset; ColumnChunk.file_offset, offset_index_offset and column_index_offset;
-ColumnMetaData.data_page_offset, index_page_offset, dictionary_page_offset and bloom_filter_offset. The page
+offsets (0 stands for none and stays): RowGroup.file_offset; ColumnChunk.file_offset and column_index_offset;
+ColumnMetaData.data_page_offset, index_page_offset, dictionary_page_offset and bloom_filter_offset. The column
 indexes and bloom filters a writer puts after the row groups are inside the copied body, so their offsets move
-with it. Encrypted files (`PARE`) are refused.
+with it. An offset index is different: it lists each page's absolute offset, so it is decoded, its pages moved,
+and written again after the bodies (ColumnChunk.offset_index_offset and _length point at the new copy; the old
+one stays behind, unreferenced). Encrypted files (`PARE`) are refused.
 
 Splicing copies column chunks one by one (from the first page, the dictionary page where there is one, for the
 chunk's total_compressed_size, headers included), so it refuses chunks that point at data outside that range
@@ -41,7 +43,8 @@ _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _M
 # Parquet's FileMetaData, RowGroup, ColumnChunk and ColumnMetaData field ids (parquet.thrift)
 _FMD_SCHEMA, _FMD_NUM_ROWS, _FMD_ROW_GROUPS, _FMD_KEY_VALUE, _FMD_ENCRYPTION = 2, 3, 4, 5, 8
 _RG_COLUMNS, _RG_FILE_OFFSET, _RG_ORDINAL = 1, 5, 7
-_CC_FILE_OFFSET, _CC_META, _CC_OFFSET_INDEX, _CC_COLUMN_INDEX = 2, 3, 4, 6
+_CC_FILE_OFFSET, _CC_META, _CC_OFFSET_INDEX, _CC_OFFSET_INDEX_LENGTH, _CC_COLUMN_INDEX = 2, 3, 4, 5, 6
+_OI_PAGE_LOCATIONS, _PL_OFFSET = 1, 1  # OffsetIndex.page_locations, PageLocation.offset
 _CMD_OFFSETS = (9, 10, 11, 14)  # data_page_offset, index_page_offset, dictionary_page_offset, bloom_filter_offset
 _RG_TOTAL_BYTE_SIZE, _RG_NUM_ROWS, _RG_TOTAL_COMPRESSED = 2, 3, 6
 _CC_FILE_PATH, _CMD_TOTAL_COMPRESSED, _CMD_DATA_PAGE, _CMD_DICTIONARY_PAGE, _CMD_BLOOM = 1, 7, 9, 11, 14
@@ -262,7 +265,7 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
     only; the bodies are copied 1 MiB at a time."""
     if not parts:
         raise ParquetConcatError("no Parquet files to concatenate")
-    first, row_groups, rows = None, [], 0
+    first, row_groups, rows, indexes = None, [], 0, []
     dest.write(MAGIC)
     at = 4
     for part in parts:
@@ -281,17 +284,41 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
             if ordinal is not None:
                 ordinal[2] = len(row_groups)
             for chunk in _field(group, _RG_COLUMNS)[2][1]:
-                _shift(chunk, (_CC_FILE_OFFSET, _CC_OFFSET_INDEX, _CC_COLUMN_INDEX), by)
+                _shift(chunk, (_CC_FILE_OFFSET, _CC_COLUMN_INDEX), by)
                 cmd = _field(chunk, _CC_META)
                 if cmd is not None:
                     _shift(cmd[2], _CMD_OFFSETS, by)
+                if _field(chunk, _CC_OFFSET_INDEX) is not None:
+                    indexes.append((chunk, _moved_offset_index(part, chunk, by)))
             row_groups.append(group)
         rows += _field(meta, _FMD_NUM_ROWS)[2]
         with open(part, "rb") as f:
             _copy_range(f, 4, footer_start - 4, dest, f"{part}: shorter than its footer says")
         at += footer_start - 4
+    for chunk, index in indexes:  # after every body, before the footer, as a writer puts them
+        dest.write(index)
+        _field(chunk, _CC_OFFSET_INDEX)[2] = at
+        _field(chunk, _CC_OFFSET_INDEX_LENGTH)[2] = len(index)
+        at += len(index)
     _write_footer(dest, [list(f) for f in first], rows, row_groups)
     return rows
+
+
+def _moved_offset_index(part: Path, chunk: list[list], by: int) -> bytes:
+    """The offset index of `chunk` in `part` encoded again with every page's offset moved by `by`."""
+    where, length = _field(chunk, _CC_OFFSET_INDEX)[2], _field(chunk, _CC_OFFSET_INDEX_LENGTH)
+    if length is None:
+        raise ParquetConcatError(f"{part}: an offset index without its length")
+    with open(part, "rb") as f:
+        f.seek(where)
+        raw = f.read(length[2])
+    try:
+        index = _read_struct(_Reader(raw))
+        for location in _field(index, _OI_PAGE_LOCATIONS)[2][1]:
+            _shift(location, (_PL_OFFSET,), by)
+    except (IndexError, ValueError, TypeError) as e:
+        raise ParquetConcatError(f"{part}: unreadable offset index at {where} ({e})") from None
+    return footer_bytes(index)
 
 
 def _top_level_fields(meta: list[list]) -> list[list]:

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cpp_data.schemas.parquet_concat import (ParquetConcatError, concat_parquet, footer_bytes, read_footer,
-                                            splice_row_groups)
+from cpp_data.schemas.parquet_concat import (ParquetConcatError, _read_struct, _Reader, concat_parquet,
+                                            footer_bytes, read_footer, splice_row_groups)
 
 
 def _tables(n_groups: int) -> list[pa.Table]:
@@ -77,7 +77,7 @@ def test_footer_round_trips_byte_for_byte(tmp_path):
 
 
 def test_other_writers_files_come_out_whole(tmp_path):
-    """DuckDB-written parts (several row groups each) with page indexes and statistics of DuckDB's making:
+    """DuckDB-written parts (several row groups each) with statistics of DuckDB's making:
     pyarrow (checking page checksums where there are any) and DuckDB read the rows back in order."""
     parts = []
     for k in range(3):
@@ -96,8 +96,45 @@ def test_other_writers_files_come_out_whole(tmp_path):
     assert con.execute(f"SELECT count(*), sum(i), max(s), sum(l[1]) FROM '{whole}'").fetchall() == \
         con.execute("SELECT count(*), sum(i), max(s), sum(l[1]) FROM read_parquet(["
                     + ", ".join(f"'{p}'" for p in parts) + "])").fetchall()
-    # a filter DuckDB answers from the moved row groups' statistics and page indexes
+    # a filter DuckDB answers from the moved row groups' statistics
     assert con.execute(f"SELECT count(*) FROM '{whole}' WHERE i BETWEEN 200100 AND 200199").fetchall() == [(100,)]
+
+
+def _page_locations(path, meta) -> list[list[tuple[int, int]]]:
+    """Per column chunk of the file, its offset index's (offset, compressed size) per page."""
+    out = []
+    raw = path.read_bytes()
+    for group in [f for f in meta if f[0] == 4][0][2][1]:
+        for chunk in [f for f in group if f[0] == 1][0][2][1]:
+            fields = dict((f[0], f[2]) for f in chunk)
+            index = _read_struct(_Reader(raw[fields[4]:fields[4] + fields[5]]))
+            out.append([(dict((f[0], f[2]) for f in loc)[1], dict((f[0], f[2]) for f in loc)[2])
+                        for loc in [f for f in index if f[0] == 1][0][2][1]])
+    return out
+
+
+def test_offset_indexes_point_at_the_moved_pages(tmp_path):
+    """An offset index lists absolute page offsets: after the concatenation every page it names must be the
+    page its part had there (the bytes compared), and pyarrow must read the file back."""
+    tables = _tables(3)
+    parts = []
+    for k, t in enumerate(tables):
+        parts.append(tmp_path / f"p{k}.parquet")
+        pq.write_table(t, parts[-1], write_page_index=True, data_page_size=512, compression="zstd")
+    whole = tmp_path / "whole.parquet"
+    with open(whole, "wb") as f:
+        concat_parquet(parts, f)
+    got = _page_locations(whole, read_footer(whole)[0])
+    want = [(p, loc) for p in parts for loc in _page_locations(p, read_footer(p)[0])]
+    assert len(got) == len(want) and sum(len(x) for x in got) > 3 * len(tables[0].column_names)
+    data = whole.read_bytes()
+    for locations, (part, old) in zip(got, want):
+        raw = part.read_bytes()
+        assert [n for _, n in locations] == [n for _, n in old]
+        for (at, n), (was, _) in zip(locations, old):
+            assert data[at:at + n] == raw[was:was + n]
+    assert pq.read_table(whole).equals(pa.concat_tables(tables))
+    assert pq.ParquetFile(whole).metadata.row_group(2).column(0).has_offset_index
 
 
 def test_parts_of_another_schema_are_refused(tmp_path):
