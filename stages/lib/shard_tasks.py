@@ -164,13 +164,16 @@ class MapSlices(PipelineStep):
     def run(self, data, rank: int = 0, world_size: int = 1):
         s = slice_of(load_plan(self.work_dir), rank)
         path = self.src / self.files[s.file]
-        rows = read_row_group(pq.ParquetFile(path, page_checksum_verification=True), s.row_group, self.job.columns)
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+        rows = read_row_group(pf, s.row_group, self.job.columns)
         table = rows.slice(s.start, s.stop - s.start)
         out = self.job.transform(table, s, rank, self.work_dir, lambda k, v=1: self.stat_update(k, value=v))
         self.stat_update("rows", value=table.num_rows)
         if out is None:  # the job wrote what it makes itself (the export's partial bin/idx)
             return
-        if out.num_rows != table.num_rows or set(out.column_names) & set(table.column_names):
+        # every column of the file, not only those the job read: an added column the input already holds
+        # (shards that carry token_ids already) would otherwise be written twice or replace the input's
+        if out.num_rows != table.num_rows or set(out.column_names) & set(pf.schema_arrow.names):
             raise RuntimeError(f"{path}, row group {s.row_group}: {type(self.job).__name__} returned "
                                f"{out.num_rows} rows for {table.num_rows}, or an input column")
         write_piece(out, self.work_dir / "pieces" / f"{rank:05d}.arrow")
