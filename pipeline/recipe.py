@@ -118,7 +118,9 @@ def build_params(cls: type, values: dict[str, Any], where: str, set_by: Mapping[
             raise RecipeError(f"{at(name)}: {name} must be {_range(lo, hi)}, got {value!r}")
     check = getattr(params, "check", None)
     if check is not None and (problem := check()):
-        raise RecipeError(f"{at(*sorted(set_by))}: {problem}")
+        # a problem across parameters: the combination is at fault, not necessarily the flag, so say both
+        given = f" with {', '.join(set_by[k] for k in sorted(set_by))}" if set_by else ""
+        raise RecipeError(f"{where}{given}: {problem}")
     return params
 
 
