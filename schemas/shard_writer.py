@@ -47,7 +47,8 @@ class ShardWriter:
     """Rolls files of `docs_per_shard` rows with row groups of `row_group_size` rows, or fewer where
     `row_group_bytes` of text comes first, each file written to a hidden temporary and renamed into place when
     full, listed with its rows, bytes and SHA-256. A row group's bounds depend only on the sequence of rows
-    (never on how they were handed to `write`), so the same rows give the same file.
+    (never on how they were handed to `write`), and each is written from one Arrow chunk, so the same rows give
+    the same bytes.
 
     Document shards are `shards/<split>-NNNNN.parquet`; the packed rows use the same writer with their own
     stem, kind and directory (`packed/<key>-NNNNN.parquet`, kind "packed"), and `add` a row at a time."""
@@ -93,7 +94,9 @@ class ShardWriter:
                 break  # the rows still to come could join this row group
             if self.writer is None:
                 self._open()
-            self.writer.write_table(table.slice(pos, n), row_group_size=n)
+            # one Arrow chunk per row group: Parquet ends a page where a written chunk ends once the page is
+            # full, so a row group made of several chunks had other pages (and bytes) than the same rows whole
+            self.writer.write_table(table.slice(pos, n).combine_chunks(), row_group_size=n)
             self.rows_in_shard += n
             pos += n
             if self.rows_in_shard == self.p.docs_per_shard:

@@ -118,6 +118,37 @@ def test_revision_1_shards_and_ledger_read_under_todays_names(tmp_path):
         check_shard(shard, "v6", 1)
 
 
+def test_row_groups_larger_than_a_page_are_the_same_bytes_whatever_the_chunking(tmp_path):
+    """Parquet cuts a column's pages where a written chunk ends once the page is full, so a row group written
+    from several Arrow chunks had other pages than one written from one: the shards stage's bytes then
+    depended on its shuffle buckets' size (bucket_bytes), a memory setting. Row groups of several MB of text,
+    several pages each, handed over whole, a row at a time and in uneven pieces, must give one file."""
+    import random
+
+    from cpp_data.schemas.generations import write_schema
+    from cpp_data.schemas.shard_writer import ShardParams, ShardWriter
+
+    rng = random.Random(11)
+    texts = ["".join(rng.choice("abcdefghij{};() \n") for _ in range(rng.randrange(20_000, 120_000)))
+             for _ in range(60)]
+    schema = write_schema("v6", ["text", "doc_id"])
+    table = pa.table({"text": texts, "doc_id": [f"d{i}" for i in range(len(texts))]}, schema=schema)
+    p = ShardParams(docs_per_shard=1000, row_group_size=32, row_group_bytes=0)
+    digests = []
+    for k, cut in enumerate([[60], [1] * 60, [7, 20, 2, 31]]):
+        out = tmp_path / f"c{k}"
+        out.mkdir()
+        writer = ShardWriter(out, "train", schema, p)
+        pos = 0
+        for n in cut:
+            writer.write(table.slice(pos, n))
+            pos += n
+        digests.append([f["sha256"] for f in writer.close()])
+    md = pq.read_metadata(tmp_path / "c0" / "train-00000.parquet")
+    assert md.row_group(0).column(0).total_uncompressed_size > 2 * 2**20  # a text chunk of several pages
+    assert digests[1] == digests[0] and digests[2] == digests[0]
+
+
 def test_row_groups_close_at_their_byte_bound_whatever_the_chunking(tmp_path):
     """ShardWriter: a row group closes at row_group_size rows or row_group_bytes of text, whichever first (a
     larger document alone), and the files do not depend on how the rows were handed over."""
