@@ -199,6 +199,7 @@ class Sampler(threading.Thread):
         self.idle: dict[str, float] = {}
         self._ticks: dict[int, int] = {}
         self.high_water: dict[int, int] = {}  # pid -> VmHWM KiB, the last value read while it lived
+        self.high_water_at: dict[int, str] = {}  # pid -> the stage label of the sample that saw its VmHWM rise
 
     def started(self, name: str) -> None:
         self.running.append(name)
@@ -222,7 +223,9 @@ class Sampler(threading.Thread):
             both = [_rss_kb(p) for p in pids]
             sizes = [rss for rss, _ in both]
             for p, (_, hwm) in zip(pids, both):
-                self.high_water[p] = max(self.high_water.get(p, 0), hwm)
+                if hwm > self.high_water.get(p, 0):
+                    self.high_water[p] = hwm
+                    self.high_water_at[p] = self.stage
             tree, largest = sum(sizes), max(sizes, default=0)
             old = self.peaks.get(self.stage, (0, 0))
             self.peaks[self.stage] = (max(old[0], tree), max(old[1], largest))
@@ -274,6 +277,10 @@ def run_build(sources: Path, out: Path, workers: int, settings: list[str] = (), 
             "cpu_seconds": {k: round(v, 1) for k, v in sampler.cpu.items()},
             "idle_core_seconds": {k: round(v, 1) for k, v in sampler.idle.items()},
             "high_water_mib_any_process": round(max(sampler.high_water.values(), default=0) / 1024),
+            # where the largest process reached it: the stage of the sample that first saw its mark (a spike
+            # between two samples is put on the stage of the next)
+            "high_water_stage": sampler.high_water_at.get(max(sampler.high_water, key=sampler.high_water.get))
+            if sampler.high_water else None,
             "summary": summary}
 
 
@@ -361,12 +368,13 @@ def _markdown(runs: list[dict], path: Path) -> None:
     head = ("| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} s (CPU s, idle core-s, peak MiB)" for r in runs)
             + " |")
     lines = [f"# v6 build scaling ({os.cpu_count()} CPUs)", "",
-             "| run | MB collected | MB/s all but semantics | high-water mark of any process MiB "
+             "| run | MB collected | MB/s all but semantics | high-water mark of any process MiB (stage) "
              "| peak RSS any process, sampled MiB | peak RSS tree MiB | wall s |",
              "|---|---|---|---|---|---|---|"]
     for r in runs:
         lines.append(f"| {r['scale']}x w{r['workers']} | {r['mb_collected']} | {r['mb_per_s_all_but_semantics']} | "
-                     f"{r.get('high_water_mib_any_process', '')} | {r['peak_rss_mib_any_process']} | "
+                     f"{r.get('high_water_mib_any_process', '')} ({r.get('high_water_stage') or '?'}) | "
+                     f"{r['peak_rss_mib_any_process']} | "
                      f"{r['peak_rss_mib_tree']} | {r['wall_seconds']} |")
     for scale in sorted({r["scale"] for r in runs}):
         digests = {r["workers"]: r.get("output_digest") for r in runs if r["scale"] == scale}
