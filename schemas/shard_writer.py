@@ -39,7 +39,12 @@ class ShardParams:
     seed: int = 42
     compression: str = "zstd"
     compression_level: int | None = 3  # None: the codec's default level
-    bucket_bytes: int = 256 * 2**20  # in-memory size of one shuffle bucket
+    # in-memory size of one shuffle bucket (Parquet's uncompressed size of its rows): a shard-writing task holds
+    # a whole bucket and its sorted copy, so this bounds the stage's memory. 256 MiB let the bucket grow with
+    # the corpus up to that size: one bucket of the 4x corpus (bench/scale.py) took its task to 359 MiB, the
+    # build's largest process; 16 MiB gave 2 buckets and the same bytes (the order is by key, whatever the
+    # buckets; docs/SCALING.md, Memory).
+    bucket_bytes: int = 16 * 2**20
     max_buckets: int = 512  # bound on open bucket files; past it buckets grow beyond bucket_bytes
 
 
