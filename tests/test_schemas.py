@@ -118,6 +118,19 @@ def test_revision_1_shards_and_ledger_read_under_todays_names(tmp_path):
         check_shard(shard, "v6", 1)
 
 
+def _write_in_pieces(out, table: pa.Table, p, cut: list[int]) -> list[dict]:
+    """`table` through one ShardWriter into `out`, handed over in pieces of the sizes in `cut`; its listing."""
+    from cpp_data.schemas.shard_writer import ShardWriter
+
+    out.mkdir()
+    writer = ShardWriter(out, "train", table.schema, p)
+    pos = 0
+    for n in cut:
+        writer.write(table.slice(pos, n))
+        pos += n
+    return writer.close()
+
+
 def test_row_groups_larger_than_a_page_are_the_same_bytes_whatever_the_chunking(tmp_path):
     """Parquet cuts a column's pages where a written chunk ends once the page is full, so a row group written
     from several Arrow chunks had other pages than one written from one: the shards stage's bytes then
@@ -126,7 +139,7 @@ def test_row_groups_larger_than_a_page_are_the_same_bytes_whatever_the_chunking(
     import random
 
     from cpp_data.schemas.generations import write_schema
-    from cpp_data.schemas.shard_writer import ShardParams, ShardWriter
+    from cpp_data.schemas.shard_writer import ShardParams
 
     rng = random.Random(11)
     texts = ["".join(rng.choice("abcdefghij{};() \n") for _ in range(rng.randrange(20_000, 120_000)))
@@ -134,16 +147,8 @@ def test_row_groups_larger_than_a_page_are_the_same_bytes_whatever_the_chunking(
     schema = write_schema("v6", ["text", "doc_id"])
     table = pa.table({"text": texts, "doc_id": [f"d{i}" for i in range(len(texts))]}, schema=schema)
     p = ShardParams(docs_per_shard=1000, row_group_size=32, row_group_bytes=0)
-    digests = []
-    for k, cut in enumerate([[60], [1] * 60, [7, 20, 2, 31]]):
-        out = tmp_path / f"c{k}"
-        out.mkdir()
-        writer = ShardWriter(out, "train", schema, p)
-        pos = 0
-        for n in cut:
-            writer.write(table.slice(pos, n))
-            pos += n
-        digests.append([f["sha256"] for f in writer.close()])
+    digests = [[f["sha256"] for f in _write_in_pieces(tmp_path / f"c{k}", table, p, cut)]
+               for k, cut in enumerate([[60], [1] * 60, [7, 20, 2, 31]])]
     md = pq.read_metadata(tmp_path / "c0" / "train-00000.parquet")
     assert md.row_group(0).column(0).total_uncompressed_size > 2 * 2**20  # a text chunk of several pages
     assert digests[1] == digests[0] and digests[2] == digests[0]
@@ -155,7 +160,7 @@ def test_row_groups_close_at_their_byte_bound_whatever_the_chunking(tmp_path):
     import random
 
     from cpp_data.schemas.generations import write_schema
-    from cpp_data.schemas.shard_writer import ShardParams, ShardWriter
+    from cpp_data.schemas.shard_writer import ShardParams
 
     rng = random.Random(7)
     sizes = [rng.choice([10, 300, 900, 2500]) for _ in range(200)]
@@ -163,16 +168,8 @@ def test_row_groups_close_at_their_byte_bound_whatever_the_chunking(tmp_path):
     schema = write_schema("v6", ["text", "doc_id"])
     table = pa.table({"text": texts, "doc_id": [f"d{i}" for i in range(len(texts))]}, schema=schema)
     p = ShardParams(docs_per_shard=150, row_group_size=8, row_group_bytes=2000)
-    listings = []
-    for k, cut in enumerate([[200], [1] * 200, [3, 50, 7, 140], [64, 64, 64, 8]]):
-        out = tmp_path / f"c{k}"
-        out.mkdir()
-        writer = ShardWriter(out, "train", schema, p)
-        pos = 0
-        for n in cut:
-            writer.write(table.slice(pos, n))
-            pos += n
-        listings.append([(f["path"], f["rows"], f["sha256"]) for f in writer.close()])
+    listings = [[(f["path"], f["rows"], f["sha256"]) for f in _write_in_pieces(tmp_path / f"c{k}", table, p, cut)]
+                for k, cut in enumerate([[200], [1] * 200, [3, 50, 7, 140], [64, 64, 64, 8]])]
     assert all(lst == listings[0] for lst in listings)
     groups = []
     for path, rows, _ in listings[0]:
