@@ -278,22 +278,22 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
             raise ParquetConcatError(f"{part}: its schema or key-value metadata differs from {parts[0]}'s")
         by = at - 4
         groups = _field(meta, _FMD_ROW_GROUPS)
-        for group in (groups[2][1] if groups else []):
-            _shift(group, (_RG_FILE_OFFSET,), by)
-            ordinal = _field(group, _RG_ORDINAL)
-            if ordinal is not None:
-                ordinal[2] = len(row_groups)
-            for chunk in _field(group, _RG_COLUMNS)[2][1]:
-                _shift(chunk, (_CC_FILE_OFFSET, _CC_COLUMN_INDEX), by)
-                cmd = _field(chunk, _CC_META)
-                if cmd is not None:
-                    _shift(cmd[2], _CMD_OFFSETS, by)
-                if _field(chunk, _CC_OFFSET_INDEX) is not None:
-                    indexes.append((chunk, _moved_offset_index(part, chunk, by)))
-            row_groups.append(group)
-        rows += _field(meta, _FMD_NUM_ROWS)[2]
-        with open(part, "rb") as f:
+        with open(part, "rb") as f:  # once per part: the offset indexes are read from it, then its body copied
+            for group in (groups[2][1] if groups else []):
+                _shift(group, (_RG_FILE_OFFSET,), by)
+                ordinal = _field(group, _RG_ORDINAL)
+                if ordinal is not None:
+                    ordinal[2] = len(row_groups)
+                for chunk in _field(group, _RG_COLUMNS)[2][1]:
+                    _shift(chunk, (_CC_FILE_OFFSET, _CC_COLUMN_INDEX), by)
+                    cmd = _field(chunk, _CC_META)
+                    if cmd is not None:
+                        _shift(cmd[2], _CMD_OFFSETS, by)
+                    if _field(chunk, _CC_OFFSET_INDEX) is not None:
+                        indexes.append((chunk, _moved_offset_index(f, part, chunk, by)))
+                row_groups.append(group)
             _copy_range(f, 4, footer_start - 4, dest, f"{part}: shorter than its footer says")
+        rows += _field(meta, _FMD_NUM_ROWS)[2]
         at += footer_start - 4
     for chunk, index in indexes:  # after every body, before the footer, as a writer puts them
         dest.write(index)
@@ -304,14 +304,13 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
     return rows
 
 
-def _moved_offset_index(part: Path, chunk: list[list], by: int) -> bytes:
-    """The offset index of `chunk` in `part` encoded again with every page's offset moved by `by`."""
+def _moved_offset_index(f: BinaryIO, part: Path, chunk: list[list], by: int) -> bytes:
+    """The offset index of `chunk` in `part` (open as `f`) encoded again with every page's offset moved by `by`."""
     where, length = _field(chunk, _CC_OFFSET_INDEX)[2], _field(chunk, _CC_OFFSET_INDEX_LENGTH)
     if length is None:
         raise ParquetConcatError(f"{part}: an offset index without its length")
-    with open(part, "rb") as f:
-        f.seek(where)
-        raw = f.read(length[2])
+    f.seek(where)
+    raw = f.read(length[2])
     try:
         index = _read_struct(_Reader(raw))
         for location in _field(index, _OI_PAGE_LOCATIONS)[2][1]:
