@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, get_type_hints
 
 from cpp_data.pipeline.errors import BadInput
