@@ -44,10 +44,53 @@ def quiet_datatrove() -> None:
 
     remember_loguru_lib_dirs()
     logger.remove()
-    # One line per record, never a traceback with local variables: a failing task's exception reaches the CLI,
-    # which prints it as one line (the traceback with --debug); its full log stays in the task's log file.
-    logger.add(sys.stderr, level="WARNING", format=lambda record: "{level}: {message}\n", backtrace=False,
+    _add_terminal_handler("WARNING")
+
+
+def _add_terminal_handler(level: str) -> None:
+    """One line per record at `level` or above, never a traceback with local variables: a failing task's
+    exception reaches the CLI, which prints it as one line (the traceback with --debug); its full log stays in
+    the task's log file."""
+    from loguru import logger
+
+    logger.add(sys.stderr, level=level, format=lambda record: "{level}: {message}\n", backtrace=False,
                diagnose=False, filter=lambda record: record["exception"] is None)
+
+
+_TASK_LOG_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}"
+
+
+def task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
+    """datatrove's add_task_logger (datatrove/utils/logging.py) with a quiet terminal: the task's log file gets
+    every record, as datatrove writes it; the terminal only errors, one line each, and no exception.
+
+    Why: datatrove gives the terminal a handler with loguru's defaults and logs a failing task's exception
+    through it, so any task that raised (a full disk, a cache directory removed under a running build) printed
+    its traceback with the local variables of every frame (tables, paths, the pipeline) above the CLI's one-line
+    error. Written here because add_task_logger has no option for its terminal handler; `use_task_logger`
+    puts it where datatrove's executors look for it. Same signature and file as datatrove's (close_task_logger
+    closes the file it returns)."""
+    from loguru import logger
+
+    logger.remove()
+    logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+    _add_terminal_handler("ERROR")
+    prefix = f"[NODE {node_rank}] " if node_rank != -1 else ""
+    logger.add(logfile, colorize=False, level="DEBUG", format=prefix + _TASK_LOG_FORMAT)
+    logger.info(f"Launching pipeline for {rank=}")
+    return logfile
+
+
+def use_task_logger() -> None:
+    """Make datatrove's executors set up each task's logging with `task_logger`: they call the
+    add_task_logger their own modules imported (the base executor's for local and Slurm tasks, the Ray
+    executor's for Ray tasks), so it is replaced there. Called in the process that runs the tasks, just before
+    they run, not at import."""
+    import datatrove.executor.base as base
+
+    base.add_task_logger = task_logger
+    if (ray_module := sys.modules.get("datatrove.executor.ray")) is not None:
+        ray_module.add_task_logger = task_logger
 
 
 def remember_loguru_lib_dirs() -> None:
@@ -138,9 +181,11 @@ def _count_nodes(logging_dir: Path) -> dict[str, int]:
 
 
 class QuietLocalExecutor(LocalPipelineExecutor):
-    """LocalPipelineExecutor whose tasks log to their log files only (local_rank 1 keeps stderr at ERROR)."""
+    """LocalPipelineExecutor whose tasks log to their log files only (task_logger: errors as one line on the
+    terminal, no tracebacks)."""
 
     def _run_for_rank(self, rank, local_rank=0, node_rank=-1):
+        use_task_logger()
         try:
             return super()._run_for_rank(rank, local_rank=1, node_rank=node_rank)
         finally:
@@ -296,13 +341,13 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
                            cpus_per_task=cpus, mem_per_cpu_gb=mem,
                            ray_remote_kwargs={"resources": resources} if resources else None)
     if cfg.kind == "slurm":
-        from datatrove.executor.slurm import SlurmPipelineExecutor
+        from cpp_data.pipeline.slurm_executor import SlurmExecutor
 
         opts = dict(cfg.slurm)
         opts.pop("poll_s", None)
         in_venv = sys.prefix != sys.base_prefix
         default_venv = os.path.join(sys.prefix, "bin", "activate") if in_venv else None
-        return SlurmPipelineExecutor(
+        return SlurmExecutor(
             steps, tasks=tasks, workers=cfg.workers if cfg.workers > 0 else -1,
             time=opts.pop("time", "04:00:00"), partition=opts.pop("partition", "cpu"), qos=opts.pop("qos", "normal"),
             logging_dir=str(logging_dir), job_name=f"cpp-data-{label}".replace("[", "-").replace("]", ""),

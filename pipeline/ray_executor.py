@@ -79,9 +79,16 @@ def _remove_placement_groups(error: BaseException) -> None:
 
 
 class RayExecutor(RayPipelineExecutor):
-    """RayPipelineExecutor with `SurfacingTaskManager`, rerunning unfinished ranks up to `attempts` times."""
+    """RayPipelineExecutor with `SurfacingTaskManager`, rerunning unfinished ranks up to `attempts` times; its
+    tasks log as the local executor's do (executors.task_logger: no traceback on the driver's terminal)."""
 
     attempts = 3
+
+    def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
+        from cpp_data.pipeline.executors import use_task_logger
+
+        use_task_logger()  # in the Ray worker that runs the task
+        return super()._run_for_rank(rank, local_rank, node_rank)
 
     def run(self) -> None:
         import datatrove.executor.ray as datatrove_ray

@@ -86,3 +86,40 @@ def test_every_run_forks_its_task_processes_from_the_server_started_before_it(tm
     assert got["errors"]["raise"] == ["BadInput", "bad.cc: task 0 refused it"]
     kind, text = got["errors"]["die"]
     assert kind in ("RuntimeError", "TaskProcessDied") and "die" in text and "died" in text
+
+
+FAILING_TASK = """
+import sys
+from pathlib import Path
+from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
+
+
+def step(data, rank=0, world_size=1):
+    held = "a local variable's value"
+    raise OSError(f"disk full in task {rank} ({len(held)})")
+    yield
+
+
+if __name__ == "__main__":
+    try:
+        run_datatrove(ExecutorConfig(workers=int(sys.argv[2]), progress=False), [step], 2, Path(sys.argv[1]), "failing")
+    except Exception as exc:
+        print(f"error: {type(exc).__name__}: {exc}")
+"""
+
+
+def test_a_failing_task_prints_no_traceback_and_logs_it_to_its_file(tmp_path):
+    """datatrove logs a task's exception to the terminal with loguru's defaults: the traceback with every frame's
+    local variables. executors.task_logger keeps the terminal to the build's one-line error; the task's log file
+    still has the traceback."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_TASK)
+    for workers in (1, 2):
+        logs = tmp_path / f"logs-{workers}"
+        proc = subprocess.run([sys.executable, str(script), str(logs), str(workers)], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.startswith("error: OSError: disk full in task"), proc.stdout
+        assert "Traceback" not in proc.stderr and "a local variable" not in proc.stderr, proc.stderr[-3000:]
+        logged = "".join(f.read_text() for f in sorted((logs / "logs").glob("task_*.log")))
+        assert "Traceback" in logged and "disk full in task" in logged

@@ -1,0 +1,21 @@
+"""datatrove's Slurm executor, its tasks logging as the local executor's do.
+
+A Slurm task runs `launch_pickled_pipeline`, which loads this executor and calls `_run_for_rank`; the override
+puts executors.task_logger in place first, so a failing task writes its traceback to its log file only (the
+Slurm job's output gets the one-line error). A module of its own because importing datatrove's Slurm executor
+is only needed when Slurm is chosen, and the class must be importable by name where the task unpickles it.
+"""
+
+from __future__ import annotations
+
+from datatrove.executor.slurm import SlurmPipelineExecutor
+
+
+class SlurmExecutor(SlurmPipelineExecutor):
+    """SlurmPipelineExecutor whose tasks log through executors.task_logger."""
+
+    def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
+        from cpp_data.pipeline.executors import use_task_logger
+
+        use_task_logger()
+        return super()._run_for_rank(rank, local_rank, node_rank)
