@@ -45,10 +45,11 @@ class TokenizerParams:
     frozen: str = ""
     # text the trainer sees at most (a seeded sample above it). Its process's peak follows the sample (its merge
     # queue holds sets of the words each pair occurs in): with one thread, 287 MiB on the default corpus's 14
-    # MB, 300 on 16 MB, 333 on 20 MB and 372 on 24 MB of bench/scale.py's 4x corpus (docs/SCALING.md), so 20
-    # MB keeps it near the build's other processes whatever the corpus. It costs 1.8% in held-out bytes per
-    # token against training on all 62 MB, 0.06% more than 24 MB (bench/results/tokenizer_sample-4x-budgets.md).
-    sample_bytes: int = 20_000_000
+    # MB, 300 on 16 MB, 333 on 20 MB and 372 on 24 MB of bench/scale.py's 4x corpus (docs/SCALING.md). 12 MB
+    # is below the default corpus's 14 MB, so from that corpus up the trainer's peak no longer grows with the
+    # corpus. It costs 3.4% in held-out bytes per token against training on all 62 MB of the 4x corpus, 1.0%
+    # more than 20 MB (bench/results/tokenizer_sample-4x-20261204.md), and 0.1% on the default corpus.
+    sample_bytes: int = 12_000_000
     sample_seed: int = 42
 
     def check(self) -> str | None:
