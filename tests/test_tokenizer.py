@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tokenizers import AddedToken
+from tokenizers import AddedToken, pre_tokenizers
 
 from cpp_data.schemas.manifest import load_manifest, sha256_file
 from cpp_data.schemas.reader import conform, iter_build_shards
@@ -132,6 +132,10 @@ def test_documents_encoded_in_parts_get_the_ids_of_the_whole(reference_build: Pa
     other = load_tokenizer(reference_build / "tokenizer")
     other.add_special_tokens([AddedToken("}\n#", special=True)])  # could straddle a cut: documents stay whole
     assert not cuts_keep_ids(other)
+    for pre in (pre_tokenizers.ByteLevel(add_prefix_space=False), None):  # another revision's pre-tokenizer
+        other = load_tokenizer(reference_build / "tokenizer")
+        other.pre_tokenizer = pre
+        assert not cuts_keep_ids(other)
     assert encode_in_parts(tok, texts, 200) == [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
     table = pa.table({"text": texts[:40]})
     assert add_token_columns(table, tok, "v6", part_chars=200).column("token_ids").to_pylist() == \
