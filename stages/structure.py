@@ -296,6 +296,10 @@ def repository_graph(defs: pa.Table, calls: pa.Table, max_candidates: int) -> tu
     return table, rows
 
 
+def _string_columns(schema: pa.Schema) -> list[str]:
+    return [f.name for f in schema if f.type == pa.string() and f.name != repo_groups.REPO]
+
+
 class GraphGroup(PipelineStep):
     """Phase 2, task g: the name graph of every repository of group g (its rows routed to graph_groups/)."""
 
@@ -309,8 +313,10 @@ class GraphGroup(PipelineStep):
     def run(self, data, rank: int = 0, world_size: int = 1):
         src, out = self.work / "graph_groups", self.work / "graph"
         out.mkdir(exist_ok=True)
-        defs = repo_groups.read_by_repository(src / f"defs-{rank:05d}.parquet")
-        calls = repo_groups.read_by_repository(src / f"calls-{rank:05d}.parquet")
+        # string columns stay dictionary-encoded while a repository waits its turn (name_graph decodes each
+        # where a step needs it): paths and scopes repeat on every row
+        defs = repo_groups.read_by_repository(src / f"defs-{rank:05d}.parquet", _string_columns(GRAPH_DEFINITIONS))
+        calls = repo_groups.read_by_repository(src / f"calls-{rank:05d}.parquet", _string_columns(GRAPH_CALLS))
         edge_tables, doc_rows = [], []
         for repo in sorted(defs):
             d = defs.pop(repo)  # each repository's rows go once its graph is made

@@ -276,6 +276,15 @@ def test_call_graph_does_not_depend_on_how_the_join_is_cut():
     assert whole.num_rows > 1000
     for rows in (997, 20_000):  # many chunks, a few
         assert name_graph.resolve(d, c, max_join_rows=rows).equals(whole), rows
+    # the structure stage reads its groups' string columns dictionary-encoded, in several chunks: same edges
+    encoded = {}
+    for name, table in (("d", d), ("c", c)):
+        cols = [pa.chunked_array([table.column(n).chunk(0).slice(0, 700), table.column(n).chunk(0).slice(700)])
+                for n in table.column_names]
+        encoded[name] = pa.table([col.dictionary_encode() if col.type == pa.string() else col for col in cols],
+                                 names=table.column_names)
+    assert pa.types.is_dictionary(encoded["c"].column("source_path").type)
+    assert name_graph.resolve(encoded["d"], encoded["c"], max_join_rows=997).equals(whole)
 
 
 def test_calls_that_name_no_definition_make_no_edges():

@@ -76,9 +76,17 @@ def _group_any(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.repeat(np.maximum.reduceat(mask.astype(np.int8), starts).astype(bool), np.diff(np.r_[starts, len(mask)]))
 
 
+def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A string column as plain strings: the structure stage reads its groups' string columns dictionary-encoded
+    (smaller in memory while a repository waits its turn); each is decoded here only while a step needs it."""
+    if not pa.types.is_dictionary(column.type):
+        return column
+    return pa.chunked_array([c.dictionary_decode() for c in column.chunks], type=column.type.value_type)
+
+
 def _dictionary(*columns: pa.ChunkedArray) -> tuple[pa.Array, list[np.ndarray]]:
     """(the distinct strings, each column as int codes into them): equal strings, equal codes, across columns."""
-    both = pa.chunked_array([c for col in columns for c in col.chunks], type=pa.string())
+    both = pa.chunked_array([c for col in columns for c in _plain(col).chunks], type=pa.string())
     strings = pc.unique(both)
     codes = pc.fill_null(pc.index_in(both, strings), -1).to_numpy()
     out, at = [], 0
@@ -190,8 +198,8 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
     last = by_key[np.r_[starts[1:], len(c)] - 1]
     keep = np.argsort(first, kind="stable")
     first, last = first[keep], last[keep]
-    return pa.table({"caller_file": pc.take(calls.column("source_path"), pa.array(c[first])),
-                     "caller": pc.take(calls.column("caller"), pa.array(c[first])),
-                     "callee_file": pc.take(defs.column("source_path"), pa.array(d[first])),
-                     "callee": pc.take(defs.column("qualname"), pa.array(d[first])),
+    return pa.table({"caller_file": _plain(pc.take(calls.column("source_path"), pa.array(c[first]))),
+                     "caller": _plain(pc.take(calls.column("caller"), pa.array(c[first]))),
+                     "callee_file": _plain(pc.take(defs.column("source_path"), pa.array(d[first]))),
+                     "callee": _plain(pc.take(defs.column("qualname"), pa.array(d[first]))),
                      "candidates": pa.array(n[last], pa.int32())}, schema=EDGES)

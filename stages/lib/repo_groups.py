@@ -77,7 +77,7 @@ def route(paths: Iterable[Path], schema: pa.Schema, group_of: dict[str, int], ou
     return groups
 
 
-def read_by_repository(path: Path) -> dict[str, pa.Table]:
+def read_by_repository(path: Path, dictionary: list[str] | None = None) -> dict[str, pa.Table]:
     """{repository: its rows of a routed group file, in file order}, read one row group at a time, so the group
     is in memory once, as the repositories' tables. Filtering the whole table by each repository in turn had
     held the group and a copy of its largest repository together: on bench/scale.py's 4x corpus, the group
@@ -85,7 +85,7 @@ def read_by_repository(path: Path) -> dict[str, pa.Table]:
     stay the chunks of its table: combining them copied the largest repository once more (its graph task, run
     alone on that group: 330 MiB high-water mark combined, 323 as chunks, the same output bytes)."""
     parts: dict[str, list[pa.Table]] = defaultdict(list)
-    source = pq.ParquetFile(path)
+    source = pq.ParquetFile(path, read_dictionary=dictionary)
     for i in range(source.num_row_groups):
         t = source.read_row_group(i)
         repos = t.column(REPO)
