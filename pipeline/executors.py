@@ -180,12 +180,21 @@ def _count_nodes(logging_dir: Path) -> dict[str, int]:
     return out
 
 
-class QuietLocalExecutor(LocalPipelineExecutor):
+class TaskLoggerMixin:
+    """For a datatrove executor class: its tasks set up their logging with `task_logger` (errors as one line on
+    the terminal, tracebacks in the task's log file). Listed before the executor class, so `_run_for_rank`, which
+    runs in the task's own process on every executor, puts it in place before datatrove's runs."""
+
+    def _run_for_rank(self, rank, local_rank=0, node_rank=-1):
+        use_task_logger()
+        return super()._run_for_rank(rank, local_rank, node_rank)
+
+
+class QuietLocalExecutor(TaskLoggerMixin, LocalPipelineExecutor):
     """LocalPipelineExecutor whose tasks log to their log files only (task_logger: errors as one line on the
     terminal, no tracebacks)."""
 
     def _run_for_rank(self, rank, local_rank=0, node_rank=-1):
-        use_task_logger()
         try:
             return super()._run_for_rank(rank, local_rank=1, node_rank=node_rank)
         finally:

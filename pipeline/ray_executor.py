@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from datatrove.executor.ray import RayPipelineExecutor, RayTaskManager
 
 from cpp_data.pipeline.errors import BadInput, CheckFailed
+from cpp_data.pipeline.executors import TaskLoggerMixin
 
 GIB = 1024 ** 3
 _RUN = threading.local()  # the failures list of the RayExecutor.run on this thread; read by the task manager
@@ -78,17 +79,11 @@ def _remove_placement_groups(error: BaseException) -> None:
         tb = tb.tb_next
 
 
-class RayExecutor(RayPipelineExecutor):
+class RayExecutor(TaskLoggerMixin, RayPipelineExecutor):
     """RayPipelineExecutor with `SurfacingTaskManager`, rerunning unfinished ranks up to `attempts` times; its
     tasks log as the local executor's do (executors.task_logger: no traceback on the driver's terminal)."""
 
     attempts = 3
-
-    def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
-        from cpp_data.pipeline.executors import use_task_logger
-
-        use_task_logger()  # in the Ray worker that runs the task
-        return super()._run_for_rank(rank, local_rank, node_rank)
 
     def run(self) -> None:
         import datatrove.executor.ray as datatrove_ray

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from datatrove.executor.slurm import SlurmPipelineExecutor
 
+from cpp_data.pipeline.executors import TaskLoggerMixin
 
-class SlurmExecutor(SlurmPipelineExecutor):
+
+class SlurmExecutor(TaskLoggerMixin, SlurmPipelineExecutor):
     """SlurmPipelineExecutor whose tasks log through executors.task_logger."""
-
-    def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
-        from cpp_data.pipeline.executors import use_task_logger
-
-        use_task_logger()
-        return super()._run_for_rank(rank, local_rank, node_rank)
