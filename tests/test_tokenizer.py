@@ -17,7 +17,8 @@ from cpp_data.stages.token_columns import add_token_columns
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.evaluate import split_documents
 from cpp_data.tokenizer.files import load_tokenizer
-from cpp_data.tokenizer.pretokenizer import cuts_keep_ids, encode_in_parts, encoding_parts, to_byte_symbols
+from cpp_data.tokenizer.pretokenizer import (ascii_twin, cuts_keep_ids, encode_in_parts, encoding_parts,
+                                             to_byte_symbols)
 from cpp_data.tokenizer.train import check_band_pieces, train_cpp_tokenizer
 
 from conftest import JUCE, POCO, need, run_cli
@@ -140,6 +141,35 @@ def test_documents_encoded_in_parts_get_the_ids_of_the_whole(reference_build: Pa
     table = pa.table({"text": texts[:40]})
     assert add_token_columns(table, tok, "v6", part_chars=200).column("token_ids").to_pylist() == \
         [e.ids for e in tok.encode_batch(texts[:40], add_special_tokens=False)]
+
+
+def test_ascii_twin_gives_the_tokenizers_ids(reference_build: Path):
+    """encode_in_parts encodes ASCII texts with the tokenizer's ASCII twin (no byte-level step); the tokenizer
+    itself is the judge, over every ASCII C/C++ file of two real trees in four, seeded random text over all 128
+    ASCII characters (control characters, a special token's literal), and mixed batches in order."""
+    import random
+
+    need(JUCE, POCO)
+    tok = load_tokenizer(reference_build / "tokenizer")
+    twin = ascii_twin(tok)
+    assert twin is not None
+    files = [p for root in (JUCE, POCO) for p in sorted(root.rglob("*"))
+             if p.suffix in (".h", ".hpp", ".cpp", ".c", ".mm") and p.is_file()][::4]
+    texts = [t for t in (p.read_bytes().decode("utf-8", "replace") for p in files) if t.isascii()]
+    rng = random.Random(7)
+    pieces = ["std::vector<", "\n    return ", "#include <", "0x1F'FFull", "<|eos|>", "<|pad|>", "->", " ", "\t",
+              "\r\n", "\x0b", "\x0c", "\x00", "\x7f", "\x1c"]
+    texts += ["".join(rng.choice(pieces) if rng.random() < 0.3 else chr(rng.randrange(128))
+                      for _ in range(rng.randrange(1, 400))) for _ in range(500)]
+    assert len(texts) > 800 and all(t.isascii() for t in texts)
+    want = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+    assert [e.ids for e in twin.encode_batch(texts, add_special_tokens=False)] == want
+    mixed = [x for pair in zip(texts[:200], EDGE_CASES * 30) for x in pair]  # ASCII and not, interleaved
+    assert encode_in_parts(tok, mixed) == [e.ids for e in tok.encode_batch(mixed, add_special_tokens=False)]
+    for pre in (pre_tokenizers.ByteLevel(add_prefix_space=False), None):  # not this module's pre-tokenizer
+        other = load_tokenizer(reference_build / "tokenizer")
+        other.pre_tokenizer = pre
+        assert ascii_twin(other) is None
 
 
 @pytest.mark.slow
