@@ -354,6 +354,7 @@ def family(key: str) -> str:
 _FAMILY_RANK = {"permissive": 0, "weak_copyleft": 1, "copyleft": 2, "proprietary": 3, "unknown": 4}
 
 
+@functools.lru_cache(maxsize=4096)  # per document, over a handful of expressions: parsing was 10% of the stage
 def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool, str, str]:
     """Decide an expression against the allow-list: (allowed, family, refusal rule or "").
 
