@@ -170,6 +170,9 @@ def test_ascii_twin_gives_the_tokenizers_ids(reference_build: Path):
         other = load_tokenizer(reference_build / "tokenizer")
         other.pre_tokenizer = pre
         assert ascii_twin(other) is None
+    other = load_tokenizer(reference_build / "tokenizer")
+    other.add_special_tokens([AddedToken("<|Ġsep|>", special=True)])  # renamed, it would match ASCII text
+    assert ascii_twin(other) is None
 
 
 @pytest.mark.slow

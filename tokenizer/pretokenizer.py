@@ -134,43 +134,58 @@ def ascii_twin(tok: Tokenizer) -> Tokenizer | None:
     alignments, and that took a fifth to a third of encoding C++ (bench/tokenizer_throughput.py on the 26.6 MB of
     a 2x build's documents, two threads: encode_batch_fast 5.2-5.7 s, through the twin 4.0-4.1 s, identical ids;
     bench/results/tokenizer_throughput-2x-twin.json). On ASCII text the byte-level step is a fixed
-    one-to-one map of characters (byte b -> byte_symbols()[b]), so a BPE whose vocabulary and merges are
-    spelled with the characters themselves, after the same Split, makes the same merges and emits the same ids.
-    Entries holding a symbol of a non-ASCII byte keep their spelling and ids (ASCII input never reaches them),
-    and merges involving them go; the others keep their order, and so their relative ranks. Added (special)
-    tokens are matched on the raw text before pre-tokenization by both. No library offers this: tokenizers has
-    no option to run byte-level BPE without the per-piece rewrite."""
-    import json
-
-    state = json.loads(tok.to_str())
-    model = state.get("model") or {}
-    if (state.get("normalizer") is not None
-            or state.get("pre_tokenizer") != json.loads(empty_code_tokenizer().pre_tokenizer.__getstate__())
-            or model.get("type") != "BPE" or model.get("dropout") is not None or model.get("byte_fallback")
-            or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix")):
+    one-to-one map of characters (byte b -> byte_symbols()[b]), so the same BPE with the symbols of ASCII bytes
+    renamed back to the characters themselves, after the same Split, makes the same merges and emits the same
+    ids. The renaming is one character for another (the symbols of non-ASCII bytes stay), so every entry keeps
+    its id and every merge its rank; entries and merges holding a non-ASCII byte's symbol are never reached by
+    ASCII input. It is done on tokenizer.json's text (each symbol, two UTF-8 bytes that never occur inside
+    another character, -> the character's JSON escape), not on parsed Python objects: parsing the 65,536-id
+    vocabulary and its merges raised an encoding process's peak by 55 MB, this by about the twin's own size
+    (28 MB), in 0.3 s once per process. Added (special) tokens are matched on the raw text before
+    pre-tokenization by both. No library offers this: tokenizers has no option to run byte-level BPE without the
+    per-piece rewrite."""
+    model = tok.model
+    if (tok.normalizer is not None or not _is_code_pre_tokenizer(tok) or not isinstance(model, models.BPE)
+            or model.dropout is not None or model.byte_fallback or model.continuing_subword_prefix
+            or model.end_of_word_suffix
+            or any(_RENAMED.intersection(t.content) for t in tok.get_added_tokens_decoder().values())):
         return None
-    plain = {sym: chr(b) for b, sym in enumerate(byte_symbols()) if b < 128}
-
-    def respell(token: str) -> str | None:  # None: the token holds a symbol of a non-ASCII byte
-        out = [plain.get(c) for c in token]
-        return None if None in out else "".join(out)
-
-    vocab: dict[str, int] = {}
-    for token, i in model["vocab"].items():
-        vocab[respell(token) or token] = i
-    if len(vocab) != len(model["vocab"]):  # cannot happen: respelled entries are pure ASCII, the rest are not
+    text = tok.to_str().encode("utf-8")
+    for symbol, escaped in _renaming():  # bytes.replace: 0.1 s on 2.5 MB, str.translate took 0.2
+        text = text.replace(symbol, escaped)
+    try:
+        twin = Tokenizer.from_str(text.decode("utf-8"))
+    except Exception:  # a vocabulary with raw control characters or spaces could collide with a renamed entry
         return None
-    merges = []
-    for m in model["merges"]:
-        a, b = m if isinstance(m, list) else m.split(" ", 1)
-        ra, rb = respell(a), respell(b)
-        if ra is not None and rb is not None:
-            merges.append([ra, rb])
-    model["vocab"], model["merges"] = vocab, merges
-    state["pre_tokenizer"] = state["pre_tokenizer"]["pretokenizers"][0]  # the Split alone
-    twin = Tokenizer.from_str(json.dumps(state))
+    if twin.get_vocab_size(with_added_tokens=False) != tok.get_vocab_size(with_added_tokens=False):
+        return None  # the same collision, resolved by tokenizers keeping one of the two
+    twin.pre_tokenizer = _code_split()  # the Split alone
     twin.encode_special_tokens = tok.encode_special_tokens  # a setting its JSON does not carry
     return twin
+
+
+_RENAMED = frozenset(chr(256 + k) for k in range(34))  # the byte symbols of ASCII bytes 0-32 and 127
+
+
+@functools.cache
+def _renaming() -> tuple[tuple[bytes, bytes], ...]:
+    """(symbol, character) in UTF-8 for each ASCII byte that byte-level BPE renames, the character as it is
+    written inside a JSON string."""
+    import json
+
+    pairs = tuple((sym.encode("utf-8"), json.dumps(chr(b))[1:-1].encode("ascii"))
+                  for b, sym in enumerate(byte_symbols()) if b < 128 and sym != chr(b))
+    if {sym.decode("utf-8") for sym, _ in pairs} != _RENAMED:
+        raise AssertionError("byte_symbols() no longer renames exactly ASCII bytes 0-32 and 127")
+    return pairs
+
+
+def _is_code_pre_tokenizer(tok: Tokenizer) -> bool:
+    """Whether `tok`'s pre-tokenizer is this module's, compared as the pre-tokenizers' own JSON."""
+    import json
+
+    return tok.pre_tokenizer is not None and \
+        json.loads(tok.pre_tokenizer.__getstate__()) == json.loads(empty_code_tokenizer().pre_tokenizer.__getstate__())
 
 
 @functools.lru_cache(maxsize=8)
@@ -187,16 +202,10 @@ def cuts_keep_ids(tok: Tokenizer) -> bool:
     """Whether encoding_parts' cuts give `tok` the ids of the whole text: its pre-tokenizer is this module's
     (a tokenizer trained by another revision could split otherwise) and none of its added tokens holds a line
     break (one could straddle a cut)."""
-    import json
-
-    if tok.pre_tokenizer is None:
-        return False
     # the pre-tokenizers' own JSON (their pickled state), not the whole tokenizer's: serializing and parsing a
     # 65,536-id vocabulary took 0.12 s in every process that encodes
-    mine = json.loads(empty_code_tokenizer().pre_tokenizer.__getstate__())
-    theirs = json.loads(tok.pre_tokenizer.__getstate__())
-    return theirs == mine and not any("\n" in t.content or "\r" in t.content
-                                      for t in tok.get_added_tokens_decoder().values())
+    return _is_code_pre_tokenizer(tok) and not any("\n" in t.content or "\r" in t.content
+                                                   for t in tok.get_added_tokens_decoder().values())
 
 
 def byte_symbols() -> list[str]:
