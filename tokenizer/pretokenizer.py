@@ -188,8 +188,8 @@ def _is_code_pre_tokenizer(tok: Tokenizer) -> bool:
         json.loads(tok.pre_tokenizer.__getstate__()) == json.loads(empty_code_tokenizer().pre_tokenizer.__getstate__())
 
 
-@functools.lru_cache(maxsize=8)
-def _ascii_twin_cached(tok: Tokenizer) -> Tokenizer | None:  # keyed by the object, like _cuts_keep_ids_cached
+@functools.lru_cache(maxsize=2)  # keyed by the object, like _cuts_keep_ids_cached; a twin is ~28 MB, so few
+def _ascii_twin_cached(tok: Tokenizer) -> Tokenizer | None:
     return ascii_twin(tok)
 
 
