@@ -63,10 +63,13 @@ def file_rows(path: str, fs: FileStructure, order: int) -> tuple[list[dict], lis
              "order": (order << 20) + i}
             for i, sp in enumerate(fs.spans) if sp.kind == "function"]
     calls = []
+    scopes: dict[int, str] = {}  # per caller: a function makes many calls
     for i, call in enumerate(fs.calls):
         caller = fs.spans[call.caller]
-        calls.append({"source_path": path, "caller": caller.qualname, "caller_scope": _scope_of(caller.qualname),
-                      "name": call.name, "qualifier": "::".join(components(call.qualifier)),
+        if (scope := scopes.get(call.caller)) is None:
+            scope = scopes[call.caller] = _scope_of(caller.qualname)
+        calls.append({"source_path": path, "caller": caller.qualname, "caller_scope": scope,
+                      "name": call.name, "qualifier": "::".join(components(call.qualifier)) if call.qualifier else "",
                       "order": (order << 20) + i})
     return defs, calls
 
