@@ -5,9 +5,10 @@
 The generic tokenizer is HF's ByteLevelBPETokenizer (GPT-2 pre-tokenizer, defaults) trained on the same
 training documents, as `cpp-data tokenizer eval` does. Both encode every document of the build with
 `encode_batch` on the same thread count (RAYON_NUM_THREADS), best of `--repeat` interleaved runs. Issue 5's target:
-being C++-aware costs at most 10% speed (ratio ours/generic >= 0.90). Also timed, with ids that must equal `encode_batch`'s: ours
-with `encode_batch_fast` (no character offsets), and ours as the build encodes, tokenizer/pretokenizer.py's
-encode_in_parts (encode_batch_fast, ASCII documents through the tokenizer's ASCII twin). Prints one JSON line for bench/results/.
+being C++-aware costs at most 10% speed (ratio ours/generic >= 0.90). Also timed, with ids that must equal
+`encode_batch`'s: ours with `encode_batch_fast` (no character offsets), and ours as the build encodes,
+tokenizer/pretokenizer.py's encode_in_parts (encode_batch_fast, ASCII documents through the tokenizer's ASCII
+twin). Prints one JSON line for bench/results/.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ class QuietLocalExecutor(TaskLoggerMixin, LocalPipelineExecutor):
 
     def _run_for_rank(self, rank, local_rank=0, node_rank=-1):
         try:
-            return super()._run_for_rank(rank, local_rank=1, node_rank=node_rank)
+            return super()._run_for_rank(rank, local_rank=local_rank, node_rank=node_rank)
         finally:
             quiet_datatrove()  # datatrove's task logger teardown re-adds a DEBUG stderr handler
 
