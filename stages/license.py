@@ -7,19 +7,23 @@ process identifies the files and writes the result beside the source's output, o
 the source wrote there. The driver had done it source after source before any task started, and pyaskalono
 loads its license store again for every text it identifies (0.13 s a call here; `license_match` caches
 results by normalized text, so a text seen before costs nothing): serial work growing with the repositories.
-Two workers may both identify one source's files when its first tasks start together; they write the same
-result. Each task then runs the cascade on its documents and refuses what the policy does not allow,
-recording the rule (no_license, unrecognized_spdx_tag, license_not_allowed, copyleft_not_opted_in,
-eula_source_available) and the
+The source's first tasks usually start together, one per worker: each then goes through the files from its own
+point (`identified_in_turn`: task j starts at the j-th fraction of the van der Corput sequence), claims a file
+before identifying it and records the answer in the stage's work directory, passing over what another task has
+claimed or recorded, so W workers identify each file about once between them instead of once each. Each task
+then runs the cascade on its documents and refuses what the policy does not allow, recording the rule
+(no_license, unrecognized_spdx_tag, license_not_allowed, copyleft_not_opted_in, eula_source_available) and the
 confidence of the license it found.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import pyarrow.parquet as pq
 from datatrove.data import Document
@@ -60,14 +64,16 @@ class LicenseParams:
         return None
 
 
-def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:
+def repo_licenses(rows: list[dict], identify: Callable[[str], tuple[str, float] | None] = identify_license_file
+                  ) -> dict[str, tuple[str, float, str]]:
     """Directory -> (spdx, score, evidence) for every directory holding an identifiable primary license file;
     such a file governs its directory's subtree (a bundled dependency with its own COPYING included).
 
     Only primary files decide (LICENSE, COPYING, LICENSE-MIT, COPYING.LESSER, ...): a file naming a component
     or an exception (LICENSE.OpenSSL, LICENSE-THIRD-PARTY, COPYING.RUNTIME) is listed in the evidence but never
     turns the license into a choice. Several primary licenses combine with AND (every one applies) unless a
-    text offers the choice ("at your option", "dual licensed", an SPDX OR), and then with OR."""
+    text offers the choice ("at your option", "dual licensed", an SPDX OR), and then with OR. `identify` names
+    one primary file's text (`identify_license_file`, or what `identified_in_turn` recorded)."""
     found: dict[str, list[tuple[str, float, str, bool]]] = {}
     secondary: dict[str, list[str]] = {}
     for row in sorted(rows, key=lambda r: r["source_path"]):
@@ -77,7 +83,7 @@ def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:
             secondary.setdefault(directory, []).append(path.name)
             continue
         text = row["content"].decode("utf-8", "replace")
-        hit = identify_license_file(text)
+        hit = identify(text)
         if hit:
             found.setdefault(directory, []).append((hit[0], hit[1], path.name, offers_choice(text)))
     out = {}
@@ -99,13 +105,84 @@ def repo_licenses(rows: list[dict]) -> dict[str, tuple[str, float, str]]:
     return out
 
 
-def license_states(license_files: Path) -> dict:
+def license_states(license_files: Path, ids_dir: Path | None = None, start: float = 0.0) -> dict:
     """License state (None at a pin) -> repo_licenses of that state's license files, from collect's
-    license_files.parquet."""
+    license_files.parquet. With `ids_dir`, the files are identified through `identified_in_turn` from `start`."""
+    rows = pq.read_table(license_files).to_pylist()
+    identify = identify_license_file
+    if ids_dir is not None:
+        texts = [row["content"].decode("utf-8", "replace") for row in rows
+                 if is_primary_license_file(PurePosixPath(row["source_path"]).name)]
+        hits = identified_in_turn(texts, ids_dir, start)
+
+        def identify(text: str) -> tuple[str, float] | None:
+            return hits[_text_key(text)]
     by_state: dict = {}
-    for row in pq.read_table(license_files).to_pylist():
+    for row in rows:
         by_state.setdefault(row.get("state"), []).append(row)
-    return {state: repo_licenses(rows) for state, rows in by_state.items()}
+    return {state: repo_licenses(state_rows, identify) for state, state_rows in by_state.items()}
+
+
+def _text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def identified_in_turn(texts: list[str], ids_dir: Path, start: float) -> dict[str, tuple[str, float] | None]:
+    """`identify_license_file` of each distinct text, keyed by its SHA-256, shared with the tasks running beside
+    this one through `ids_dir`: one small JSON record per text, written atomically.
+
+    Going through the texts (ordered by key) from the fraction `start` of the way round, a recorded text is read,
+    a text another task has claimed (`<key>.claim`, created exclusively) is passed over until the end, and any
+    other claimed, identified and recorded. At the end a passed-over text is read, or identified here if it is
+    still unrecorded (its claimer may have died). Tasks that start together at spread points (`turn_start`)
+    each identify about their share and read the rest: askalono costs ~0.15-0.2 s a call whatever the text,
+    and every task of a source had identified all of its files when they started at once. Whichever task
+    identified a text, the answer is the same; the records live and go with the stage's work directory."""
+    ids_dir = Path(ids_dir)
+    ids_dir.mkdir(parents=True, exist_ok=True)
+    keyed = {_text_key(t): t for t in texts}
+    keys = sorted(keyed)
+    first = int(start * len(keys)) % len(keys) if keys else 0
+    out: dict[str, tuple[str, float] | None] = {}
+    passed: list[str] = []
+
+    def recorded(key: str) -> bool:
+        try:
+            hit = json.loads((ids_dir / f"{key}.json").read_text())
+            out[key] = (str(hit[0]), float(hit[1])) if hit else None
+        except (OSError, ValueError, TypeError, IndexError, KeyError):  # none yet, or one this code cannot read
+            return False
+        return True
+
+    def identify(key: str) -> None:
+        hit = identify_license_file(keyed[key])
+        atomic_write_json(ids_dir / f"{key}.json", list(hit) if hit else None, durable=False)
+        out[key] = hit
+
+    for key in keys[first:] + keys[:first]:
+        if recorded(key):
+            continue
+        try:
+            os.close(os.open(ids_dir / f"{key}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            passed.append(key)
+            continue
+        identify(key)
+    for key in passed:
+        if not recorded(key):
+            identify(key)
+    return out
+
+
+def turn_start(rank: int) -> float:
+    """Task `rank`'s starting fraction for `identified_in_turn`: the van der Corput sequence (0, 1/2, 1/4, 3/4,
+    1/8, ...), so any number of consecutive tasks start evenly spread."""
+    fraction, weight = 0.0, 0.5
+    while rank:
+        fraction += weight * (rank & 1)
+        rank >>= 1
+        weight /= 2
+    return fraction
 
 
 def write_license_states(path: Path, states: dict) -> None:
@@ -119,13 +196,14 @@ def read_license_states(path: Path) -> dict:
     return {e["state"]: {d: tuple(v) for d, v in e["directories"].items()} for e in json.loads(Path(path).read_text())}
 
 
-def source_license_states(license_files: Path, states_file: Path) -> dict:
+def source_license_states(license_files: Path, states_file: Path, start: float = 0.0) -> dict:
     """A source's license_states: read from `states_file` where a task of the source wrote them, else
-    identified and written there (atomically: two tasks writing at once write the same bytes)."""
+    identified (sharing the files with the tasks beside it: `identified_in_turn` from `start`, recording under
+    `states_file`'s directory) and written there (atomically: two tasks writing at once write the same bytes)."""
     try:
         return read_license_states(states_file)
     except FileNotFoundError:
-        states = license_states(license_files)
+        states = license_states(license_files, Path(states_file).parent / "license_file_ids", start)
         write_license_states(states_file, states)
         return states
 
@@ -150,9 +228,14 @@ class LicenseStep(BaseFilter):
         self.license_files = str(license_files)
         self.states_file = str(states_file) if states_file else None  # None: the source has no license files
         self.declared = declared
+        self.rank = 0
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        self.rank = rank  # where this task starts through the source's license files (`turn_start`)
+        yield from super().run(data, rank, world_size)
 
     def license_states(self) -> dict:
-        return source_license_states(Path(self.license_files), Path(self.states_file))
+        return source_license_states(Path(self.license_files), Path(self.states_file), turn_start(self.rank))
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         meta = doc.metadata

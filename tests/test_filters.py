@@ -307,6 +307,86 @@ def test_license_states_a_task_identified_are_what_the_other_tasks_read(tmp_path
     assert LicenseStep(LicenseParams(DEFAULT_ALLOW), parquet, written, None).license_states() == states
 
 
+def _count_identifications(monkeypatch) -> list[int]:
+    import cpp_data.stages.license as license_stage
+
+    calls = [0]
+    real = license_stage.identify_license_file
+
+    def counted(text: str):
+        calls[0] += 1
+        return real(text)
+
+    monkeypatch.setattr(license_stage, "identify_license_file", counted)
+    return calls
+
+
+def _juce_license_texts() -> list[str]:
+    from cpp_data.stages.lib.license_match import is_primary_license_file
+
+    return [p.read_bytes().decode("utf-8", "replace") for p in sorted(JUCE.rglob("*"))
+            if p.is_file() and is_primary_license_file(p.name)]
+
+
+def test_license_files_identified_in_turn_are_shared_not_repeated(tmp_path, monkeypatch):
+    """A task reads what another recorded instead of identifying it again, whatever its start; a text claimed
+    by a task that never recorded it (killed) is identified at the end; the answers are the library's."""
+    need(JUCE)
+    from cpp_data.stages.lib.license_match import identify_license_file
+    from cpp_data.stages.license import _text_key, identified_in_turn
+
+    texts = _juce_license_texts()
+    distinct = {_text_key(t) for t in texts}
+    assert len(distinct) >= 5
+    truth = {_text_key(t): identify_license_file(t) for t in texts}
+    calls = _count_identifications(monkeypatch)
+    assert identified_in_turn(texts, tmp_path / "ids", 0.0) == truth and calls[0] == len(distinct)
+    assert identified_in_turn(texts, tmp_path / "ids", 0.5) == truth and calls[0] == len(distinct)
+    dead = sorted(distinct)[len(distinct) // 2]
+    (tmp_path / "ids" / f"{dead}.json").unlink()  # claimed, never recorded
+    assert identified_in_turn(texts, tmp_path / "ids", 0.5) == truth and calls[0] == len(distinct) + 1
+
+
+def _identify_in_child(texts, ids_dir, start, queue):
+    import cpp_data.stages.license as license_stage
+
+    calls = [0]
+    real = license_stage.identify_license_file
+
+    def counted(text):
+        calls[0] += 1
+        return real(text)
+
+    license_stage.identify_license_file = counted
+    queue.put((start, license_stage.identified_in_turn(texts, ids_dir, start), calls[0]))
+
+
+def test_tasks_starting_together_share_the_license_files(tmp_path):
+    """Two processes started at once on one source's license files (turn_start of tasks 0 and 1) identify each
+    text about once between them, not once each, and both answer what askalono answers."""
+    need(JUCE)
+    import multiprocessing
+
+    from cpp_data.stages.lib.license_match import identify_license_file
+    from cpp_data.stages.license import _text_key, turn_start
+
+    texts = _juce_license_texts()
+    truth = {_text_key(t): identify_license_file(t) for t in texts}
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_identify_in_child, args=(texts, tmp_path / "ids", turn_start(r), queue))
+             for r in (0, 1)]
+    for proc in procs:
+        proc.start()
+    got = [queue.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+    assert all(result == truth for _, result, _ in got)
+    total = sum(n for _, _, n in got)
+    assert len(truth) <= total <= len(truth) + 2, got  # each at most one text its peer claimed but had not recorded
+    assert all(n >= 1 for _, _, n in got) or total == len(truth)
+
+
 def test_license_banner_after_include_guard_is_not_shingled():
     from cpp_data.stages.lib.shingles import strip_license_header
 
