@@ -24,7 +24,9 @@ configured only when --semantics is given (its 99 TUs take about three minutes o
         [--extra-repo-mb 16] [--set tokenizer.sample_bytes=8000000 ...] [--name NAME]
 
 Writes bench/results/<--name>.{json,md,png} (scale by default), with each run's output digest (the published
-files' SHA-256s, README.md aside), so the runs of one scale show whether the worker count changed a byte.
+files' SHA-256s, README.md aside), so the runs of one scale show whether the worker count changed a byte, and
+the cost of each stage per GB of C/C++ collected (docs/SCALING.md's table). `--render RUNS.json` writes the
+.md and .png again from a results file, without building (for a table added after the runs).
 Times are wall seconds on this machine with nothing else running; compare runs of one invocation only.
 """
 
@@ -337,7 +339,15 @@ def main(argv: list[str] | None = None) -> None:
                     help="cut the extra text into sources of at most this many MB each (default: one source)")
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="STAGE.PARAM=VALUE",
                     help="a recipe override for every build (cpp-data build --set), repeatable")
+    ap.add_argument("--render", type=Path, metavar="RUNS.json",
+                    help="write <--name>.md and .png from this results file instead of building")
     a = ap.parse_args(argv)
+    if a.render:
+        runs = json.loads(a.render.read_text())["runs"]
+        a.results.mkdir(parents=True, exist_ok=True)
+        _markdown(runs, a.results / f"{a.name}.md")
+        _plot(runs, a.results / f"{a.name}.png")
+        return
     base = default_bytes()
     if max(a.scales) > 1:
         check_extra_trees()  # before the 1x runs, not after them
@@ -402,7 +412,52 @@ def _markdown(runs: list[dict], path: Path) -> None:
     lines += ["", "Idle core-seconds of the machine over each whole build, and their share of cores x wall time: "
               + "; ".join(f"{r['scale']}x w{r['workers']} {s:.1f} ({s / (r['wall_seconds'] * os.cpu_count()):.0%})"
                           for r, s in idle)]
+    lines += ["", *_cost_table(runs)]
     path.write_text("\n".join(lines) + "\n")
+
+
+# the tokenizer trains beside structure, so the CPU of the samples taken meanwhile cannot be split between them
+_TOGETHER = {"structure": "structure + tokenizer", "tokenizer": "structure + tokenizer",
+             "structure+tokenizer": "structure + tokenizer"}
+
+
+def _cost_table(runs: list[dict]) -> list[str]:
+    """Markdown lines: each stage's wall seconds and CPU seconds per GB of C/C++ collected, per run.
+
+    One denominator for every stage (the bytes collected, not what each stage reads) so the rows add up to the
+    build and a corpus size in collected bytes multiplies straight through (docs/SCALING.md's 1 TB plan).
+    With one worker a stage's CPU s/GB is its core-seconds per GB. Structure and the tokenizer share a row for
+    CPU: the trainer runs beside structure and their samples overlap; their wall seconds stay apart."""
+    wall: dict[str, list[str]] = {}
+    cpu: dict[str, dict[int, float]] = {}
+    for i, r in enumerate(runs):
+        gb = r["mb_collected"] / 1000
+        for k, v in r["stage_seconds"].items():
+            wall.setdefault(k, [""] * len(runs))[i] = f"{v / gb:.0f}"
+        for k, v in r.get("cpu_seconds", {}).items():
+            row = cpu.setdefault(_TOGETHER.get(k, k), {})
+            row[i] = row.get(i, 0.0) + v / gb
+    both = "structure + tokenizer"
+    names = sorted((set(wall) | set(cpu)) - {both, "structure+tokenizer"}, key=lambda k: -max(
+        [float(x or 0) for x in wall.get(k, [])] + list(cpu.get(k, {}).values())))
+    out = ["Cost per GB of C/C++ collected: wall s/GB, then CPU s/GB of the build's processes (with one worker, "
+           "core-seconds per GB; structure and the tokenizer share their CPU row, the trainer running beside "
+           "structure).", "",
+           "| stage | " + " | ".join(f"{r['scale']}x w{r['workers']} wall s/GB (CPU s/GB)" for r in runs) + " |",
+           "|---|" + "---|" * len(runs)]
+    for k in names:
+        cells = []
+        for i in range(len(runs)):
+            w = wall.get(k, [""] * len(runs))[i] or "-"
+            c = cpu.get(k, {}).get(i, 0.0) if k not in _TOGETHER else None  # no sample: under 0.2 s
+            cells.append(f"{w} ({c:.0f})" if c is not None else w)
+        out.append(f"| {k} | " + " | ".join(cells) + " |")
+    out.append(f"| {both}, CPU | " + " | ".join(
+        f"({cpu.get(both, {}).get(i, 0):.0f})" for i in range(len(runs))) + " |")
+    out.append("| whole build | " + " | ".join(
+        f"{(r.get('summary') or {}).get('wall_seconds', r['wall_seconds']) / (r['mb_collected'] / 1000):.0f} "
+        f"({sum(r.get('cpu_seconds', {}).values()) / (r['mb_collected'] / 1000):.0f})" for r in runs) + " |")
+    return out
 
 
 def _plot(runs: list[dict], path: Path) -> None:
