@@ -326,3 +326,100 @@ def test_resolve_sorts_rows_by_order_only_when_they_are_not():
     assert _in_order(ordered) is ordered  # the structure stage's rows come in order: no copy
     shuffled = pa.table({"order": [5, 2, 1, 2], "name": ["d", "b", "a", "c"]})
     assert _in_order(shuffled).column("name").to_pylist() == ["a", "b", "c", "d"]  # stable among equal orders
+
+
+# Deep or repetitive texts (generated code, hostile files) must cost time and memory in proportion to their
+# size: what bounds each scan is checked here, bench/hostile_structure.py prints the times.
+
+def test_bracket_groups_are_read_only_so_far():
+    src = b"F(" + b"x, " * 3000 + b")"
+    assert st._balanced(src, 1, ord("("), ord(")")) == -1  # closes past the limit: not read to the end
+    assert st._balanced(src, 1, ord("("), ord(")"), len(src)) == len(src)
+    assert st._balanced(b"F(a(b)[c]) {", 1, ord("("), ord(")")) == 10
+    assert st._balanced(b"x<a<b>, c> y", 1, ord("<"), ord(">")) == 10
+    assert st._balanced(b"[[a]] x", 0, ord("["), ord("]")) == 5
+
+
+def test_a_head_of_too_many_words_is_not_read_as_one():
+    def heads(text: str) -> list:
+        src = text.encode()
+        tree = st.new_parser().parse(src)
+        found = st._repair_nodes(tree)
+        return [src[a:b].decode() for spec in found.specs for a, b in st._head_macros(src, spec)]
+
+    assert heads("class A_API B_API Name {\n};\n") == ["A_API", "B_API"]
+    words = " ".join(f"W{i}" for i in range(st._HEAD_WORDS_MAX))
+    assert heads(f"class {words} Name {{\n}};\n") == []
+    # a body-less head followed by lines of words: without the cap each head read on to the end of the text
+    assert heads("class A_API B_API C_API X\n" * 50) == []
+
+
+def _outermost_by_climbing(tree, s: int, e: int):
+    node = tree.root_node.descendant_for_byte_range(s, e)
+    while node is not None and node.parent is not None and node.parent.start_byte == s:
+        node = node.parent
+    return node
+
+
+@pytest.mark.parametrize("text", [
+    FIXTURE,
+    "namespace x {\nint broken(;\n" + "".join(f"LUA_API int f{i}(L *l);\nGTEST_OK\n" for i in range(30)) + "}\n",
+    "".join("FOO_INLINE A::A() : b{x} {\n" for _ in range(40)),  # nested 40 deep, never closed
+    "#define M(x) \\\n  FOO_BAR x\nint y = \"FOO_BAR \";\n/* FOO_BAR */ ABC_DEF z;\n",
+])
+def test_outermost_nodes_sweep_agrees_with_climbing_parents(text):
+    src = text.encode()
+    tree = st.new_parser().parse(src)
+    spans = sorted({m.span(1) for m in st._BARE_MACRO_LINE.finditer(src)}
+                   | {m.span(1) for m in st._LEADING_MACRO.finditer(src)}
+                   | {(m.start(), m.end()) for m in __import__("re").finditer(rb"[A-Za-z_]\w*", src)})
+    got = st._outermost_nodes(tree, spans)
+    want = [_outermost_by_climbing(tree, s, e) for s, e in spans]
+    assert len(spans) > 10
+    assert [(n.type, n.start_byte, n.end_byte) for n in got] == [(n.type, n.start_byte, n.end_byte) for n in want]
+
+
+def test_deep_nesting_keeps_scope_chains_and_names_bounded():
+    half = st.MAX_SCOPE_DEPTH // 2 + 20  # namespaces, then classes inside them: deeper than the chain's bound
+    text = ("".join(f"namespace n{i} {{\n" for i in range(half)) + "".join(f"class C{i} {{\n" for i in range(half))
+            + "int f() { return 1; }\n" + "};\n" * half + "}\n" * half)
+    spans = st.analyze(text).spans
+    assert [s.kind for s in spans].count("class") == half and [s.kind for s in spans].count("namespace") == half
+    assert max(len(s.scope) for s in spans) == st.MAX_SCOPE_DEPTH
+    assert max(len(s.qualname) for s in spans) <= st.MAX_QUALNAME + 2 + len("f")
+    f = next(s for s in spans if s.kind == "function")
+    assert f.qualname.startswith("n0::n1::") and "::C0::" in f.qualname and f.qualname.endswith("::f")
+    assert len(f.scope) == st.MAX_SCOPE_DEPTH and f.scope[-1] == f"C{st.MAX_SCOPE_DEPTH - half - 1}"
+    huge = "A" * 50_000
+    spans = st.analyze(f"class {huge} {{\n" + "".join(f"int m{i}() {{ return {i}; }}\n" for i in range(20)) + "};\n").spans
+    assert all(len(s.qualname) <= st.MAX_SCOPE_NAME + 6 for s in spans if s.kind == "function")
+
+
+def test_a_round_of_many_repairs_parses_afresh(monkeypatch):
+    text = "".join(f"class FOO_API Name{i} : public Base {{\n  int f() const {{ return {i}; }}\n}};\n" for i in range(5))
+    want = [(s.kind, s.qualname) for s in st.analyze(text).spans]
+    monkeypatch.setattr(st, "MAX_EDITS", 2)  # five heads: more than two edits, so the round parses afresh
+    assert [(s.kind, s.qualname) for s in st.analyze(text).spans] == want
+    assert ("class", "Name4") in want and ("function", "Name4::f") in want
+
+
+@pytest.mark.parametrize("root", [GTEST, "/usr/include/Poco"])
+def test_repair_walk_finds_what_a_tree_sitter_query_finds(root):
+    """tree-sitter's own query engine as the judge of the cursor walk that replaced it (one file in three)."""
+    from tree_sitter import Query, QueryCursor
+
+    if not os.path.isdir(root):
+        pytest.fail(f"{root} missing: scripts/setup.sh installs it")
+    query = Query(st.LANGUAGE, "[(class_specifier) (struct_specifier) (union_specifier)] @s (ERROR) @e (MISSING) @m")
+    parser, with_errors = st.new_parser(), 0
+    for text in list(dict(sorted(_load_tree(root).items())).values())[::3]:
+        tree = parser.parse(text.encode("utf-8", "surrogatepass"))
+        want = QueryCursor(query).captures(tree.root_node)
+        got = st._repair_nodes(tree)
+        with_errors += bool(want.get("e") or want.get("m"))
+        for key, nodes in (("s", got.specs), ("e", got.errors), ("m", got.missing)):
+            assert sorted((n.start_byte, n.end_byte, n.type) for n in nodes) == \
+                sorted((n.start_byte, n.end_byte, n.type) for n in want.get(key, []))
+        for n in got.errors + got.missing:  # and tree-sitter's own parent of each
+            assert got.parent_of[n.id] == n.parent
+    assert with_errors > 0

@@ -46,7 +46,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 import tree_sitter_cpp
-from tree_sitter import Language, Node, Parser, Point, Query, QueryCursor, Tree
+from tree_sitter import Language, Node, Parser, Point, Tree
 
 OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
 CATEGORY_NAMES = ("OTHER", "PREAMBLE", "FUNC_SIGNATURE", "FUNC_BODY", "CLASS_DECL", "CLASS_MEMBER", "COMMENT",
@@ -113,21 +113,82 @@ _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 # ABSL_MUST_USE_RESULT X {`, `class GTEST_API_ Foo : public Bar {`): not knowing the macro, tree-sitter takes it for
 # the class name and the real name for a declarator, so the class becomes a function_definition (or a declaration)
 # whose braces are parsed as statements, and every member inside is lost. See `_blank_misread_macros`.
-# one query, one walk per parse: body-less class heads (@s), ERROR (@e) and MISSING (@m) nodes
-_REPAIR_QUERY = Query(LANGUAGE, "[(class_specifier) (struct_specifier) (union_specifier)] @s (ERROR) @e (MISSING) @m")
+_SPECIFIER_KINDS = frozenset(k for k, n in enumerate(_KIND_NAMES)
+                             if n in ("class_specifier", "struct_specifier", "union_specifier"))
+
+
+class RepairNodes(NamedTuple):
+    """What the macro repair looks at in one parse (`_repair_nodes`)."""
+    specs: list[Node]     # class/struct/union specifiers, in document order
+    errors: list[Node]    # ERROR nodes (a tree with errors only)
+    missing: list[Node]   # MISSING nodes (likewise)
+    parent_of: dict[int, Node | None]  # Node.id of each ERROR and MISSING node -> its parent
+
+
+def _repair_nodes(tree: Tree) -> RepairNodes:
+    """The nodes the macro repair looks at, from one cursor walk of the tree, with the parents of the ERROR and
+    MISSING ones (the walk keeps its path: tree-sitter finds a node's parent by walking down from the root, which
+    made thousands of errors in a deeply nested text quadratic: 16,000 levels, 2.4 s).
+
+    A walk rather than a tree-sitter query (`[(class_specifier) ...] @s (ERROR) @e (MISSING) @m`, which this
+    replaces and which found the same nodes in every document of bench/scale.py's 2x corpus): the query engine
+    looks along a node's later siblings for each child it visits, so a node with thousands of anonymous children
+    made it quadratic (a line of 64,000 `(`: 2.8 s for the query, 0.02 s for the parse; tree-sitter issue
+    1972). The walk costs about 1.4 times the query on ordinary code (0.91 s against 0.66 on the 2x corpus's
+    3,222 training documents)."""
+    specs: list[Node] = []
+    errors: list[Node] = []
+    missing: list[Node] = []
+    parent_of: dict[int, Node | None] = {}
+    check = tree.root_node.has_error  # ERROR and MISSING nodes only occur in trees with errors
+    path: list[Node] = []  # the ancestors of the cursor's node (kept only where there are errors)
+    cursor = tree.walk()
+    while True:
+        node = cursor.node
+        kind = node.kind_id
+        if kind in _SPECIFIER_KINDS:
+            specs.append(node)
+        elif check and kind == _ERROR_KIND:
+            errors.append(node)
+            parent_of[node.id] = path[-1] if path else None
+        if cursor.goto_first_child():
+            if check:
+                path.append(node)
+            continue
+        if check and node.is_missing:  # a MISSING node is a leaf
+            missing.append(node)
+            parent_of[node.id] = path[-1] if path else None
+        while not cursor.goto_next_sibling():
+            if not cursor.goto_parent():
+                return RepairNodes(specs, errors, missing, parent_of)
+            if check:
+                path.pop()
+
+
 _HEAD_SKIP = re.compile(rb"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
 _HEAD_WORD = re.compile(rb"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
 _HEAD_KEYWORDS = frozenset({b"alignas", b"_Alignas", b"__declspec", b"__attribute__", b"__attribute", b"decltype"})
 _VIRT_SPECIFIERS = frozenset({b"final", b"sealed"})
 
+# Bracket groups and class heads are read only this far: a misread head or an annotation macro's arguments are
+# short, and reading to the end of the text for each of them made an unclosed group per line quadratic (2,000
+# lines of `ABC_DEF(x,` inside a function took 3.2 s, 4,000 lines 7.3 s; 4,000 lines of `class A_API B_API X`
+# without a body, each head read as words to the end of the file, 43 s).
+_BRACKET_LIMIT = 4096
+_HEAD_WORDS_MAX = 32
+MAX_EDITS = 2048  # ranges edited into the tree in a round, else a fresh parse (`_blank_misread_macros`); the 2x
+# corpus's largest round had 1,225
+_BRACKETS = {o: re.compile(re.escape(bytes([o])) + b"|" + re.escape(bytes([c]))) for o, c in (b"()", b"[]", b"<>")}
 
-def _balanced(src: bytes, pos: int, open_: int, close: int) -> int:
-    """End of the bracket group opening at src[pos], -1 if it never closes."""
+
+def _balanced(src: bytes, pos: int, open_: int, close: int, limit: int = _BRACKET_LIMIT) -> int:
+    """End of the bracket group opening at src[pos], -1 if it does not close within `limit` bytes (only the
+    brackets are visited: the regex finds them)."""
     depth = 0
-    for i in range(pos, len(src)):
-        depth += (src[i] == open_) - (src[i] == close)
+    for m in _BRACKETS[open_].finditer(src, pos, pos + limit):
+        depth += 1 if src[m.start()] == open_ else -1
         if depth == 0:
-            return i + 1
+            return m.end()
     return -1
 
 
@@ -155,6 +216,8 @@ def _head_macros(src: bytes, spec: Node) -> list[tuple[int, int]]:
         m = _HEAD_WORD.match(src, pos)
         if m is None:
             break
+        if len(words) >= _HEAD_WORDS_MAX:  # words running on past any head: not one
+            return []
         end = _HEAD_SKIP.match(src, m.end()).end()
         if src.startswith(b"(", end):
             end = _balanced(src, end, ord("("), ord(")"))
@@ -202,7 +265,7 @@ _MACRO_ALONE = re.compile(rb"[A-Z][A-Z0-9]*_[A-Z0-9_]*(?:\s*\([^()]*\))?")
 _MACRO_BEFORE = re.compile(rb"(?:.*\W)?[A-Z][A-Z0-9]*_[A-Z0-9_]*", re.S)  # a word ending in a macro-cased name
 
 
-def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> list[tuple[int, int]]:
+def _annotation_macros(src: bytes, tree: Tree, found: RepairNodes) -> list[tuple[int, int]]:
     """Byte ranges of macro calls (`NAME(args)`, NAME macro-cased) that broke the parse where they stand.
 
     Annotation and statement macros written without a `;` are not C++ to tree-sitter: `void f() const
@@ -218,9 +281,9 @@ def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> 
     after a parameter list or its qualifiers near an error (`bool empty() const SPDLOG_NOEXCEPT {`). So does an
     ERROR node that is nothing but a macro name or call, and a macro name read as a scope whose `::` is MISSING
     or followed by an ERROR (a calling convention: `int JUCE_CALLTYPE f()`)."""
-    errors = found.get("e", [])
+    errors = found.errors
     near: list[list[int]] = []  # byte ranges from the line before each ERROR/MISSING node to the line after it
-    for a, b in sorted((n.start_byte, n.end_byte) for n in errors + found.get("m", [])):
+    for a, b in sorted((n.start_byte, n.end_byte) for n in errors + found.missing):
         a = src.rfind(b"\n", 0, max(0, src.rfind(b"\n", 0, a))) + 1
         eol = src.find(b"\n", b)
         b = src.find(b"\n", eol + 1) if eol >= 0 else -1
@@ -242,7 +305,7 @@ def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> 
     out = []
     for m in (m for a, b in near for m in _MACRO_CALL.finditer(src, a, b)):
         start, paren = m.start(1), m.end() - 1
-        end = _balanced(src, paren, ord("("), ord(")"))
+        end = _balanced(src, paren, ord("("), ord(")"), 2001 - (paren - start))
         if end < 0 or end - start > 2000:  # an unclosed or huge "call" is not an annotation
             continue
         line_start = src.rfind(b"\n", 0, start) + 1
@@ -261,12 +324,11 @@ def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> 
             if not prev or prev.endswith((b";", b"{", b"}")):
                 continue
         out.append((start, end))
-    for m in itertools.chain(_BARE_MACRO_LINE.finditer(src), _LEADING_MACRO.finditer(src)):
-        s, e = m.span(1)
-        node = tree.root_node.descendant_for_byte_range(s, e)
-        while node is not None and node.parent is not None and node.parent.start_byte == s:
-            node = node.parent  # the outermost node the macro starts: what tree-sitter made of it
-        if (node is not None and node.has_error) or (m.re is _BARE_MACRO_LINE and near_error(s)):
+    lines = sorted((m.span(1), m.re is _BARE_MACRO_LINE)
+                   for m in itertools.chain(_BARE_MACRO_LINE.finditer(src), _LEADING_MACRO.finditer(src)))
+    # the outermost node each macro starts: what tree-sitter made of it
+    for ((s, e), bare), node in zip(lines, _outermost_nodes(tree, [span for span, _ in lines])):
+        if (node is not None and node.has_error) or (bare and near_error(s)):
             out.append((s, e))
     for a, b in near:  # `bool empty() const SPDLOG_NOEXCEPT {`: a bare annotation after the parameters
         for m in _TRAILING_MACRO.finditer(src, a, b):
@@ -274,18 +336,44 @@ def _annotation_macros(src: bytes, tree: Tree, found: dict[str, list[Node]]) -> 
     for node in errors:  # an ERROR that is just a macro name or call: `T& x ABSL_ATTRIBUTE_LIFETIME_BOUND)`
         if _MACRO_ALONE.fullmatch(src, node.start_byte, node.end_byte):
             out.append((node.start_byte, node.end_byte))
-    for node in errors + found.get("m", []):  # `T JUCE_CALLTYPE f()`: the macro read as a broken scope
+    for node in errors + found.missing:  # `T JUCE_CALLTYPE f()`: the macro read as a broken scope
         tail = src[max(0, node.start_byte - 128):node.start_byte].rstrip()
         tail = tail[:-2].rstrip() if tail.endswith(b"::") else tail
         if not _MACRO_BEFORE.fullmatch(tail.rsplit(None, 1)[-1] if tail else b""):
-            continue  # (checked first: a node's parent is found by a walk from the root)
-        parent = node.parent
+            continue
+        parent = found.parent_of[node.id]
         scope = parent.child_by_field_name("scope") if parent is not None else None
         if (scope is not None and parent.type == "qualified_identifier" and scope.type == "namespace_identifier"
                 and scope.end_byte <= node.start_byte
                 and _MACRO_ALONE.fullmatch(src, scope.start_byte, scope.end_byte)):
             out.append((scope.start_byte, scope.end_byte))
     return sorted(set(out))
+
+
+def _outermost_nodes(tree: Tree, spans: list[tuple[int, int]]) -> list[Node | None]:
+    """For each byte range (start, end), in ascending order of start: the outermost node that starts at `start`
+    and spans the range, else the smallest node spanning it; what climbing from `descendant_for_byte_range` while
+    the parent starts there gives.
+
+    Written as one forward sweep of a tree cursor that keeps its path from the root, because tree-sitter finds a
+    node's parent by walking down from the root: climbing through `Node.parent` for each range made a deeply
+    nested text quadratic (16,000 unclosed `FOO_INLINE A::A() : b{x} {` lines took 8 s)."""
+    cursor = tree.walk()
+    path = [cursor.node]  # the cursor's node and its ancestors, from the root
+    out: list[Node | None] = []
+    for s, e in spans:
+        while len(path) > 1 and path[-1].end_byte <= s:  # past the cursor's node: to a later sibling, else up
+            if cursor.goto_next_sibling():
+                path[-1] = cursor.node
+            else:
+                cursor.goto_parent()
+                path.pop()
+        while path[-1].start_byte <= s and cursor.goto_first_child_for_byte(s) is not None:
+            path.append(cursor.node)  # down through the nodes holding byte s (the last may start after it)
+        found = next((n for n in path if n.start_byte == s and n.end_byte >= e), None)
+        # no node starts there (the macro inside a token or an ERROR's text): the smallest one spanning it
+        out.append(found if found is not None else tree.root_node.descendant_for_byte_range(s, e))
+    return out
 
 
 def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 4) -> Tree:
@@ -299,13 +387,17 @@ def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 
     subtree the edits do not touch and parses the rest (on bench/scale.py's 4x training shard, the first
     round's re-parses of its 4,138 repaired documents took 2.6 s, fresh parses of the same texts 5.5 s). In 56
     of its 9,430 documents tree-sitter's error recovery then settles on another tree than a fresh parse of the
-    blanked text would; bench/structure_vs_libclang.py measures the spans either way."""
+    blanked text would; bench/structure_vs_libclang.py measures the spans either way.
+
+    A round of more than MAX_EDITS ranges parses the blanked text afresh instead: each edit costs tree-sitter
+    time in proportion to how deep it lies, so thousands of macros in a deeply nested text made the edits
+    quadratic (16,000 nested `class A_API X {` heads: 9.5 s of edits in 300 KB)."""
     buf = None
     done: set[tuple[int, int]] = set()
     for _ in range(rounds):
         cur = src if buf is None else bytes(buf)
-        found = QueryCursor(_REPAIR_QUERY).captures(tree.root_node)
-        ranges = [r for spec in found.get("s", ()) for r in _head_macros(cur, spec)]
+        found = _repair_nodes(tree)
+        ranges = [r for spec in found.specs for r in _head_macros(cur, spec)]
         if tree.root_node.has_error:
             ranges += [r for r in _annotation_macros(cur, tree, found) if r not in done]
         if not ranges:
@@ -313,11 +405,13 @@ def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 
         done.update(ranges)
         buf = bytearray(cur)
         newlines = np.flatnonzero(np.frombuffer(cur, np.uint8) == 10)
+        incremental = len(ranges) <= MAX_EDITS
         for s, e in ranges:
             buf[s:e] = re.sub(rb"[^\n]", b" ", cur[s:e])
-            start, end = _point(newlines, s), _point(newlines, e)  # blanking moves no byte, line or column
-            tree.edit(s, e, e, start, end, end)
-        tree = parser.parse(bytes(buf), tree)
+            if incremental:
+                start, end = _point(newlines, s), _point(newlines, e)  # blanking moves no byte, line or column
+                tree.edit(s, e, e, start, end, end)
+        tree = parser.parse(bytes(buf), tree) if incremental else parser.parse(bytes(buf))
     return tree
 
 
@@ -465,6 +559,26 @@ def _is_forward_decl(node: Node) -> bool:
     return decl is not None and decl.type == "function_declarator"
 
 
+# Scope chains are bounded: a deeply nested text (generated code, or a hostile file) otherwise gave every span a
+# chain as long as its depth and a qualified name to match, so memory grew with the square of the depth (16,000
+# nested classes in 300 KB took a process to 1.4 GB). A chain keeps MAX_SCOPE_DEPTH names of at most
+# MAX_SCOPE_NAME characters, and a qualified name at most MAX_QUALNAME characters of it before the span's own
+# name (which is kept whole: error recovery can make a whole region one function's "name", and that is the
+# span's own text, not repeated). On bench/scale.py's 2x corpus the deepest chain is 6 names, the longest name
+# in one 417 characters and the longest qualified name 943.
+MAX_SCOPE_DEPTH, MAX_SCOPE_NAME, MAX_QUALNAME = 64, 1024, 4096
+
+
+def _enter(scope: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """The scope inside `name`: `scope` with it appended (cut to MAX_SCOPE_NAME), or `scope` itself at
+    MAX_SCOPE_DEPTH."""
+    return scope + (name[:MAX_SCOPE_NAME],) if len(scope) < MAX_SCOPE_DEPTH else scope
+
+
+def _qualified(scope: tuple[str, ...], name: str) -> str:
+    return "::".join(scope)[:MAX_QUALNAME] + "::" + name if scope else name
+
+
 def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list[Span]]:
     """Walk the declaration containers (namespaces, classes, extern "C", #if blocks, templates, ERROR nodes, never
     function bodies); return paint ranges (start byte, end byte, category) in outer-to-inner order and the spans
@@ -484,7 +598,7 @@ def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list
             body_start = body.start_byte if body is not None else end
             paint.append((head, body_start, FUNC_SIGNATURE))
             paint.append((body_start, end, FUNC_BODY))
-            spans.append(Span("function", short, "::".join(scope + (written,)), scope, head, end,
+            spans.append(Span("function", short, _qualified(scope, written), scope, head, end,
                               body_start if body is not None else -1, node.start_point[0] + 1))
         elif kind == "template_declaration":
             stack.extend((c, scope, ns_level, head) for c in node.named_children
@@ -502,8 +616,8 @@ def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list
             paint.append((b0 + 1, b1 - 1, CLASS_MEMBER))
             paint.append((b1 - 1, b1, CLASS_DECL))
             spans.append(Span(_CLASS_TYPES[kind], _short_name(src, name_node) if name_node else "",
-                              "::".join(scope + (name,)), scope, head, end, b0, node.start_point[0] + 1))
-            stack.extend((c, scope + (name,), False, -1) for c in body.named_children)
+                              _qualified(scope, name), scope, head, end, b0, node.start_point[0] + 1))
+            stack.extend((c, _enter(scope, name), False, -1) for c in body.named_children)
         elif kind in ("namespace_definition", "linkage_specification"):
             body = node.child_by_field_name("body")
             if body is None:
@@ -512,8 +626,8 @@ def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list
             if kind == "namespace_definition":
                 name_node = node.child_by_field_name("name")
                 name = _text(src, name_node) if name_node is not None else "(anonymous)"
-                inner = scope + (name,)
-                spans.append(Span("namespace", name, "::".join(inner), scope, start, end, body.start_byte,
+                inner = _enter(scope, name)
+                spans.append(Span("namespace", name, _qualified(scope, name), scope, start, end, body.start_byte,
                                   node.start_point[0] + 1))
             if body.type == "declaration_list":
                 paint.append((start, body.start_byte + 1, NAMESPACE))
@@ -526,7 +640,7 @@ def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list
             paint.append((head, end, TYPEDEF))
             name_node = node.child_by_field_name("declarator" if kind == "type_definition" else "name")
             name = _text(src, name_node) if name_node is not None else ""
-            spans.append(Span("typedef", name, "::".join(scope + (name,)), scope, head, end, -1,
+            spans.append(Span("typedef", name, _qualified(scope, name), scope, head, end, -1,
                               node.start_point[0] + 1))
             if (cls := _class_with_body(node.child_by_field_name("type"))) is not None:
                 stack.append((cls, scope, False, -1))
