@@ -19,7 +19,7 @@ peaks, CPU and idle core-seconds, output digest). Why alternate: a checkout meas
 HEAD` in a clean checkout runs that test (the checked-out copy is labelled "(worktree)").
 
     .venv/bin/python bench/speed_ab.py [--against 372a03c] [--scale 2] [--workers 2] [--pairs 3]
-        [--work /tmp/cpp-data-scale] [--name speed-ab]
+        [--work /tmp/cpp-data-scale] [--name speed-ab] [--overwrite]
 
 Prints each pair's MB/s and their ratio, and writes bench/results/<--name>.{json,md}. Each code's output
 digest must be the same in every pair, else the script says so (exit 1).
@@ -105,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/cpp-data-scale"))
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default="speed-ab", help="results file stem")
+    ap.add_argument("--overwrite", action="store_true", help="replace <--name>.{json,md} when they exist")
     a = ap.parse_args(argv)
     if a.pairs < 1 or a.workers < 1:
         ap.error("--pairs and --workers must be at least 1")
+    taken = [f for f in (a.results / f"{a.name}.json", a.results / f"{a.name}.md") if f.exists()]
+    if taken and not a.overwrite:  # said before the builds, not after them: results of earlier runs are kept
+        ap.error(f"{taken[0]} exists: give another --name, or --overwrite to replace it")
     new = head()
     base = scale.default_bytes()
     sources = scale.corpus(a.scale, base, a.work)
