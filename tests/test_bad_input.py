@@ -210,3 +210,35 @@ def test_every_file_reached_gets_one_ledger_row(tmp_path):
     }, ledger
     assert "skipped:unreadable" in proc.stdout and "skipped:undecodable_path" in proc.stdout
     assert "2 file(s) or directories could not be read" in proc.stdout + proc.stderr
+
+
+def test_hostile_texts_are_structured_without_stalling_the_build(tmp_path):
+    """Generated-looking files that passed the filter but had found quadratic corners in the structure analysis
+    (docs/DESIGN.md section 6): before the bounds, the analysis of each of the three largest here ran past
+    120 s alone, and the 25,000 nested namespaces took a process to 4.7 GB. The build must finish well inside
+    the bound below (about 15 s here) and structure every one of them."""
+    tree = tmp_path / "gen"
+    tree.mkdir()
+    files = {
+        "deep_ns.hpp": "".join(f"namespace n{i} {{\n" for i in range(25_000)) + "int f() { return 1; }\n"
+        + "}\n" * 25_000,
+        "heads.hpp": "".join(f"class A_API B_API C{i}\n" for i in range(16_000)),
+        "unclosed.cpp": "void f() {\n" + "".join(f"ABC_DEF(x{i}, \n" for i in range(32_000)) + "}\n",
+        "parens.cpp": "".join("(" * k + "\n" for k in range(1, 1000)),
+        "deep_err.cpp": "void f() {\n" + "".join(f"{{ int FOO_BAR{i} @;\n" for i in range(20_000)),
+    }
+    for name, text in files.items():
+        (tree / name).write_text(text)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "gen", "url": str(tree), "license": "MIT"}])
+    out = tmp_path / "out"
+    proc = provenance_build(sources, out, stages=("structure",), timeout=300)
+    assert "Traceback" not in proc.stderr
+    assert {p: r["decision"] for p, r in _ledger(out).items()} == {name: "kept" for name in files}
+    rows = pq.read_table(build_dir(out) / "shards", columns=["source_path", "text", "structure_ids",
+                                                              "chunk_boundaries"]).to_pylist()
+    got = {r["source_path"]: r for r in rows}
+    assert set(got) == set(files)
+    for r in rows:
+        assert len(r["structure_ids"]) == len(r["text"])
+    namespaces = [c for c in got["deep_ns.hpp"]["chunk_boundaries"] if c["kind"] == "namespace"]
+    assert len(namespaces) == 25_000
