@@ -11,7 +11,8 @@ Here the rule runs on two Arrow tables instead of Python objects per call, so th
 repository's definitions and calls as columns (a few dozen bytes a row) rather than the spans and arrays of
 every file. The join runs on integer codes (`resolve`): a call's candidates are a run of the definitions sorted
 by (name, order), the filters compare codes of paths and scopes, and the qualifier test runs once per distinct
-(qualifier, scope) pair. Chunks of consecutive calls keep the candidate rows under `max_join_rows`, which
+(qualifier, scope) pair. A call without a qualifier gets the run its filters would leave, counted per (name,
+file, scope), so a generic name costs its calls plus its definitions, not their product (`_candidate_runs`). Chunks of consecutive calls keep the candidate rows under `max_join_rows`, which
 bounds memory even where a generic name (`get`, `size`) has thousands of definitions, and the edges are
 deduplicated on codes too, so strings are taken for the distinct edges only. Measured on the 92 MB
 single-repository source of bench/scale.py's 4x corpus: joining the tables themselves (a dozen strings per
@@ -131,6 +132,57 @@ def _resolve_chunk(ci: np.ndarray, di: np.ndarray, ids: dict,
     return ci[keep], di[keep], count[keep]
 
 
+def _group_ids(*pairs: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids of the tuples (definition columns, call columns) of codes: equal tuples, equal ids, across the
+    two. Each column is folded in and the ids made dense again, so the products stay below the rows squared."""
+    n = len(pairs[0][0])
+    ids = np.zeros(n + len(pairs[0][1]), np.int64)
+    for d, c in pairs:
+        column = np.concatenate([d, c]).astype(np.int64) + 1  # a null's code (-1) becomes 0
+        ids = np.unique(ids * (int(column.max()) + 1) + column, return_inverse=True)[1].reshape(-1)
+    return ids[:n], ids[n:]
+
+
+def _candidate_runs(def_name: np.ndarray, call_name: np.ndarray, def_path: np.ndarray, call_path: np.ndarray,
+                    def_scope: np.ndarray, caller_scope: np.ndarray,
+                    no_qualifier: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(definition rows in runs, each call's first position in them, its run's length): the definitions a call
+    is resolved over, in definition order.
+
+    A call with a written qualifier gets every definition of its short name, and the rule's three filters run
+    on them (`_resolve_chunk`). For a call without one, the filter on the qualifier keeps everything, and the
+    other two only ask whether any candidate shares the caller's file, then its scope; counts of the
+    definitions per (name, file, scope), (name, file) and (name, scope) answer that, so its run is already the
+    set the filters leave: the definitions of its name in its file and scope, else in its file, else in its
+    scope, else all of them. Its filters then keep every row, and the edges are the same.
+
+    Why: a generic name's every call had carried every definition of that name as a candidate row, calls times
+    definitions (a file of 20,000 `int f(long a) { return f(a + 1); }` took the structure stage's graph 7.0 s,
+    the length of the text squared; a repository's `get` or `size` grows the same way)."""
+    order = np.arange(len(def_name))
+    levels = [(def_name, call_name)]
+    levels.append(_group_ids((def_name, call_name), (def_path, call_path)))
+    levels.append(_group_ids((def_name, call_name), (def_scope, caller_scope)))
+    levels.append(_group_ids((def_name, call_name), (def_path, call_path), (def_scope, caller_scope)))
+    runs, starts, lengths, at = [], [], [], 0
+    for d, c in levels:  # definitions by (key, order): a run per key
+        by = np.lexsort((order, d))
+        keys = d[by]
+        first = np.searchsorted(keys, c, side="left")
+        lengths.append(np.searchsorted(keys, c, side="right") - first)
+        starts.append(first + at)
+        runs.append(by)
+        at += len(by)
+    name, file, scope, both = range(4)
+    level = np.full(len(call_name), name)
+    unq = no_qualifier
+    level[unq & (lengths[file] > 0)] = file
+    level[unq & (lengths[both] > 0)] = both
+    level[unq & (lengths[file] == 0) & (lengths[scope] > 0)] = scope
+    pick = np.arange(len(call_name))
+    return (np.concatenate(runs), np.stack(starts)[level, pick], np.stack(lengths)[level, pick])
+
+
 def _in_order(table: pa.Table) -> pa.Table:
     """`table` sorted by its `order` column (stably), without a copy when it already is: the structure stage's
     rows come in order, and sorting copied a repository's rows (40 MB of the 92 MB repository's)."""
@@ -142,8 +194,9 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
             max_join_rows: int = 250_000) -> pa.Table:
     """Edges (EDGES) of one repository from its definitions (DEFINITIONS) and calls (CALLS), in call order.
 
-    The join runs on integer codes: every call's candidates are the definitions of its short name, a run of
-    the definitions sorted by (name, order), so a chunk of calls becomes two arrays of row numbers (16 bytes a
+    The join runs on integer codes: every call's candidates are a run of definitions in definition order (those
+    of its short name; for a call without a qualifier, those its filters leave: `_candidate_runs`), so a chunk
+    of calls becomes two arrays of row numbers (16 bytes a
     candidate row) and the filters compare codes of paths and scopes; strings are taken only for calls with a
     written qualifier and for the edges kept. Chunks of consecutive calls stay under `max_join_rows` candidate
     rows. (Joining the tables themselves carried a dozen strings per candidate row: the 92 MB repository of
@@ -152,17 +205,17 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
     if defs.num_rows == 0 or calls.num_rows == 0:
         return EDGES.empty_table()
     def_name, call_name = _codes(defs.column("name"), calls.column("name"))
-    by_name = np.lexsort((np.arange(len(def_name)), def_name))  # definitions by (name, order): runs per name
-    names_sorted = def_name[by_name]
-    lo = np.searchsorted(names_sorted, call_name, side="left")
-    fanout = np.searchsorted(names_sorted, call_name, side="right") - lo
-    fanout[call_name < 0] = 0
     call_path, def_path = _codes(calls.column("source_path"), defs.column("source_path"))
     strings, (caller_scope, def_scope, qualifier) = _dictionary(calls.column("caller_scope"), defs.column("scope"),
                                                                calls.column("qualifier"))
+    no_qualifier = pc.equal(calls.column("qualifier"), "").to_numpy(zero_copy_only=False)
     ids = {"call_path": call_path, "def_path": def_path, "caller_scope": caller_scope, "def_scope": def_scope,
-           "qualifier": qualifier, "strings": strings,
-           "no_qualifier": pc.equal(calls.column("qualifier"), "").to_numpy(zero_copy_only=False)}
+           "qualifier": qualifier, "strings": strings, "no_qualifier": no_qualifier}
+    by, lo, fanout = _candidate_runs(def_name, call_name, def_path, call_path, def_scope, caller_scope,
+                                     no_qualifier)
+    fanout[call_name < 0] = 0
+    if max_candidates is not None:  # an unqualified call's run is its final set: too many, no edge
+        fanout[no_qualifier & (fanout > max_candidates)] = 0
     rows = np.flatnonzero(fanout > 0)  # calls with at least one candidate, in call order
     if len(rows) == 0:  # no call names a definition of the repository (a main() calling only the library)
         return EDGES.empty_table()
@@ -176,7 +229,7 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
         n = fanout[chunk]
         ci = np.repeat(chunk, n)
         first = np.repeat(np.cumsum(n) - n, n)
-        di = by_name[np.repeat(lo[chunk], n) + np.arange(len(ci)) - first]
+        di = by[np.repeat(lo[chunk], n) + np.arange(len(ci)) - first]
         c, d, k = _resolve_chunk(ci, di, ids, max_candidates)
         kept_c.append(c)
         kept_d.append(d)
