@@ -391,12 +391,14 @@ def test_deep_nesting_keeps_scope_chains_and_names_bounded():
     assert f.qualname.startswith("n0::n1::") and "::C0::" in f.qualname and f.qualname.endswith("::f")
     assert len(f.scope) == st.MAX_SCOPE_DEPTH and f.scope[-1] == f"C{st.MAX_SCOPE_DEPTH - half - 1}"
     huge = "A" * 50_000
-    spans = st.analyze(f"class {huge} {{\n" + "".join(f"int m{i}() {{ return {i}; }}\n" for i in range(20)) + "};\n").spans
+    members = "".join(f"int m{i}() {{ return {i}; }}\n" for i in range(20))
+    spans = st.analyze(f"class {huge} {{\n" + members + "};\n").spans
     assert all(len(s.qualname) <= st.MAX_SCOPE_NAME + 6 for s in spans if s.kind == "function")
 
 
 def test_a_round_of_many_repairs_parses_afresh(monkeypatch):
-    text = "".join(f"class FOO_API Name{i} : public Base {{\n  int f() const {{ return {i}; }}\n}};\n" for i in range(5))
+    text = "".join(f"class FOO_API Name{i} : public Base {{\n  int f() const {{ return {i}; }}\n}};\n"
+                   for i in range(5))
     want = [(s.kind, s.qualname) for s in st.analyze(text).spans]
     monkeypatch.setattr(st, "MAX_EDITS", 2)  # five heads: more than two edits, so the round parses afresh
     assert [(s.kind, s.qualname) for s in st.analyze(text).spans] == want

@@ -8,18 +8,18 @@ file, callee, callee file), in the order the calls come (then the definitions), 
 the last call that made the edge.
 
 Here the rule runs on two Arrow tables instead of Python objects per call, so the structure stage can hold one
-repository's definitions and calls as columns (a few dozen bytes a row) rather than the spans and arrays of
-every file. The join runs on integer codes (`resolve`): a call's candidates are a run of the definitions sorted
-by (name, order), the filters compare codes of paths and scopes, and the qualifier test runs once per distinct
-(qualifier, scope) pair. A call without a qualifier gets the run its filters would leave, counted per (name,
-file, scope), so a generic name costs its calls plus its definitions, not their product (`_candidate_runs`). Chunks of consecutive calls keep the candidate rows under `max_join_rows`, which
-bounds memory even where a generic name (`get`, `size`) has thousands of definitions, and the edges are
-deduplicated on codes too, so strings are taken for the distinct edges only. Measured on the 92 MB
-single-repository source of bench/scale.py's 4x corpus: joining the tables themselves (a dozen strings per
-candidate row, chunks of 500 k rows) took 9.0 s and 705 MiB over the tables; the codes take 2.2 s and 256 MiB,
-with the same edges, order and candidate counts. Deduplicating on codes and 250 k-row chunks (1 M before)
-took the structure stage's graph task for that corpus from 605 to 485 MiB (a process with every stage module
-loaded, as a worker has: 182 MiB of it), with the same edges.
+repository's definitions and calls as columns (a few dozen bytes a row) rather than the spans and arrays of every
+file. The join runs on integer codes (`resolve`): a call's candidates are a run of the definitions sorted by (name,
+order), the filters compare codes of paths and scopes, and the qualifier test runs once per distinct (qualifier,
+scope) pair. A call without a qualifier gets the run its filters would leave, counted per (name, file, scope), so a
+generic name costs its calls plus its definitions, not their product (`_candidate_runs`). Chunks of consecutive
+calls keep the candidate rows under `max_join_rows`, which bounds memory where a qualified call's name has thousands
+of definitions (`get`, `size`), and the edges are deduplicated on codes too, so strings are taken for the distinct
+edges only. Measured on the 92 MB single-repository source of bench/scale.py's 4x corpus: joining the tables
+themselves (a dozen strings per candidate row, chunks of 500 k rows) took 9.0 s and 705 MiB over the tables; the
+codes take 2.2 s and 256 MiB, with the same edges, order and candidate counts. Deduplicating on codes and 250 k-row
+chunks (1 M before) took the structure stage's graph task for that corpus from 605 to 485 MiB (a process with every
+stage module loaded, as a worker has: 182 MiB of it), with the same edges.
 
 Hand-written because no library resolves C++ calls by name; pyarrow and numpy do the joins and group scans.
 """
@@ -194,13 +194,12 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
             max_join_rows: int = 250_000) -> pa.Table:
     """Edges (EDGES) of one repository from its definitions (DEFINITIONS) and calls (CALLS), in call order.
 
-    The join runs on integer codes: every call's candidates are a run of definitions in definition order (those
-    of its short name; for a call without a qualifier, those its filters leave: `_candidate_runs`), so a chunk
-    of calls becomes two arrays of row numbers (16 bytes a
-    candidate row) and the filters compare codes of paths and scopes; strings are taken only for calls with a
-    written qualifier and for the edges kept. Chunks of consecutive calls stay under `max_join_rows` candidate
-    rows. (Joining the tables themselves carried a dozen strings per candidate row: the 92 MB repository of
-    bench/scale.py's 4x corpus took its task to 1 GB at 500 k rows a chunk.)"""
+    The join runs on integer codes: every call's candidates are a run of definitions in definition order (those of
+    its short name; for a call without a qualifier, those its filters leave: `_candidate_runs`), so a chunk of calls
+    becomes two arrays of row numbers (16 bytes a candidate row) and the filters compare codes of paths and scopes;
+    strings are taken only for calls with a written qualifier and for the edges kept. Chunks of consecutive calls
+    stay under `max_join_rows` candidate rows. (Joining the tables themselves carried a dozen strings per candidate
+    row: the 92 MB repository of bench/scale.py's 4x corpus took its task to 1 GB at 500 k rows a chunk.)"""
     defs, calls = _in_order(defs), _in_order(calls)
     if defs.num_rows == 0 or calls.num_rows == 0:
         return EDGES.empty_table()
