@@ -5,10 +5,10 @@ For each pattern it analyzes the text at n and 4n repetitions and prints the sec
 the cost follows the size, 16 when it follows its square) and the process's peak RSS so far. The patterns are
 the ones that were quadratic before bounds went in (docs/DESIGN.md section 6): unclosed macro calls, body-less
 class heads followed by words, export-macro classes nested thousands deep, unclosed constructor lines, errors
-after macro names thousands of blocks deep, a line of thousands of `(` (tree-sitter's query engine); and
-some that never were, as controls.
+after macro names thousands of blocks deep, a macro line in each of thousands of nested namespaces, a line of
+thousands of `(` (tree-sitter's query engine); and some that never were, as controls.
 
-    .venv/bin/python bench/hostile_structure.py [--n 4000] [--only nested_class ...]
+    .venv/bin/python bench/hostile_structure.py [--n 4000] [--only nested_export_classes ...]
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ PATTERNS = {
     "class_heads_paren": lambda n: "class A_API(" * n + "\n",
     "nested_export_classes": lambda n: "class A_API X {\n" * n + "};\n" * n,
     "unclosed_ctor_lines": lambda n: "FOO_INLINE A::A() : b{x} {\n" * n,
+    "nested_macro_namespaces": lambda n: "".join(f"namespace n{i} {{\nFOO_BAR int x{i};\n" for i in range(n))
+    + "}\n" * n,
     "deep_macro_errors": lambda n: "void f() {\n" + "{ int FOO_BAR @;\n" * n,
     "macro_lines": lambda n: "FOO_BAR_BAZ\nint x y z;\n" * n,
     "api_declarations": lambda n: "namespace x {\nint broken(;\n" + "LUA_API int f(lua_State *L);\n" * n + "}\n",

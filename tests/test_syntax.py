@@ -365,6 +365,7 @@ def _outermost_by_climbing(tree, s: int, e: int):
     FIXTURE,
     "namespace x {\nint broken(;\n" + "".join(f"LUA_API int f{i}(L *l);\nGTEST_OK\n" for i in range(30)) + "}\n",
     "".join("FOO_INLINE A::A() : b{x} {\n" for _ in range(40)),  # nested 40 deep, never closed
+    "".join(f"namespace n{i} {{\nFOO_BAR int x{i};\n" for i in range(60)) + "}\n" * 60,  # a macro at each depth
     "#define M(x) \\\n  FOO_BAR x\nint y = \"FOO_BAR \";\n/* FOO_BAR */ ABC_DEF z;\n",
 ])
 def test_outermost_nodes_sweep_agrees_with_climbing_parents(text):

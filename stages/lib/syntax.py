@@ -360,17 +360,24 @@ def _outermost_nodes(tree: Tree, spans: list[tuple[int, int]]) -> list[Node | No
     nested text quadratic (16,000 unclosed `FOO_INLINE A::A() : b{x} {` lines took 8 s)."""
     cursor = tree.walk()
     path = [cursor.node]  # the cursor's node and its ancestors, from the root
+    starts = [path[0].start_byte]  # theirs: an ancestor never starts after its descendants
     out: list[Node | None] = []
     for s, e in spans:
         while len(path) > 1 and path[-1].end_byte <= s:  # past the cursor's node: to a later sibling, else up
             if cursor.goto_next_sibling():
                 path[-1] = cursor.node
+                starts[-1] = path[-1].start_byte
             else:
                 cursor.goto_parent()
                 path.pop()
-        while path[-1].start_byte <= s and cursor.goto_first_child_for_byte(s) is not None:
+                starts.pop()
+        while starts[-1] <= s and cursor.goto_first_child_for_byte(s) is not None:
             path.append(cursor.node)  # down through the nodes holding byte s (the last may start after it)
-        found = next((n for n in path if n.start_byte == s and n.end_byte >= e), None)
+            starts.append(path[-1].start_byte)
+        # the topmost node starting at s, found by bisection (a scan of the path made deep texts quadratic again);
+        # the nodes below it that start there too end no later, so it is the one that spans the range, if any
+        k = bisect.bisect_left(starts, s)
+        found = path[k] if k < len(path) and starts[k] == s and path[k].end_byte >= e else None
         # no node starts there (the macro inside a token or an ERROR's text): the smallest one spanning it
         out.append(found if found is not None else tree.root_node.descendant_for_byte_range(s, e))
     return out
