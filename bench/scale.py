@@ -343,10 +343,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="write <--name>.md and .png from this results file instead of building")
     a = ap.parse_args(argv)
     if a.render:
-        runs = json.loads(a.render.read_text())["runs"]
-        a.results.mkdir(parents=True, exist_ok=True)
-        _markdown(runs, a.results / f"{a.name}.md")
-        _plot(runs, a.results / f"{a.name}.png")
+        _reports(json.loads(a.render.read_text())["runs"], a.results, a.name)
         return
     base = default_bytes()
     if max(a.scales) > 1:
@@ -364,8 +361,14 @@ def main(argv: list[str] | None = None) -> None:
                   f"(tree {r['peak_rss_mib_tree']}), wall {r['wall_seconds']} s", flush=True)
     a.results.mkdir(parents=True, exist_ok=True)
     (a.results / f"{a.name}.json").write_text(json.dumps({"runs": runs, "cpus": os.cpu_count()}, indent=1) + "\n")
-    _markdown(runs, a.results / f"{a.name}.md")
-    _plot(runs, a.results / f"{a.name}.png")
+    _reports(runs, a.results, a.name)
+
+
+def _reports(runs: list[dict], results: Path, name: str) -> None:
+    """<name>.md and <name>.png under `results` from the runs."""
+    results.mkdir(parents=True, exist_ok=True)
+    _markdown(runs, results / f"{name}.md")
+    _plot(runs, results / f"{name}.png")
 
 
 def _markdown(runs: list[dict], path: Path) -> None:
@@ -417,8 +420,8 @@ def _markdown(runs: list[dict], path: Path) -> None:
 
 
 # the tokenizer trains beside structure, so the CPU of the samples taken meanwhile cannot be split between them
-_TOGETHER = {"structure": "structure + tokenizer", "tokenizer": "structure + tokenizer",
-             "structure+tokenizer": "structure + tokenizer"}
+_BOTH = "structure + tokenizer"
+_TOGETHER = {k: _BOTH for k in ("structure", "tokenizer", "structure+tokenizer")}
 
 
 def _cost_table(runs: list[dict]) -> list[str]:
@@ -428,18 +431,17 @@ def _cost_table(runs: list[dict]) -> list[str]:
     build and a corpus size in collected bytes multiplies straight through (docs/SCALING.md's 1 TB plan).
     With one worker a stage's CPU s/GB is its core-seconds per GB. Structure and the tokenizer share a row for
     CPU: the trainer runs beside structure and their samples overlap; their wall seconds stay apart."""
-    wall: dict[str, list[str]] = {}
+    wall: dict[str, dict[int, float]] = {}
     cpu: dict[str, dict[int, float]] = {}
     for i, r in enumerate(runs):
         gb = r["mb_collected"] / 1000
         for k, v in r["stage_seconds"].items():
-            wall.setdefault(k, [""] * len(runs))[i] = f"{v / gb:.0f}"
+            wall.setdefault(k, {})[i] = v / gb
         for k, v in r.get("cpu_seconds", {}).items():
             row = cpu.setdefault(_TOGETHER.get(k, k), {})
             row[i] = row.get(i, 0.0) + v / gb
-    both = "structure + tokenizer"
-    names = sorted((set(wall) | set(cpu)) - {both, "structure+tokenizer"}, key=lambda k: -max(
-        [float(x or 0) for x in wall.get(k, [])] + list(cpu.get(k, {}).values())))
+    names = sorted((set(wall) | set(cpu)) - {_BOTH},
+                   key=lambda k: -max([*wall.get(k, {}).values(), *cpu.get(k, {}).values()]))
     out = ["Cost per GB of C/C++ collected: wall s/GB, then CPU s/GB of the build's processes (with one worker, "
            "core-seconds per GB; structure and the tokenizer share their CPU row, the trainer running beside "
            "structure).", "",
@@ -448,12 +450,12 @@ def _cost_table(runs: list[dict]) -> list[str]:
     for k in names:
         cells = []
         for i in range(len(runs)):
-            w = wall.get(k, [""] * len(runs))[i] or "-"
-            c = cpu.get(k, {}).get(i, 0.0) if k not in _TOGETHER else None  # no sample: under 0.2 s
-            cells.append(f"{w} ({c:.0f})" if c is not None else w)
+            w = f"{wall[k][i]:.0f}" if i in wall.get(k, {}) else "-"
+            # a stage of its own has a CPU figure (0 where no sample fell in it: under 0.2 s)
+            cells.append(w if k in _TOGETHER else f"{w} ({cpu.get(k, {}).get(i, 0.0):.0f})")
         out.append(f"| {k} | " + " | ".join(cells) + " |")
-    out.append(f"| {both}, CPU | " + " | ".join(
-        f"({cpu.get(both, {}).get(i, 0):.0f})" for i in range(len(runs))) + " |")
+    out.append(f"| {_BOTH}, CPU | " + " | ".join(f"({cpu.get(_BOTH, {}).get(i, 0):.0f})" for i in range(len(runs)))
+               + " |")
     out.append("| whole build | " + " | ".join(
         f"{(r.get('summary') or {}).get('wall_seconds', r['wall_seconds']) / (r['mb_collected'] / 1000):.0f} "
         f"({sum(r.get('cpu_seconds', {}).values()) / (r['mb_collected'] / 1000):.0f})" for r in runs) + " |")
