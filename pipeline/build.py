@@ -25,6 +25,7 @@ from cpp_data.pipeline.outlock import OutputLock
 from cpp_data.pipeline.recipe import Recipe
 from cpp_data.pipeline.runner import RunReport, Runner
 from cpp_data.pipeline.sources import LockedSource, write_lock
+from cpp_data.pipeline.terminal_text import printable
 from cpp_data.schemas.dataset_card import dataset_card
 from cpp_data.schemas.generations import SCHEMA_REVISION
 from cpp_data.schemas.manifest import FORMAT, sha256_file
@@ -124,7 +125,7 @@ def _warnings(s: dict[str, Any]) -> list[str]:
         out.append(f"only {valid} validation document(s); validation loss will be noisy (a larger corpus or a "
                    f"larger shards.valid_fraction gives more)")
     if s.get("moved_to_valid"):
-        out.append(f"the hash split chose no validation document; {s['moved_to_valid']} was moved to it")
+        out.append(f"the hash split chose no validation document; {printable(s['moved_to_valid'])} was moved to it")
     padding, learned, vocab = s["tokenizer_padding_ids"], s["tokenizer_learned_ids"], s["tokenizer_vocab_size"]
     if (padding or 0) >= 128:  # under 128: the rounding of cap_vocab_to_corpus
         out.append(f"the tokenizer learned {learned:,} of {vocab:,} ids; "
@@ -147,7 +148,7 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     lines.append(f"  near duplicates    {summary['near_duplicates']:,} ({summary['near_duplicate_bytes'] / 1e6:.1f} MB) "
                  f"in {summary['near_duplicate_clusters']:,} clusters")
     for c in summary["largest_near_duplicate_clusters"][:3]:
-        lines.append(f"    cluster of {c['size']:<4} kept {c['keeper']}")
+        lines.append(f"    cluster of {c['size']:<4} kept {printable(c['keeper'])}")
     lines.append(f"  documents          {summary['documents']:,} (train {summary['train_documents']:,}, "
                  f"valid {summary['valid_documents']:,})")
     lines.append(f"  shards             {summary['shards']} ({summary['shard_bytes'] / 1e6:.1f} MB on disk, "

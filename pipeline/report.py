@@ -20,6 +20,7 @@ from pathlib import Path
 
 
 from cpp_data.pipeline.fsutil import atomic_write_text
+from cpp_data.pipeline.terminal_text import printable
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards, read_ledger, require_complete
 
@@ -94,8 +95,8 @@ def _hists(series: list[tuple[list[float], str]], title: str) -> str:
 
 def _table(header: list[str], rows: list[list], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, _Raw) else html.escape(str(c))}</td>" for c in r)
-                   + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, _Raw) else html.escape(printable(str(c)))}</td>"
+                                    for c in r) + "</tr>" for r in rows)
     return f"<table{f' class={cls!r}' if cls else ''}><tr>{head}</tr>{body}</table>"
 
 

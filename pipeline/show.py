@@ -13,10 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cpp_data.pipeline.terminal_text import printable
+
 BASE_COLUMNS = ["text", "doc_id", "source_repo", "source_path", "source_commit", "license_spdx", "license_source",
                 "license_confidence", "size_bytes"]
 OPTIONAL = ["structure_ids", "token_ids"]
 # ANSI colours per structure category (stages/lib/syntax.py CATEGORY_NAMES order); 0 (OTHER) stays plain
+BODY = "\t\n"  # what a shown text body keeps of the characters `printable` escapes
 _COLOURS = {1: "35", 2: "1;33", 3: "33", 4: "1;36", 5: "36", 6: "2;32", 7: "34", 8: "1;34"}
 
 
@@ -81,7 +84,8 @@ def as_json(doc: dict[str, Any]) -> dict[str, Any]:
 def render(doc: dict[str, Any], colour: bool, max_lines: int = 40, extra: list[str] | None = None) -> str:
     names = _category_names()
     text = doc["text"]
-    head = (f"── {doc['source_repo']}:{doc['source_path']}  (doc {doc['doc_id']}, commit {doc['source_commit'][:12]})\n"
+    head = (f"── {printable(doc['source_repo'])}:{printable(doc['source_path'])}  "
+            f"(doc {doc['doc_id']}, commit {doc['source_commit'][:12]})\n"
             f"   license {doc['license_spdx'] or 'none'} ({doc['license_source']}, confidence "
             f"{doc['license_confidence'] or 0:.2f}) · {doc['size_bytes']:,} bytes")
     if doc.get("token_ids") is not None:
@@ -98,10 +102,10 @@ def render(doc: dict[str, Any], colour: bool, max_lines: int = 40, extra: list[s
         lines.append("   structure: " + ", ".join(f"{names[c]} {n}" for c, n in sorted(counts.items()) if c))
     shown = "\n".join(text.split("\n")[:max_lines])
     if colour and runs:
-        body = "".join(f"\x1b[{_COLOURS[c]}m{shown[a:b]}\x1b[0m" if c in _COLOURS else shown[a:b]
-                       for a, b, c in runs if a < len(shown))
+        body = "".join(f"\x1b[{_COLOURS[c]}m{printable(shown[a:b], keep=BODY)}\x1b[0m" if c in _COLOURS
+                       else printable(shown[a:b], keep=BODY) for a, b, c in runs if a < len(shown))
     else:
-        body = shown
+        body = printable(shown, keep=BODY)
     lines += [f"   {i + 1:>4} | {line}" for i, line in enumerate(body.split("\n"))]
     if text.count("\n") + 1 > max_lines:
         lines.append(f"   ... {text.count(chr(10)) + 1 - max_lines} more lines")

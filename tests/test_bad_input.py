@@ -242,3 +242,33 @@ def test_hostile_texts_are_structured_without_stalling_the_build(tmp_path):
         assert len(r["structure_ids"]) == len(r["text"])
     namespaces = [c for c in got["deep_ns.hpp"]["chunk_boundaries"] if c["kind"] == "namespace"]
     assert len(namespaces) == 25_000
+
+
+def test_hostile_file_names_and_texts_print_as_escapes(tmp_path):
+    """File names and texts come from the repositories: an escape sequence, a line break or a bidi override in
+    them must reach the user as escapes (the build summary, `show`, the report's tables), while the ledger keeps
+    the name exactly as read."""
+    need(GOOGLETEST)
+    good = (GOOGLETEST / "googletest" / "src" / "gtest-printers.cc").read_text()
+    tree = tmp_path / "names"
+    tree.mkdir()
+    hostile = ["\x1b[2J\u202eA\n.cc", "\x1b]0;title\x07B.cc"]
+    (tree / hostile[0]).write_text(good)
+    (tree / hostile[1]).write_text(good.replace("Print", "Prnt", 3))  # a near duplicate: the summary names a keeper
+    other = (GOOGLETEST / "googletest" / "src" / "gtest-port.cc").read_text()
+    (tree / "body.cc").write_text("// \x1b[31mred\u202e\n" + other)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "names", "url": str(tree), "license": "MIT"}])
+    out = tmp_path / "out"
+    proc = provenance_build(sources, out)
+    assert set(hostile) <= set(_ledger(out))  # kept as read
+    summary = proc.stdout[proc.stdout.index("build summary"):]
+    cluster = [line for line in summary.splitlines() if "cluster of" in line]
+    assert cluster and cluster[0].split("kept ")[1] in {"names:\\x1b[2J\\u202eA\\n.cc", "names:\\x1b]0;title\\x07B.cc"}
+    shown = run_cli("show", str(out), "-n", "10").stdout
+    assert "// \\x1b[31mred\\u202e" in shown
+    assert "names:\\x1b[2J\\u202eA\\n.cc" in shown or "names:\\x1b]0;title\\x07B.cc" in shown
+    run_cli("report", str(out))
+    page = next((out / "reports").glob("*.html")).read_text()
+    assert "names:\\x1b]0;title\\x07B.cc" in page  # the near duplicate's row
+    for text in (proc.stdout, proc.stderr, shown, page):
+        assert not any(c in text for c in "\x1b\x07\u202e")
