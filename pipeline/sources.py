@@ -134,8 +134,11 @@ def load_sources(path: Path) -> list[SourceSpec]:
         if unknown:
             raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(allowed))})")
         name, url = table.get("name"), table.get("url")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise SourcesError(f"{where}: 'name' must be a string of letters, digits, '.', '_' or '-'")
+        if not isinstance(name, str):
+            raise SourcesError(f"{where}: 'name' must be a string (a short name such as \"googletest\")")
+        if not _NAME.match(name):
+            raise SourcesError(f"{where}: 'name' {name!r} must start with an ASCII letter or digit and hold only "
+                               f"those, '.', '_' or '-' (it names directories and ledger rows)")
         where = f"{path}: source {name!r}"
         if name in seen:
             raise SourcesError(f"{where}: duplicate name")

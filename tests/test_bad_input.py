@@ -74,6 +74,8 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
         "no sources": "title = 'nothing'\n",
         "missing url": "[[source]]\nname = 'a'\n",
         "bad name": "[[source]]\nname = 'a b'\nurl = '/tmp'\n",
+        "name like an option": "[[source]]\nname = '-rf'\nurl = '/tmp'\n",
+        "name not a string": "[[source]]\nname = 3\nurl = '/tmp'\n",
         "duplicate": "[[source]]\nname = 'a'\nurl = '/tmp'\n[[source]]\nname = 'a'\nurl = '/tmp'\n",
         "unknown key": "[[source]]\nname = 'a'\nurl = '/tmp'\nbranch = 'main'\n",
         "missing path": f"[[source]]\nname = 'a'\nurl = '{tmp_path}/nope'\n",
@@ -92,6 +94,8 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
         assert "Traceback" not in err
         if label.startswith("license"):
             assert "is not an SPDX license expression" in err, err
+        if label.startswith("name"):
+            assert "'name'" in err and ("must start with" in err or "must be a string" in err), err
     # a directory given as the sources file, to build and to lock
     for args in (("build", "--sources", str(tmp_path), "--out", str(tmp_path / "o")), ("sources", "lock", str(tmp_path))):
         proc = run_cli(*args, check=False)
