@@ -46,10 +46,21 @@ class Signals:
 
 
 def byte_entropy(data: bytes) -> float:
-    """Shannon entropy of the byte distribution, in bits per byte."""
+    """Shannon entropy of the bytes of UTF-8 text, in bits per byte, every byte of a non-ASCII character counted
+    as one symbol; on ASCII text, the plain byte entropy.
+
+    Why the fold: the rule on it refuses encoded data (line-wrapped base64, hex keys), which is ASCII. Counted
+    byte by byte, the three bytes of each CJK character spread over a hundred values, so C++ commented in
+    Chinese passed the limit of 6.0 bits: the first 3,000 lines of googletest's gtest.cc, with a line of zh_CN
+    man-page text put before 30% of them at random, measured 6.12 (10%: 5.69), while none of the 37,112 C/C++
+    files of this machine's Debian packages reached 6.0. Folded, the same texts measure 4.30 and 4.83, under the
+    code alone (4.91), and ASCII data keeps its value (line-wrapped base64 in a string array: 6.08)."""
     if not data:
         return 0.0
     counts = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256)
+    if not data.isascii():
+        counts[0x80] = counts[0x80:].sum()
+        counts[0x81:] = 0
     p = counts[counts > 0] / len(data)
     return float(-(p * np.log2(p)).sum())
 
