@@ -411,8 +411,9 @@ def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 
             break
         done.update(ranges)
         buf = bytearray(cur)
-        newlines = np.flatnonzero(np.frombuffer(cur, np.uint8) == 10)
         incremental = len(ranges) <= MAX_EDITS
+        if incremental:  # the edits' points; a fresh parse needs none
+            newlines = np.flatnonzero(np.frombuffer(cur, np.uint8) == 10)
         for s, e in ranges:
             buf[s:e] = re.sub(rb"[^\n]", b" ", cur[s:e])
             if incremental:
