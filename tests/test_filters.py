@@ -94,7 +94,19 @@ def test_code_commented_in_chinese_is_not_taken_for_encoded_data():
     assert signals("// 注释\n" + array + "};\n").byte_entropy > limit
 
 
-def test_scrub_replaces_secrets_and_pii_with_stable_placeholders():
+def test_bsd3_notice_is_a_redistribution_clause_followed_by_neither_the_name():
+    """The notice's rule in words, against its pattern (which takes only the first "Redistribution ...", so
+    that a header repeating it is not searched to its end from each repetition)."""
+    from cpp_data.stages.lib.license_match import NOTICES
+
+    pattern = next(n.pattern for n in NOTICES if n.name == "bsd3_text")
+    clause, neither = "Redistribution and use in source and binary forms", "Neither the name"
+    for text in (f"x {clause} y {neither} z", f"{neither}. {clause}", f"{clause.upper()}\n{neither.lower()}",
+                 f"{clause} {clause} {neither} {clause}", "nothing", f"{clause} " * 2000,
+                 f"{clause} " * 2000 + neither):
+        low = text.lower()
+        first = low.find(clause.lower())
+        assert bool(pattern.search(text)) == (first >= 0 and low.find(neither.lower(), first) >= 0), text[:60]
     text = ('// Author: jane.doe@example.com\n'
             'const char* key = "AKIAIOSFODNN7EXAMPLE";\n'
             'const char* host = "93.184.216.34";\n'
