@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import GOOGLETEST, JUCE, NLOHMANN, POCO, need
 from cpp_data.stages.filter import FilterParams
@@ -25,7 +26,22 @@ def test_comment_share_ignores_comment_markers_inside_strings():
     assert comment_chars(code) == len("// real") + len("/* block */")
 
 
-def test_base64_runs_count_from_256_characters_next_to_any_text():
+def test_literals_left_open_end_at_the_line_and_digit_separators_open_none():
+    lines = ['const char* s = "no end // inside the string', "// a comment: counted", "int x = 0x1'0000;  ///< kept",
+             "char q = '\"'; // after a quote in a char", "auto u = 1'000'000; // after two separators"]
+    text = "\n".join(lines) + "\n"
+    counted = ("// a comment: counted", "///< kept", "// after a quote in a char", "// after two separators")
+    assert comment_chars(text) == sum(len(c) for c in counted)
+    assert comment_chars('"a \\\n// continued line of the string"\n// real') == len("// real")
+
+
+@pytest.mark.timeout(60)  # a bound, not a target: before, a quote per escaped quote made this quadratic (~15 min)
+def test_scanning_texts_of_escaped_quotes_stays_linear():
+    for unit in ('"\\', "'\\", '"\\"', "'\\'"):
+        for text in (unit * 250_000, (unit * 400 + "\\\n") * 600):
+            assert comment_chars(text + "\n\n// end") == len("// end")  # after the open literal's line
+            assert signals(text).size_bytes == len(text.encode())
+            assert classify(text + "\n\n// end", None, None).source == "unknown"
     run = "QUJD+/9z" * 32  # 256 characters of the base64 alphabet
     code = "int x;\n"
     for before, after in (("", ""), ("é ", "== é"), ("\n", "\n"), ("/* ", " */")):

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 from license_expression import ExpressionError, LicenseSymbol, LicenseWithExceptionSymbol, get_spdx_licensing
 
+from cpp_data.stages.lib.quality import LEXEMES
+
 # The tag at the start of a comment line (`// SPDX-...`, ` * SPDX-...`, `/* SPDX-... */`, a bare line inside a block
 # comment), not inside code: a licensing tool's `printf("SPDX-License-Identifier: %s", ...)` tags nothing.
 _SPDX_TAG = re.compile(r"^[ \t]*(?:(?://+|/\*+)[!<]?|\*+|#)?[ \t]*SPDX-License-Identifier:[ \t]*([^\n*]+?)\s*(?:\*/|-->|$)",
                        re.MULTILINE)
-_COMMENT = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"', re.DOTALL)
 _LINE_DECORATION = re.compile(r"^[ \t]*(?:[/*#!|]+[ \t]?)?", re.M)
 # A line naming who holds the copyright or wrote the file, which varies per file. Not a license's own lines that
 # start with the word: ISC's "copyright notice and this permission notice appear in all copies" (without it
@@ -224,7 +225,7 @@ def spdx_tag(text: str, max_lines: int = 200) -> str | None:
 def header_comments(text: str, max_lines: int = 100) -> str:
     """The comment text of the first lines of a file (where license notices live)."""
     head = "\n".join(text.split("\n", max_lines)[:max_lines])
-    return "\n".join(m.group() for m in _COMMENT.finditer(head) if m.group().startswith("/"))
+    return "\n".join(m.group() for m in LEXEMES.finditer(head) if m.group().startswith("/"))
 
 
 def plain_comment_text(block: str) -> str:
