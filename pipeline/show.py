@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cpp_data.pipeline.terminal_text import printable
+from cpp_data.pipeline.terminal_text import json_printable, printable
 
 BASE_COLUMNS = ["text", "doc_id", "source_repo", "source_path", "source_commit", "license_spdx", "license_source",
                 "license_confidence", "size_bytes"]
@@ -132,4 +132,6 @@ def render(doc: dict[str, Any], colour: bool, max_lines: int = 40, extra: list[s
 
 
 def dumps(docs: list[dict[str, Any]]) -> str:
-    return json.dumps([as_json(d) for d in docs], indent=2, ensure_ascii=False)
+    """The documents as JSON, non-ASCII text as it is but what `printable` escapes as \\u escapes (json.dumps
+    escapes only the C0 controls), so the JSON printed to a terminal is as safe as the text view."""
+    return json_printable(json.dumps([as_json(d) for d in docs], indent=2, ensure_ascii=False))

@@ -136,7 +136,7 @@ def load_sources(path: Path) -> list[SourceSpec]:
         name, url = table.get("name"), table.get("url")
         if not isinstance(name, str):
             raise SourcesError(f"{where}: 'name' must be a string (a short name such as \"googletest\")")
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):  # not match: `$` also matches before a final line break
             raise SourcesError(f"{where}: 'name' {name!r} must start with an ASCII letter or digit and hold only "
                                f"those, '.', '_' or '-' (it names directories and ledger rows)")
         where = f"{path}: source {name!r}"

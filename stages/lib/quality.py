@@ -16,10 +16,10 @@ import numpy as np
 # a literal left open been no match, the scan would have tried again from each quote inside it, and text such
 # as `"\"\"\"...` (or lines joined by trailing backslashes) was quadratic: 40 KB took 5 s, 160 KB 80 s. So a
 # string left open ends at its line's end (where a compiler's lexer ends it, with an error) or the text's, and
-# a character literal holds at most 8 characters (`'\x41'`, `'abcd'`): a quote that closes none within them,
-# such as a digit separator's (`0x1'0000, ///< ...`), is passed over as before.
+# a character literal holds at most 10 characters or escapes (`'abcd'`; `'\U0001F600'` is 9): a quote that
+# closes none within them, such as a digit separator's (`0x1'0000, ///< ...`), is passed over as before.
 LEXEMES = re.compile(
-    r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*\\?(?:"|(?=\n)|\Z)|\'(?:\\.|[^\'\\\n]){0,8}\'',
+    r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*\\?(?:"|(?=\n)|\Z)|\'(?:\\.|[^\'\\\n]){0,10}\'',
     re.DOTALL,
 )
 _DATA_LINE = re.compile(r"^\s*(?:(?:0[xX][0-9a-fA-F]+|[-+]?\d+)[uUlL]*\s*,\s*){8,}(?:[^\n]{0,8})$")
