@@ -133,6 +133,20 @@ def test_bsd3_notice_is_a_redistribution_clause_followed_by_neither_the_name():
         assert bool(pattern.search(text)) == (first >= 0 and low.find(neither.lower(), first) >= 0), text[:60]
 
 
+def test_spdx_or_is_a_tag_followed_by_or_on_its_line():
+    """offers_choice's SPDX rule in words (some line holds a tag and, after it, " OR "), against its pattern on
+    random mixes of the pieces; the pattern tries each line's first tag only."""
+    import random as _random
+
+    from cpp_data.stages.lib.license_match import _SPDX_OR
+
+    tag, rng = "SPDX-License-Identifier:", _random.Random(0)
+    pieces = [tag, " OR ", "\n", "x", " MIT", "OR ", " O", "R "]
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        want = any(tag in line and " OR " in line[line.index(tag) + len(tag):] for line in text.split("\n"))
+        assert bool(_SPDX_OR.search(text)) == want, repr(text)
+
 def test_scrub_replaces_secrets_and_pii_with_stable_placeholders():
     text = ('// Author: jane.doe@example.com\n'
             'const char* key = "AKIAIOSFODNN7EXAMPLE";\n'

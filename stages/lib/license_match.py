@@ -54,7 +54,9 @@ _TEXT_EXTENSION = re.compile(r"\.(txt|md|rst)$", re.I)
 _CHOICE = re.compile(r"dual[- ]licen[cs]|licen[cs]ed under (the terms of )?either|multi[- ]licen[cs]ed|"
                      r"(select|choose),? at your (own )?option,? one of|terms of either\b|"
                      r"alternatively,? (this file|you) may (be used|use it|use this)", re.I)
-_SPDX_OR = re.compile(r"SPDX-License-Identifier:[^\n]* OR ")
+# A line whose SPDX tag is followed by " OR " on that line. Only each line's first tag is tried (atomic group):
+# searched from every tag of a line repeating them, the pattern was quadratic (200 KB: 1.1 s).
+_SPDX_OR = re.compile(r"^(?>[^\n]*?SPDX-License-Identifier:)[^\n]* OR ", re.M)
 _AT_OPTION = re.compile(r"at your (own )?(option|choice|discretion)", re.I)
 _LATER = re.compile(r"or\s*\(?\s*at your (own )?option\s*\)?\s*any later version|or any later version|"
                     r"\bGPL\s*v?[23](\.0)?\s*\+|\bv?[23](\.[01])? or later\b", re.I)
