@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from license_expression import ExpressionError, LicenseSymbol, LicenseWithExceptionSymbol, get_spdx_licensing
 
-from cpp_data.stages.lib.quality import LEXEMES
+from cpp_data.stages.lib.quality import comments
 
 # The tag at the start of a comment line (`// SPDX-...`, ` * SPDX-...`, `/* SPDX-... */`, a bare line inside a block
 # comment), not inside code: a licensing tool's `printf("SPDX-License-Identifier: %s", ...)` tags nothing.
@@ -227,7 +227,7 @@ def spdx_tag(text: str, max_lines: int = 200) -> str | None:
 def header_comments(text: str, max_lines: int = 100) -> str:
     """The comment text of the first lines of a file (where license notices live)."""
     head = "\n".join(text.split("\n", max_lines)[:max_lines])
-    return "\n".join(m.group() for m in LEXEMES.finditer(head) if m.group().startswith("/"))
+    return "\n".join(m.group() for m in comments(head))
 
 
 def plain_comment_text(block: str) -> str:

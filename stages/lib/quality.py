@@ -7,18 +7,19 @@ flags embedded data arrays); everything tunable is a recipe parameter in `Filter
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-# Comments and the literals that may contain comment-looking text, in one left-to-right scan (the license
-# cascade reads header comments with it too). Neither literal may send the scan back over a long stretch: had
-# a literal left open been no match, the scan would have tried again from each quote inside it, and text such
-# as `"\"\"\"...` (or lines joined by trailing backslashes) was quadratic: 40 KB took 5 s, 160 KB 80 s. So a
-# string left open ends at its line's end (where a compiler's lexer ends it, with an error) or the text's, and
-# a character literal holds at most 10 characters or escapes (`'abcd'`; `'\U0001F600'` is 9): a quote that
-# closes none within them, such as a digit separator's (`0x1'0000, ///< ...`), is passed over as before.
-LEXEMES = re.compile(
+# Comments and the literals that may contain comment-looking text, in one left-to-right scan (`comments`).
+# Neither literal may send the scan back over a long stretch: had a literal left open been no match, the scan
+# would have tried again from each quote inside it, and text such as `"\"\"\"...` (or lines joined by trailing
+# backslashes) was quadratic: 40 KB took 5 s, 160 KB 80 s. So a string left open ends at its line's end (where
+# a compiler's lexer ends it, with an error) or the text's, and a character literal holds at most 10 characters
+# or escapes (`'abcd'`; `'\U0001F600'` is 9): a quote that closes none within them, such as a digit separator's
+# (`0x1'0000, ///< ...`), is passed over as before.
+_LEXEMES = re.compile(
     r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*\\?(?:"|(?=\n)|\Z)|\'(?:\\.|[^\'\\\n]){0,10}\'',
     re.DOTALL,
 )
@@ -89,9 +90,15 @@ def _lines_with(data: bytes, byte: int, n: int) -> np.ndarray:
     return np.flatnonzero(np.bincount(np.searchsorted(np.flatnonzero(a == 10), hits)) >= n)
 
 
+def comments(text: str) -> Iterator[re.Match]:
+    """The // and /* */ comments of `text`, in order (string and char literals are skipped); the license cascade
+    reads file headers with it too."""
+    return (m for m in _LEXEMES.finditer(text) if m.group().startswith("/"))
+
+
 def comment_chars(text: str) -> int:
     """Characters inside // and /* */ comments (string and char literals are skipped)."""
-    return sum(m.end() - m.start() for m in LEXEMES.finditer(text) if m.group().startswith("/"))
+    return sum(m.end() - m.start() for m in comments(text))
 
 
 def signals(text: str) -> Signals:
