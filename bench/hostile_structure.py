@@ -6,7 +6,8 @@ the cost follows the size, 16 when it follows its square) and the process's peak
 the ones that were quadratic before bounds went in (docs/DESIGN.md section 6): unclosed macro calls, body-less
 class heads followed by words, export-macro classes nested thousands deep, unclosed constructor lines, errors
 after macro names thousands of blocks deep, a macro line in each of thousands of nested namespaces, a line of
-thousands of `(` (tree-sitter's query engine); and some that never were, as controls.
+thousands of `(` (tree-sitter's query engine); class keywords by the thousand in strings, comments, declarations
+and one parameter list (each is looked up in the tree); and some that never were, as controls.
 
     .venv/bin/python bench/hostile_structure.py [--n 4000] [--only nested_export_classes ...]
 """
@@ -31,6 +32,8 @@ PATTERNS = {
     "api_declarations": lambda n: "namespace x {\nint broken(;\n" + "LUA_API int f(lua_State *L);\n" * n + "}\n",
     "deep_braces": lambda n: "void f() " + "{" * n + "}" * n + "\n",
     "open_parens": lambda n: "int x = " + "(" * n + ";\n",
+    "class_keywords": lambda n: 'auto s = "' + "class " * n + '";\n' + "struct S *p; // union\n" * n
+    + "void f(" + "struct T *t, " * n + "int x);\n",
 }
 
 

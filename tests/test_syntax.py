@@ -344,7 +344,7 @@ def test_a_head_of_too_many_words_is_not_read_as_one():
     def heads(text: str) -> list:
         src = text.encode()
         tree = st.new_parser().parse(src)
-        found = st._repair_nodes(tree)
+        found = st._repair_nodes(src, tree)
         return [src[a:b].decode() for spec in found.specs for a, b in st._head_macros(src, spec)]
 
     assert heads("class A_API B_API Name {\n};\n") == ["A_API", "B_API"]
@@ -418,7 +418,7 @@ def test_repair_walk_finds_what_a_tree_sitter_query_finds(root):
     for text in list(dict(sorted(_load_tree(root).items())).values())[::3]:
         tree = parser.parse(text.encode("utf-8", "surrogatepass"))
         want = QueryCursor(query).captures(tree.root_node)
-        got = st._repair_nodes(tree)
+        got = st._repair_nodes(text.encode("utf-8", "surrogatepass"), tree)
         with_errors += bool(want.get("e") or want.get("m"))
         for key, nodes in (("s", got.specs), ("e", got.errors), ("m", got.missing)):
             assert sorted((n.start_byte, n.end_byte, n.type) for n in nodes) == \
@@ -426,6 +426,30 @@ def test_repair_walk_finds_what_a_tree_sitter_query_finds(root):
         for n in got.errors + got.missing:  # and tree-sitter's own parent of each
             assert got.parent_of[n.id] == n.parent
     assert with_errors > 0
+
+
+@pytest.mark.parametrize("text", [
+    'auto s = "class A_API X {";  // struct B_API Y {\n/* union */ enum class E { a };\n',
+    "template <class T, class U> struct P { struct Q { union { int i; } u; }; class R; };\n",
+    "class A_API X : public B {\n  struct C_API Y { int f() const LOCK_(m) { return 1; } };\n};\n",
+    "void f(struct T *t, union U u) { struct { int a; } s; if (x) { class K {} k; }\n",  # never closed
+    "#define S struct\nS A { int x; };\nstruct\n  /* a comment */ B_API\n  C {};\n",
+])
+def test_repair_nodes_of_written_texts_are_the_querys(text):
+    """The key-word lookup of the specifiers and the pruned walk, on texts where key words sit in strings,
+    comments, template heads, parameters and unclosed blocks, held to tree-sitter's query."""
+    from tree_sitter import Query, QueryCursor
+
+    query = Query(st.LANGUAGE, "[(class_specifier) (struct_specifier) (union_specifier)] @s (ERROR) @e (MISSING) @m")
+    src = text.encode()
+    tree = st.new_parser().parse(src)
+    want = QueryCursor(query).captures(tree.root_node)
+    got = st._repair_nodes(src, tree)
+    for key, nodes in (("s", got.specs), ("e", got.errors), ("m", got.missing)):
+        assert [(n.start_byte, n.end_byte, n.type) for n in nodes] == \
+            sorted((n.start_byte, n.end_byte, n.type) for n in want.get(key, []))
+    for n in got.errors + got.missing:
+        assert got.parent_of[n.id] == n.parent
 
 
 def _rule_by_hand(defs: list[dict], calls: list[dict], max_candidates: int | None) -> list[tuple]:

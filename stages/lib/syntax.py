@@ -125,44 +125,84 @@ class RepairNodes(NamedTuple):
     parent_of: dict[int, Node | None]  # Node.id of each ERROR and MISSING node -> its parent
 
 
-def _repair_nodes(tree: Tree) -> RepairNodes:
-    """The nodes the macro repair looks at, from one cursor walk of the tree, with the parents of the ERROR and
-    MISSING ones (the walk keeps its path: tree-sitter finds a node's parent by walking down from the root, which
-    made thousands of errors in a deeply nested text quadratic: 16,000 levels, 2.4 s).
+_CLASS_KEY = re.compile(rb"\b(?:class|struct|union)\b")
 
-    A walk rather than a tree-sitter query (`[(class_specifier) ...] @s (ERROR) @e (MISSING) @m`, which this
-    replaces and which found the same nodes in every document of bench/scale.py's 2x corpus): the query engine
-    looks along a node's later siblings for each child it visits, so a node with thousands of anonymous children
-    made it quadratic (a line of 64,000 `(`: 2.8 s for the query, 0.02 s for the parse; tree-sitter issue
-    1972). The walk costs about 1.4 times the query on ordinary code (0.91 s against 0.66 on the 2x corpus's
-    3,222 training documents)."""
+
+def _repair_nodes(src: bytes, tree: Tree) -> RepairNodes:
+    """The nodes the macro repair looks at in the parse `tree` of `src`, with the parents of the ERROR and MISSING
+    ones, without walking the whole tree (a whole walk cost as much as a third of the parse, for each round):
+
+    * specifiers from their keywords: every class/struct/union specifier starts with its key word, so the
+      keywords in the text (comments and strings included, where no specifier starts) are looked up in one
+      forward sweep of a cursor (`_PathSweep`);
+    * ERROR and MISSING nodes from a walk that enters only subtrees that hold an error (`Node.has_error`), keeping
+      its path for the parents (tree-sitter finds a node's parent by walking down from the root, which made
+      thousands of errors in a deeply nested text quadratic: 16,000 levels, 2.4 s).
+
+    Not a tree-sitter query (`[(class_specifier) ...] @s (ERROR) @e (MISSING) @m`, which finds the same nodes, and
+    tests/test_syntax.py holds this to it): the query engine looks along a node's later siblings for each child it
+    visits, so a node with thousands of anonymous children made it quadratic (a line of 64,000 `(`: 2.8 s for the
+    query, 0.02 s for the parse; tree-sitter issue 1972)."""
     specs: list[Node] = []
+    sweep = _PathSweep(tree)
+    for m in _CLASS_KEY.finditer(src):
+        s = m.start()
+        path, starts = sweep.to(s)
+        k = bisect.bisect_left(starts, s)
+        specs += [n for n in path[k:] if n.start_byte == s and n.kind_id in _SPECIFIER_KINDS]
     errors: list[Node] = []
     missing: list[Node] = []
     parent_of: dict[int, Node | None] = {}
-    check = tree.root_node.has_error  # ERROR and MISSING nodes only occur in trees with errors
-    path: list[Node] = []  # the ancestors of the cursor's node (kept only where there are errors)
+    if not tree.root_node.has_error:  # ERROR and MISSING nodes only occur in trees with errors
+        return RepairNodes(specs, errors, missing, parent_of)
+    path = []  # the ancestors of the cursor's node
     cursor = tree.walk()
     while True:
         node = cursor.node
-        kind = node.kind_id
-        if kind in _SPECIFIER_KINDS:
-            specs.append(node)
-        elif check and kind == _ERROR_KIND:
+        if node.kind_id == _ERROR_KIND:
             errors.append(node)
             parent_of[node.id] = path[-1] if path else None
-        if cursor.goto_first_child():
-            if check:
+        if node.has_error:
+            if cursor.goto_first_child():
                 path.append(node)
-            continue
-        if check and node.is_missing:  # a MISSING node is a leaf
-            missing.append(node)
-            parent_of[node.id] = path[-1] if path else None
+                continue
+            if node.is_missing:  # a MISSING node is a leaf
+                missing.append(node)
+                parent_of[node.id] = path[-1] if path else None
         while not cursor.goto_next_sibling():
             if not cursor.goto_parent():
                 return RepairNodes(specs, errors, missing, parent_of)
-            if check:
+            path.pop()
+
+
+class _PathSweep:
+    """A tree cursor moved forward through ascending byte offsets, keeping its path from the root: `to(s)` gives
+    the nodes holding byte s, outermost first, and their start bytes (the last node may start after s, where no
+    node starts at it).
+
+    One forward sweep because tree-sitter finds a node's parent by walking down from the root: climbing through
+    `Node.parent` for each offset made a deeply nested text quadratic (16,000 unclosed `FOO_INLINE A::A() : b{x} {`
+    lines took 8 s)."""
+
+    def __init__(self, tree: Tree):
+        self.cursor = tree.walk()
+        self.path = [self.cursor.node]  # the cursor's node and its ancestors, from the root
+        self.starts = [self.path[0].start_byte]  # theirs: an ancestor never starts after its descendants
+
+    def to(self, s: int) -> tuple[list[Node], list[int]]:
+        cursor, path, starts = self.cursor, self.path, self.starts
+        while len(path) > 1 and path[-1].end_byte <= s:  # past the cursor's node: to a later sibling, else up
+            if cursor.goto_next_sibling():
+                path[-1] = cursor.node
+                starts[-1] = path[-1].start_byte
+            else:
+                cursor.goto_parent()
                 path.pop()
+                starts.pop()
+        while starts[-1] <= s and cursor.goto_first_child_for_byte(s) is not None:
+            path.append(cursor.node)  # down through the nodes holding byte s (the last may start after it)
+            starts.append(path[-1].start_byte)
+        return path, starts
 
 
 _HEAD_SKIP = re.compile(rb"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
@@ -353,27 +393,11 @@ def _annotation_macros(src: bytes, tree: Tree, found: RepairNodes) -> list[tuple
 def _outermost_nodes(tree: Tree, spans: list[tuple[int, int]]) -> list[Node | None]:
     """For each byte range (start, end), in ascending order of start: the outermost node that starts at `start`
     and spans the range, else the smallest node spanning it; what climbing from `descendant_for_byte_range` while
-    the parent starts there gives.
-
-    Written as one forward sweep of a tree cursor that keeps its path from the root, because tree-sitter finds a
-    node's parent by walking down from the root: climbing through `Node.parent` for each range made a deeply
-    nested text quadratic (16,000 unclosed `FOO_INLINE A::A() : b{x} {` lines took 8 s)."""
-    cursor = tree.walk()
-    path = [cursor.node]  # the cursor's node and its ancestors, from the root
-    starts = [path[0].start_byte]  # theirs: an ancestor never starts after its descendants
+    the parent starts there gives, from one forward sweep (`_PathSweep`)."""
+    sweep = _PathSweep(tree)
     out: list[Node | None] = []
     for s, e in spans:
-        while len(path) > 1 and path[-1].end_byte <= s:  # past the cursor's node: to a later sibling, else up
-            if cursor.goto_next_sibling():
-                path[-1] = cursor.node
-                starts[-1] = path[-1].start_byte
-            else:
-                cursor.goto_parent()
-                path.pop()
-                starts.pop()
-        while starts[-1] <= s and cursor.goto_first_child_for_byte(s) is not None:
-            path.append(cursor.node)  # down through the nodes holding byte s (the last may start after it)
-            starts.append(path[-1].start_byte)
+        path, starts = sweep.to(s)
         # the topmost node starting at s, found by bisection (a scan of the path made deep texts quadratic again);
         # the nodes below it that start there too end no later, so it is the one that spans the range, if any
         k = bisect.bisect_left(starts, s)
@@ -403,7 +427,7 @@ def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 
     done: set[tuple[int, int]] = set()
     for _ in range(rounds):
         cur = src if buf is None else bytes(buf)
-        found = _repair_nodes(tree)
+        found = _repair_nodes(cur, tree)
         ranges = [r for spec in found.specs for r in _head_macros(cur, spec)]
         if tree.root_node.has_error:
             ranges += [r for r in _annotation_macros(cur, tree, found) if r not in done]
