@@ -33,7 +33,7 @@ PATTERNS = {
     "deep_braces": lambda n: "void f() " + "{" * n + "}" * n + "\n",
     "open_parens": lambda n: "int x = " + "(" * n + ";\n",
     "class_keywords": lambda n: 'auto s = "' + "class " * n + '";\n' + "struct S *p; // union\n" * n
-    + "void f(" + "struct T *t, " * n + "int x);\n",
+    + "void f(" + "struct T *t, " * n + "int x);\n" + "class" + " A::B" * n + "\n" + ("class " + "x" * 64) * n,
 }
 
 

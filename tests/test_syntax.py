@@ -414,18 +414,32 @@ def test_repair_walk_finds_what_a_tree_sitter_query_finds(root):
     if not os.path.isdir(root):
         pytest.fail(f"{root} missing: scripts/setup.sh installs it")
     query = Query(st.LANGUAGE, "[(class_specifier) (struct_specifier) (union_specifier)] @s (ERROR) @e (MISSING) @m")
-    parser, with_errors = st.new_parser(), 0
+    parser, with_errors, heads = st.new_parser(), 0, 0
     for text in list(dict(sorted(_load_tree(root).items())).values())[::3]:
         tree = parser.parse(text.encode("utf-8", "surrogatepass"))
+        src = text.encode("utf-8", "surrogatepass")
         want = QueryCursor(query).captures(tree.root_node)
-        got = st._repair_nodes(text.encode("utf-8", "surrogatepass"), tree)
+        got = st._repair_nodes(src, tree)
         with_errors += bool(want.get("e") or want.get("m"))
-        for key, nodes in (("s", got.specs), ("e", got.errors), ("m", got.missing)):
-            assert sorted((n.start_byte, n.end_byte, n.type) for n in nodes) == \
-                sorted((n.start_byte, n.end_byte, n.type) for n in want.get(key, []))
-        for n in got.errors + got.missing:  # and tree-sitter's own parent of each
-            assert got.parent_of[n.id] == n.parent
-    assert with_errors > 0
+        heads += _same_repair_nodes(src, got, want)
+    assert with_errors > 0 and heads > 0
+
+
+def _same_repair_nodes(src: bytes, got, want: dict) -> int:
+    """Asserts that _repair_nodes found the query's ERROR and MISSING nodes with their parents, and specifiers
+    whose heads give the macros that all the query's specifiers give (a head of one word is not looked up);
+    returns how many macros those heads hold."""
+    def pos(nodes):
+        return [(n.start_byte, n.end_byte, n.type) for n in nodes]
+
+    for key, nodes in (("e", got.errors), ("m", got.missing)):
+        assert pos(nodes) == sorted(pos(want.get(key, [])))
+    for n in got.errors + got.missing:  # and tree-sitter's own parent of each
+        assert got.parent_of[n.id] == n.parent
+    assert pos(got.specs) == sorted(pos(got.specs)) and set(pos(got.specs)) <= set(pos(want.get("s", [])))
+    macros = [r for spec in sorted(want.get("s", []), key=lambda n: n.start_byte) for r in st._head_macros(src, spec)]
+    assert [r for spec in got.specs for r in st._head_macros(src, spec)] == macros
+    return len(macros)
 
 
 @pytest.mark.parametrize("text", [
@@ -434,6 +448,8 @@ def test_repair_walk_finds_what_a_tree_sitter_query_finds(root):
     "class A_API X : public B {\n  struct C_API Y { int f() const LOCK_(m) { return 1; } };\n};\n",
     "void f(struct T *t, union U u) { struct { int a; } s; if (x) { class K {} k; }\n",  # never closed
     "#define S struct\nS A { int x; };\nstruct\n  /* a comment */ B_API\n  C {};\n",
+    "class alignas(8) FOO_API Bar : Base {};\nstruct [[nodiscard]] B_API C {};\nclass X_API ns::Y final {};\n"
+    "template <> class Z_API Q<int> {};\nclass A_API B_API(x) C {};\nunion U_API V { int i; };\n",
 ])
 def test_repair_nodes_of_written_texts_are_the_querys(text):
     """The key-word lookup of the specifiers and the pruned walk, on texts where key words sit in strings,
@@ -444,12 +460,7 @@ def test_repair_nodes_of_written_texts_are_the_querys(text):
     src = text.encode()
     tree = st.new_parser().parse(src)
     want = QueryCursor(query).captures(tree.root_node)
-    got = st._repair_nodes(src, tree)
-    for key, nodes in (("s", got.specs), ("e", got.errors), ("m", got.missing)):
-        assert [(n.start_byte, n.end_byte, n.type) for n in nodes] == \
-            sorted((n.start_byte, n.end_byte, n.type) for n in want.get(key, []))
-    for n in got.errors + got.missing:
-        assert got.parent_of[n.id] == n.parent
+    _same_repair_nodes(src, st._repair_nodes(src, tree), want)
 
 
 def _rule_by_hand(defs: list[dict], calls: list[dict], max_candidates: int | None) -> list[tuple]:
