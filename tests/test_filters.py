@@ -167,6 +167,30 @@ def test_scrub_replaces_secrets_and_pii_with_stable_placeholders():
     assert scrub("// test key\n" + key).refused == "secret_private_key"
 
 
+def test_address_gate_passes_every_line_an_address_pattern_matches():
+    """The IP patterns (detect-secrets') run only on the lines the gate passes: on random dotted texts, the
+    gated spans are those of the patterns over every line."""
+    import random as _random
+
+    from cpp_data.stages.lib.scrub import _ip_patterns, _pii_spans
+
+    rng = _random.Random(0)
+    pieces = ["93.", "184.", "216", ".34", "8", "1", ".", "\n", " ", "x", ":80", "255.", "10.", "\u0663"]  # a \d too
+    found = 0
+    for _ in range(10000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        want, start = [], 0
+        for line in text.split("\n"):
+            for pattern in _ip_patterns():
+                g = 1 if pattern.groups else 0
+                want += [(start + m.start(g), start + m.end(g), IP) for m in pattern.finditer(line)]
+            start += len(line) + 1
+        got = [s for s in _pii_spans(text) if s[2] == IP]
+        assert got == sorted(set(want)), repr(text)
+        found += bool(want)
+    assert found > 30
+
+
 def test_license_cascade_on_real_headers():
     need(GOOGLETEST, NLOHMANN, POCO, JUCE)
     gtest = classify((GOOGLETEST / "googletest/include/gtest/gtest.h").read_text(), None, None)

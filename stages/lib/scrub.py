@@ -265,7 +265,10 @@ def _finds(text: str, literal: str) -> Iterator[int]:
         i = text.find(literal, i + 1)
 
 
-_IP_GATE = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
+# a line can hold an address only if it holds this (without the address's first digit: a pattern starting with
+# `\d` is tried at every digit of the text, one starting with `\.` is searched for as a literal; 0.19 s against
+# 0.015 s on the 2x corpus's kept text)
+_IP_GATE = re.compile(r"\.\d{1,3}\.\d{1,3}\.\d")
 
 
 def _pii_spans(text: str) -> list[tuple[int, int, str]]:
