@@ -183,3 +183,30 @@ def test_row_groups_close_at_their_byte_bound_whatever_the_chunking(tmp_path):
         if start + g < 200 and g < 8 and not (start + g == 150):  # closed by bytes: the next row did not fit
             assert sum(chunk) + sizes[start + g] > 2000
         start += g
+
+
+@pytest.mark.parametrize("generation", sorted(GENERATIONS) + ["packed"])
+def test_token_id_columns_are_written_without_a_dictionary(tmp_path, generation):
+    """dictionary_columns names Parquet's leaves as the writer does (pyarrow's own file is the judge), and a
+    shard written by ShardWriter has plain token ids and dictionary-encoded everything else."""
+    from cpp_data.schemas.shard_writer import PLAIN_COLUMNS, ShardParams, ShardWriter, dictionary_columns
+    from cpp_data.stages.packed_rows import packed_schema
+
+    schema = packed_schema("v6", ["token_structure_ids"]) if generation == "packed" else full_schema(generation)
+    pq.write_table(schema.empty_table(), tmp_path / "empty.parquet")
+    leaves = pq.ParquetFile(tmp_path / "empty.parquet").schema
+    plain = [leaves.column(i).path for i in range(len(leaves)) if leaves.column(i).path.split(".")[0] in PLAIN_COLUMNS]
+    assert dictionary_columns(schema) == [leaves.column(i).path for i in range(len(leaves))
+                                          if leaves.column(i).path not in plain]
+    if not plain:
+        return
+    row = {f.name: ([7, 70000, 7] if f.name in PLAIN_COLUMNS else None) for f in schema}
+    row |= {"text": "abc", "structure_ids": [1, 1, 2], "token_structure_ids": [1, 1, 2]}
+    writer = ShardWriter(tmp_path, "train", schema, ShardParams())
+    writer.write(pa.Table.from_pylist([{k: v for k, v in row.items() if k in schema.names}], schema=schema))
+    [entry] = writer.close()
+    meta = pq.ParquetFile(tmp_path / entry["path"].split("/")[-1]).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert all("RLE_DICTIONARY" not in encodings[p] for p in plain)
+    dictionary = [p for p in encodings if p.split(".")[0] in ("structure_ids", "token_structure_ids", "text")]
+    assert dictionary and all("RLE_DICTIONARY" in encodings[p] for p in dictionary)

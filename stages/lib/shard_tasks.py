@@ -45,6 +45,7 @@ from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.schemas.manifest import sha256_file
 from cpp_data.schemas.parquet_concat import concat_parquet_file, splice_row_groups_file
 from cpp_data.schemas.reader import read_row_group
+from cpp_data.schemas.shard_writer import dictionary_columns
 
 WORK = "_work"  # scratch of the tasks (pieces, plans); pipeline/cache.py leaves it out of the sealed outputs
 
@@ -252,7 +253,7 @@ class MergeRowGroup(PipelineStep):
 def _write_one_row_group(table: pa.Table, path: Path, compression: str, compression_level: int | None) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with pq.ParquetWriter(tmp, table.schema, compression=compression, compression_level=compression_level,
-                          write_page_checksum=True) as writer:
+                          write_page_checksum=True, use_dictionary=dictionary_columns(table.schema)) as writer:
         writer.write_table(table, row_group_size=max(table.num_rows, 1))
     os.replace(tmp, path)
 
