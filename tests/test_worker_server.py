@@ -123,3 +123,55 @@ def test_a_failing_task_prints_no_traceback_and_logs_it_to_its_file(tmp_path):
         assert "Traceback" not in proc.stderr and "a local variable" not in proc.stderr, proc.stderr[-3000:]
         logged = "".join(f.read_text() for f in sorted((logs / "logs").glob("task_*.log")))
         assert "Traceback" in logged and "disk full in task" in logged
+
+
+FRESH_COPIES = """
+import json, sys
+from pathlib import Path
+from datatrove.pipeline.base import PipelineStep
+from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
+
+
+def total(stat):  # datatrove writes a stat updated once as its value, else as a dict of aggregates
+    return stat if isinstance(stat, (int, float)) else stat["total"]
+
+
+class Count(PipelineStep):
+    name, type = "count", "count"
+    def __init__(self):
+        super().__init__()
+        self.runs = 0  # state a task leaves in its copy of the pipeline
+    def run(self, data, rank=0, world_size=1):
+        self.runs += 1
+        self.stat_update("runs_of_this_copy", value=self.runs)
+        yield from ()
+
+
+if __name__ == "__main__":
+    root, got = Path(sys.argv[1]), {}
+    for workers in (1, 2):
+        logs = root / f"logs-{workers}"
+        first = run_datatrove(ExecutorConfig(workers=workers, progress=False), [Count()], 7, logs, "count")
+        again = run_datatrove(ExecutorConfig(workers=workers, progress=False), [Count()], 7, logs, "count")
+        per_task = [json.loads((logs / "stats" / f"{r:05d}.json").read_text()) for r in range(7)]
+        got[workers] = {"first": first, "again": again, "completions": len(list((logs / "completions").iterdir())),
+                        "per_task": [total(s[-1]["stats"]["runs_of_this_copy"]) for s in per_task],
+                        "stats_json": (logs / "stats.json").is_file()}
+    print(json.dumps(got))
+"""
+
+
+def test_every_task_runs_a_fresh_copy_of_the_pipeline_and_completed_tasks_are_skipped(tmp_path):
+    """QuietLocalExecutor.run pickles the executor once per run, not once per task as datatrove's pool did, so
+    the copy each task runs must still be its own: a step's state (here a counter) never carries from one task
+    to the next in the same worker, or the stats would add up to more than one per task."""
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH_COPIES)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for workers in ("1", "2"):
+        run = got[workers]
+        assert run["per_task"] == [1] * 7, (workers, run)
+        assert run["first"]["count: count.runs_of_this_copy"] == 7 and run["completions"] == 7 and run["stats_json"], run
+        assert run["again"]["count: count.runs_of_this_copy"] == 7, run  # nothing ran again: the stats of the finished tasks
