@@ -122,7 +122,7 @@ def remember_loguru_lib_dirs() -> None:
 
 
 def bind_children_to_this_process() -> None:
-    """Every child this process forks from now on dies with it (datatrove's Manager server and pool workers
+    """Every child this process forks from now on dies with it (pool workers and what a task forks would
     otherwise outlive a killed build). Processes started by exec (git, the forkserver) are not affected."""
     os.register_at_fork(after_in_child=die_with_parent)
 
@@ -392,8 +392,8 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
         start_worker_server(cfg)  # already running when the runner started it with the stage
         # Even a single task runs in a worker, so the driver never takes a task's peak: the structure stage's
         # one graph task of a 92 MB repository took the driver to 576 MiB (bench/scale.py's 4x corpus). With
-        # one worker, datatrove runs the tasks in the process that calls run(), which run_datatrove makes a
-        # worker of its own (run_in_one_worker); with more, a pool of at least two.
+        # one worker, the tasks run in the process that calls run(), which run_datatrove makes a worker of its
+        # own (run_in_one_worker); with more, in a pool (QuietLocalExecutor.run), even for a single task.
         workers = 1 if cfg.workers == 1 else max(2, min(cfg.workers, tasks))
         return QuietLocalExecutor(steps, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
     if cfg.kind == "ray":
@@ -450,12 +450,13 @@ def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
 
 
 def _run_executor(executor, conn) -> None:
-    """In the worker: run the executor and send back None, or the exception that ended the run. What the worker
-    forks (datatrove's Manager) dies with it, so a worker killed mid-task leaves nothing holding the pipe."""
+    """In the worker: run the executor and send back None, or the exception that ended the run. What a task
+    forks dies with the worker, so a worker killed mid-task leaves nothing holding the pipe."""
     import multiprocess
 
-    # A process the forkserver made starts its own children through a forkserver of its own, a new interpreter
-    # for each run's Manager (seen in the process tree); forked from this process, it starts at once.
+    # A process the forkserver made would start its own children through a forkserver of its own, a new
+    # interpreter each (seen in the process tree for datatrove's Manager, which QuietLocalExecutor.run no longer
+    # starts); forked from this process, a child starts at once.
     multiprocess.set_start_method("fork", force=True)
     bind_children_to_this_process()
     try:

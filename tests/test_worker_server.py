@@ -1,6 +1,6 @@
 """The local executor's forkserver starts when the first stage begins (executors.start_worker_server), so its
 imports overlap the driver's work, and every run's tasks then go to processes forked from that same server:
-a pool of at least two with two workers or more, one process of its own with one worker
+a pool with two workers or more, one process of its own with one worker
 (executors.run_in_one_worker), so the build's own process never runs a task."""
 
 import json
