@@ -69,7 +69,13 @@ def _write(rows: list[dict], path: Path) -> None:
 
 
 def source_files(root: Path) -> list[str]:
-    return sorted(str(p.resolve()) for p in root.rglob("*")
+    """The C/C++ files under `root` (a resolved path), as absolute paths, symlinks left out.
+
+    Each path is already its own resolved form: rglob joins entry names to `root` and never enters a symlinked
+    directory, and symlinked files are dropped, so no path passes through a link. (Resolving each one again
+    cost a system call per path component: 0.25 s against 0.09 for the 2,764 files of bench/scale.py's 2x
+    extra source, 2.1 s against 0.57 for /usr/include's 25,281, with the same lists.)"""
+    return sorted(str(p) for p in root.rglob("*")
                   if p.suffix.lower() in DEFAULT_EXTENSIONS and p.is_file() and not p.is_symlink())
 
 

@@ -186,6 +186,29 @@ def test_semantics_indexes_with_libclang_where_there_is_a_compile_database(chain
     assert beta.counts["database"] == "none" and beta.counts["files_fallen_back_to_tree_sitter"] == 1
 
 
+def test_semantics_source_files_are_the_real_files_under_the_root_at_their_resolved_paths(tmp_path):
+    """source_files lists paths as rglob joins them, without resolving each: that holds only while rglob never
+    enters a symlinked directory and links are left out, which os.path.realpath judges here."""
+    import os
+
+    from cpp_data.stages.semantics import source_files
+
+    root = tmp_path / "repo"
+    (root / "src" / "deep").mkdir(parents=True)
+    (root / "src" / "a.cc").write_text("int a;\n")
+    (root / "src" / "deep" / "b.H").write_text("int b;\n")
+    (root / "notes.txt").write_text("not C++\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "c.cpp").write_text("int c;\n")
+    (root / "linked_dir").symlink_to(outside)  # a directory link: not entered
+    (root / "src" / "loop").symlink_to(root / "src")  # a link back up: not entered either
+    (root / "src" / "alias.cc").symlink_to(root / "src" / "a.cc")  # a file link: left out
+    got = source_files(root.resolve())
+    assert got == sorted(str((root / p).resolve()) for p in ("src/a.cc", "src/deep/b.H"))
+    assert all(os.path.realpath(p) == p for p in got)
+
+
 def test_structure_labels_every_character(chain):
     rows = _rows(chain["structure"], "shards/*.parquet", ["text", "structure_ids", "source_path"])
     from cpp_data.stages.lib.syntax import CATEGORY_NAMES
