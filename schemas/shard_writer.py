@@ -69,6 +69,14 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     return [x for f in schema if f.name not in PLAIN_COLUMNS for x in leaves(f.name, f.type)]
 
 
+def open_writer(where: Path | str, schema: pa.Schema, compression: str,
+                compression_level: int | None) -> pq.ParquetWriter:
+    """A Parquet writer of shard files (and of their row groups written apart, which must be the same bytes):
+    page checksums, and a dictionary for every column but PLAIN_COLUMNS."""
+    return pq.ParquetWriter(where, schema, compression=compression, compression_level=compression_level,
+                            write_page_checksum=True, use_dictionary=dictionary_columns(schema))
+
+
 class ShardWriter:
     """Rolls files of `docs_per_shard` rows with row groups of `row_group_size` rows, or fewer where
     `row_group_bytes` of text comes first, each file written to a hidden temporary and renamed into place when
@@ -94,9 +102,7 @@ class ShardWriter:
 
     def _open(self) -> None:
         self.tmp = self.directory / f".{self.stem}-{self.index:05d}.parquet.tmp"
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.p.compression,
-                                       compression_level=self.p.compression_level, write_page_checksum=True,
-                                       use_dictionary=dictionary_columns(self.schema))
+        self.writer = open_writer(self.tmp, self.schema, self.p.compression, self.p.compression_level)
 
     def _close_shard(self) -> None:
         self.writer.close()
@@ -179,9 +185,7 @@ def rewrite_shards(src: Path, out: Path, transform, compression: str, compressio
         for rg in range(pf.num_row_groups):
             table = transform(read_row_group(pf, rg), entry)
             if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema, compression=compression,
-                                          compression_level=compression_level, write_page_checksum=True,
-                                          use_dictionary=dictionary_columns(table.schema))
+                writer = open_writer(tmp, table.schema, compression, compression_level)
             writer.write_table(table, row_group_size=table.num_rows)
         if writer is not None:
             writer.close()

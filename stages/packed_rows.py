@@ -58,11 +58,10 @@ from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.reader import iter_shard, read_row_group, shard_files
-from cpp_data.schemas.shard_writer import dictionary_columns
 from cpp_data.tokenizer.files import tokenizer_info
 
 
-PACKED_WRITE = {"compression": "zstd", "compression_level": None, "write_page_checksum": True}  # zstd's default level
+PACKED_COMPRESSION = {"compression": "zstd", "compression_level": None}  # zstd's default level
 
 
 @dataclass(frozen=True)
@@ -355,7 +354,7 @@ class WritePackedRowGroup(PipelineStep):
         self.work, self.p, self.meta_cols = Path(work), p, meta_cols
 
     def run(self, data, rank: int = 0, world_size: int = 1):
-        from cpp_data.stages.lib.shard_tasks import read_piece_rows
+        from cpp_data.stages.lib.shard_tasks import read_piece_rows, write_one_row_group
 
         group = json.loads((self.work / "rowgroups.json").read_text())[rank]
         job = json.loads((self.work / "files.json").read_text())[group["file"]]
@@ -372,11 +371,7 @@ class WritePackedRowGroup(PipelineStep):
             raise RuntimeError(f"row group {rank}: {table.num_rows} rows, planned {group['stop'] - group['start']}")
         out = self.work / "rowgroups" / f"{rank:05d}.parquet"
         out.parent.mkdir(exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        # the packed files' settings (PACKED_WRITE): a row group written alone is the same bytes as in the file
-        with pq.ParquetWriter(tmp, schema, **PACKED_WRITE, use_dictionary=dictionary_columns(schema)) as writer:
-            writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        os.replace(tmp, out)
+        write_one_row_group(table.cast(schema), out, **PACKED_COMPRESSION)  # the same bytes as in the file
         self.stat_update("rows", value=table.num_rows)
         return
         yield
@@ -445,7 +440,8 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     them; writes packed.json (files, telemetry per split, and per prefix its split, sources and counts).
 
     As datatrove tasks on `executor`: one per packing block (`block_plan`), then one per row group of the output
-    files and one per file to put them together; the driver joins each prefix's partial bin/idx (schemas/indexed.join_partials). Scratch under out/_work."""
+    files and one per file to put them together; the driver joins each prefix's partial bin/idx
+    (schemas/indexed.join_partials). Scratch under out/_work."""
     from cpp_data.pipeline.executors import run_datatrove
     from cpp_data.schemas.indexed import join_partials
     from cpp_data.schemas.launch_spec import split_groups

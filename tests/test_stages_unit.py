@@ -349,7 +349,7 @@ def test_packed_files_written_by_row_group_are_one_writers_bytes(chain, tmp_path
     import pyarrow as pa
 
     from cpp_data.schemas.shard_writer import dictionary_columns
-    from cpp_data.stages.packed_rows import PACKED_WRITE, packed_schema
+    from cpp_data.stages.packed_rows import PACKED_COMPRESSION, packed_schema
 
     recipe = load_recipe("v6", overrides={"packed_rows": {"seq_length": 256}})
     params = dataclasses.replace(recipe.params["packed_rows"], row_group_size=2, rows_per_shard=3)
@@ -363,7 +363,8 @@ def test_packed_files_written_by_row_group_are_one_writers_bytes(chain, tmp_path
         assert table.num_rows <= 3 and meta.num_row_groups == -(-table.num_rows // 2)
         schema = packed_schema("v6", json.loads((art.path / "packed" / "packed.json").read_text())["meta_columns"])
         buf = io.BytesIO()
-        with pq.ParquetWriter(buf, schema, **PACKED_WRITE, use_dictionary=dictionary_columns(schema)) as writer:
+        with pq.ParquetWriter(buf, schema, **PACKED_COMPRESSION, write_page_checksum=True,
+                              use_dictionary=dictionary_columns(schema)) as writer:
             for a in range(0, table.num_rows, 2):
                 part = table.slice(a, 2).combine_chunks()
                 writer.write_table(part, row_group_size=part.num_rows)

@@ -45,7 +45,7 @@ from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.schemas.manifest import sha256_file
 from cpp_data.schemas.parquet_concat import concat_parquet_file, splice_row_groups_file
 from cpp_data.schemas.reader import read_row_group
-from cpp_data.schemas.shard_writer import dictionary_columns
+from cpp_data.schemas.shard_writer import open_writer
 
 WORK = "_work"  # scratch of the tasks (pieces, plans); pipeline/cache.py leaves it out of the sealed outputs
 
@@ -242,7 +242,7 @@ class MergeRowGroup(PipelineStep):
         out = self.work_dir / "rowgroups" / f"{rank:05d}.parquet"
         out.parent.mkdir(exist_ok=True)
         # the settings of the final file: ConcatFile copies this row group's bytes into it as they are
-        _write_one_row_group(table, out, self.compression, self.compression_level)
+        write_one_row_group(table, out, self.compression, self.compression_level)
         self.stat_update("rows", value=table.num_rows)
         del table
         give_back_freed_memory()  # else a worker grows with the row groups it merged (pipeline/allocator.py)
@@ -250,10 +250,11 @@ class MergeRowGroup(PipelineStep):
         yield  # a generator that yields nothing: the last step of its pipeline
 
 
-def _write_one_row_group(table: pa.Table, path: Path, compression: str, compression_level: int | None) -> None:
+def write_one_row_group(table: pa.Table, path: Path, compression: str, compression_level: int | None) -> None:
+    """`table` as a Parquet file of one row group at `path` (atomically), with the settings of the shard files
+    (shard_writer.open_writer), so parquet_concat can copy the row group into a file as it is encoded."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with pq.ParquetWriter(tmp, table.schema, compression=compression, compression_level=compression_level,
-                          write_page_checksum=True, use_dictionary=dictionary_columns(table.schema)) as writer:
+    with open_writer(tmp, table.schema, compression, compression_level) as writer:
         writer.write_table(table, row_group_size=max(table.num_rows, 1))
     os.replace(tmp, path)
 
@@ -286,7 +287,7 @@ class ConcatFile(PipelineStep):
             rows = concat_parquet_file(parts, final)
         else:  # the template gives the file its schema and Arrow metadata: pyarrow writing no rows of it
             template = self.work_dir / "rowgroups" / f"template-{rank:05d}.parquet"
-            _write_one_row_group(spliced.empty_table(), template, self.compression, self.compression_level)
+            write_one_row_group(spliced.empty_table(), template, self.compression, self.compression_level)
             rows = splice_row_groups_file(template, [[(source, int(groups[r, 1])), (part, 0)]
                                                      for r, part in zip(mine, parts)], final)
         (self.work_dir / "merged").mkdir(exist_ok=True)
