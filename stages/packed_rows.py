@@ -58,6 +58,7 @@ from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.reader import iter_shard, read_row_group, shard_files
+from cpp_data.stages.lib.list_columns import list_array
 from cpp_data.tokenizer.files import tokenizer_info
 
 
@@ -140,12 +141,7 @@ def _rows_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     for field in schema:
         values = [r[field.name] for r in rows]
         if pa.types.is_list(field.type):
-            dtype = field.type.value_type.to_pandas_dtype()
-            offsets = np.zeros(len(values) + 1, np.int32)
-            np.cumsum([len(v) for v in values], out=offsets[1:])
-            flat = np.concatenate([np.asarray(v, dtype) for v in values]) if values else np.zeros(0, dtype)
-            columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, field.type.value_type),
-                                                    type=field.type))
+            columns.append(list_array(values, field.type))
         else:
             columns.append(pa.array(values, field.type))
     return pa.Table.from_arrays(columns, schema=schema)

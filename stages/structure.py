@@ -49,13 +49,14 @@ from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import name_graph, repo_groups, syntax
+from cpp_data.stages.lib.list_columns import list_array
 from cpp_data.stages.lib.shard_tasks import (WORK, SliceWork, clean_work, map_shards, merge_shards, plan_slices,
                                              write_task_table)
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
 ENRICHED = "v6"  # the generation whose columns these shards carry, whatever the recipe's (they feed v4 too)
 MAX_NAME = 256  # error-recovered parses of macro code can yield a whole region as a "name"
-_ARRAYS = {"structure_ids": np.uint8, "ast_depth": np.int8, "sibling_index": np.int8, "ast_node_type": np.int16}
+_ARRAYS = ("structure_ids", "ast_depth", "sibling_index", "ast_node_type")  # one value per character; types: v6's
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,6 @@ class StructureParams:
     compression_level: int = 3
     rows_per_task: int = 256  # documents per analyze task (the output bytes do not depend on it)
     graph_group_rows: int = 4_000_000  # definition and call rows per graph task (repositories never split)
-
-
-def _lists(arrays: list[np.ndarray], dtype) -> pa.Array:
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
-    np.cumsum([len(a) for a in arrays], out=offsets[1:])
-    values = np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
 
 
 class SemanticIndex:
@@ -210,7 +204,7 @@ class Analyze(SliceWork):
         (work / "graph_in").mkdir(exist_ok=True)
         pq.write_table(pa.Table.from_pylist(defs, schema=GRAPH_DEFINITIONS), work / "graph_in" / f"defs-{rank:05d}.parquet")
         pq.write_table(pa.Table.from_pylist(calls, schema=GRAPH_CALLS), work / "graph_in" / f"calls-{rank:05d}.parquet")
-        added = {name: _lists(arrays[name], dtype).cast(types[name]) for name, dtype in _ARRAYS.items()}
+        added = {name: list_array(arrays[name], types[name]) for name in _ARRAYS}
         added |= {name: pa.array(values, type=types[name]) for name, values in extra.items()}
         return pa.table(added)
 

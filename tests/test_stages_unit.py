@@ -340,6 +340,28 @@ def test_packed_rows_table_is_the_one_from_pylist_builds():
         assert got.equals(want) and got.schema.equals(want.schema, check_metadata=True)
 
 
+def test_list_array_is_pyarrows_conversion_of_the_rows_for_every_list_column_of_v6():
+    """list_array (structure's per-character columns, packed_rows' lists) against pa.array over the same rows as
+    Python lists: every integer list type of the v6 schema, rows of the narrower dtype syntax hands it, empty
+    rows, no rows."""
+    import numpy as np
+    import pyarrow as pa
+
+    from cpp_data.schemas.generations import columns
+    from cpp_data.stages.lib.list_columns import list_array
+
+    types = [c.type for c in columns("v6") if pa.types.is_list(c.type) and pa.types.is_integer(c.type.value_type)]
+    assert {pa.list_(pa.uint8()), pa.list_(pa.int8()), pa.list_(pa.int16()), pa.list_(pa.int32())} <= set(types)
+    rng = np.random.default_rng(1)
+    for t in types:
+        info = np.iinfo(t.value_type.to_pandas_dtype())
+        rows = [rng.integers(max(info.min, -128), min(info.max, 127), int(rng.integers(0, 40)), dtype=np.int8)
+                for _ in range(50)] + [np.zeros(0, np.int8)]
+        for part in (rows, rows[:1], []):
+            want = pa.array([r.tolist() for r in part], type=t)
+            got = list_array(part, t)
+            assert got.type == t and got.equals(want), t
+
 def test_packed_files_written_by_row_group_are_one_writers_bytes(chain, tmp_path):
     """packed_rows writes each row group in a task of its own and copies them into the file: the file must be
     the bytes pyarrow's one writer gives for the same rows and row groups (row groups of 2 rows, files of 3)."""
