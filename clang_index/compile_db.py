@@ -88,6 +88,49 @@ def load_compile_commands(path: str | Path) -> list[CompileCommand]:
     return out
 
 
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def relocate_commands(commands: list[CompileCommand], root: Path) -> tuple[list[CompileCommand], str | None, int]:
+    """A repository's own compile database read as the tree at `root`: (commands, the path replaced by `root`
+    or None, how many commands were left out).
+
+    Such a database names the absolute paths of the checkout it was generated in (`/home/dev/proj/src/a.cpp`),
+    while cpp-data parses the source at its pin somewhere else (a git source is extracted into the stage's work
+    directory). Indexing those paths read another tree than the pinned one, or none: no file matched a
+    command, and the TU status carried the other machine's paths. The generating root is found from the files
+    themselves: for each command whose file is not under `root`, the longest tail of its path that names a
+    file under `root` gives a candidate prefix (a directory, never `/` alone); the prefix most commands give
+    (then the first in sort order) is replaced by `root` in every command's directory and file, and in each
+    argument that starts with it, alone or after a flag (`-I/home/dev/proj/include`,
+    `--include-directory=/home/dev/proj/include`). A command whose file is then still outside `root` is left
+    out. Written here because no compile-database library at hand (libclang's CompilationDatabase reads
+    databases, it does not move them) does this."""
+    base = os.path.normpath(str(root))
+    votes: dict[str, int] = {}
+    for c in commands:
+        if _under(c.file, base):
+            continue
+        parts = Path(c.file).parts
+        for k in range(2, len(parts)):
+            if os.path.isfile(os.path.join(base, *parts[k:])):
+                prefix = os.path.join(*parts[:k])
+                votes[prefix] = votes.get(prefix, 0) + 1
+                break
+    prefix = min(votes, key=lambda x: (-votes[x], x)) if votes else None
+    if prefix is not None:
+        flagged = re.compile(r"^(-{1,2}[A-Za-z][\w-]*=?)?" + re.escape(prefix) + r"(?=/|$)")
+
+        def moved(path: str) -> str:
+            return base + path[len(prefix):] if _under(path, prefix) else path
+
+        commands = [CompileCommand(moved(c.directory), moved(c.file),
+                                   [flagged.sub(lambda m: (m.group(1) or "") + base, a) for a in c.arguments])
+                    for c in commands]
+    kept = [c for c in commands if _under(c.file, base)]
+    return kept, prefix, len(commands) - len(kept)
+
 
 def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None) -> list[str]:
     """Parser arguments: drops argv[0], the source file, outputs/dep-files, -c, sanitizers, colour, -Werror; adds

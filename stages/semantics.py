@@ -126,7 +126,8 @@ class Semantics(Stage):
     summary_counts = {"semantic_coverage": "per_source:*"}
 
     def run(self, ctx: StageContext) -> dict:
-        from cpp_data.clang_index.compile_db import check_libclang, find_resource_dir, load_compile_commands
+        from cpp_data.clang_index.compile_db import (check_libclang, find_resource_dir, load_compile_commands,
+                                                     relocate_commands)
         from cpp_data.clang_index.configure import discover
         from cpp_data.clang_index.index import merge_tus
         from cpp_data.clang_index.levels import dependency_levels
@@ -145,6 +146,12 @@ class Semantics(Stage):
             files = source_files(root)
             sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
             commands = load_compile_commands(found.path) if found.path else []
+            if found.database == "source":  # written where it was generated; read as the tree at its pin
+                commands, moved_from, left_out = relocate_commands(commands, root)
+                if moved_from:
+                    found.reason += f" (its paths under {moved_from} read as this tree's)"
+                if left_out:
+                    found.reason += f"; {left_out} command(s) for files outside the tree left out"
             started = time.monotonic()
             res = merge_tus(_index_as_tasks(ctx, commands, root, p))
             index_seconds = time.monotonic() - started

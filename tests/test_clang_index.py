@@ -236,3 +236,40 @@ def test_v5_trims_the_highest_level_first():
     assert [c["start"] for c in doc["constituents"]] == [0, 0, 0] and "// c\n" not in doc["text"]
     assert doc["text"].index("// a\n") < doc["text"].index("// b\n") < doc["text"].index("// d\n")
     assert doc["max_dep_level"] == 1
+
+
+def test_a_database_written_in_another_checkout_is_read_as_this_tree(tmp_path):
+    """A repository's own compile_commands.json names the checkout it was generated in; the source at its pin
+    lies elsewhere. relocate_commands finds that checkout's root from the files and moves every path under it
+    (directory, file, `-I` and `--include-directory=` arguments) to this tree, leaves out a command for a file
+    that is in neither, and real libclang then indexes the moved commands cleanly, with the fixture's call."""
+    import shutil
+
+    from cpp_data.clang_index.compile_db import relocate_commands
+
+    root = tmp_path / "pinned"
+    shutil.copytree(FIX, root)
+    (root / "src" / "broken.cc").unlink()
+    there = "/home/dev/proj"  # where the database was generated: nothing there on this machine
+    define = "'-DNAME=\"x y\"'"  # as main.cc needs it
+    db = [{"directory": f"{there}/src", "file": f, "command": f"c++ -I{there}/include {define} -std=c++17 -c {f}"}
+          for f in ("util.cc", "main.cc")]
+    db += [{"directory": f"{there}/src", "file": f"{there}/src/cfile.c",
+            "arguments": ["cc", f"--include-directory={there}/include", "-std=c11", "-c", f"{there}/src/cfile.c"]},
+           {"directory": "/elsewhere", "file": "gen.cc", "command": "c++ -c gen.cc"}]
+    path = tmp_path / "compile_commands.json"
+    path.write_text(json.dumps(db))
+    commands, moved_from, left_out = relocate_commands(load_compile_commands(path), root)
+    assert moved_from == there and left_out == 1
+    assert [Path(c.file).relative_to(root).as_posix() for c in commands] == ["src/util.cc", "src/main.cc",
+                                                                              "src/cfile.c"]
+    assert all(c.directory == str(root / "src") for c in commands)
+    assert f"-I{root}/include" in commands[0].arguments
+    assert f"--include-directory={root}/include" in commands[2].arguments
+    assert not any(there in a for c in commands for a in c.arguments)
+    # a database already written for this tree is left as it is
+    assert relocate_commands(commands, root) == (commands, None, 0)
+    res = index_project(commands, root, workers=2, timeout_s=60)
+    assert [s["status"] for s in res.tu_status] == ["ok"] * 3
+    name = {f["usr"]: f["name"] for f in res.functions}
+    assert ("main", "twice") in {(name.get(e["src"]), name.get(e["dst"])) for e in res.edges}
