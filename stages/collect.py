@@ -102,10 +102,10 @@ class Collect(Stage):
 
         opt_out = OptOut.from_rules(src.opt_out)
 
-        def take(path: str, data: bytes) -> None:
+        def take(path: str, data: bytes, sha: str | None = None) -> None:  # sha: the caller's, when it hashed
             nonlocal kept_bytes
             name = PurePosixPath(path).name
-            sha = hashlib.sha256(data).hexdigest()
+            sha = sha or hashlib.sha256(data).hexdigest()
             if opt_out.content(sha):  # before anything reads it, its license file included
                 skip(path, len(data), sha, "opt_out")
                 return
@@ -175,13 +175,14 @@ class Collect(Stage):
                             digest.add(path, unreadable=True)
                             skip(path, size, None, "unreadable")
                             continue
-                        digest.add(path, file_sha256=hashlib.sha256(data).digest())
+                        raw = hashlib.sha256(data).digest()  # once: the tree digest's and the row's
+                        digest.add(path, file_sha256=raw)
                         if is_undecodable(path):
-                            skip(path, len(data), hashlib.sha256(data).hexdigest(), "undecodable_path")
+                            skip(path, len(data), raw.hex(), "undecodable_path")
                         elif opt_out.path(path):  # read all the same: the pin's tree digest covers it
-                            skip(path, len(data), hashlib.sha256(data).hexdigest(), "opt_out")
+                            skip(path, len(data), raw.hex(), "opt_out")
                         else:
-                            take(path, data)
+                            take(path, data, raw.hex())
                 if digest.hexdigest() != src.commit:
                     raise RuntimeError(f"source {src.name!r}: {root} changed since it was locked "
                                        f"({src.commit[:17]}... -> {digest.hexdigest()[:17]}...); "
