@@ -220,6 +220,24 @@ def test_structure_labels_every_character(chain):
         assert ("COMMENT" in names) == ("//" in r["text"]), r["source_path"]
 
 
+def test_structure_graph_groups_spread_a_small_corpus_and_leave_the_output_alone(chain, tmp_path, monkeypatch):
+    """A corpus far under graph_group_rows is cut into several graph tasks (here one per repository), and the
+    shards and call graph are the same as from one task holding every repository."""
+    import cpp_data.stages.structure as structure
+
+    assert chain["structure"][0].counts["tasks"]["graph"] == 2  # alpha and beta, each its own group
+    params = load_recipe("v6").params["structure"]
+    inputs = {dep: chain[dep] for dep in ("shards", "semantics")}
+    monkeypatch.setattr(structure, "GRAPH_SPREAD", 1)
+    one = _run("structure", params, inputs, tmp_path / "one-group")
+    assert one.counts["tasks"]["graph"] == 1 and one.counts["call_edges_by_name"] > 0
+    assert one.counts["call_edges_by_name"] == chain["structure"][0].counts["call_edges_by_name"]
+    shard_files = [e["path"] for e in json.loads((one.path / "shards.json").read_text())["files"]]
+    for name in ["call_graph.parquet", *shard_files]:
+        a, b = pq.read_table(one.path / name), pq.read_table(chain["structure"][0].path / name)
+        assert a.num_rows and a.equals(b), name
+
+
 def test_tokenizer_trains_the_asked_vocabulary_or_what_the_corpus_fills(chain):
     c = chain["tokenizer"][0].counts  # cap_vocab_to_corpus: what a tiny corpus fills, not 65,536
     assert c["vocab_size"] < c["requested_vocab_size"] and c["learned_ids"] > 300 and c["vocab_size"] % 128 == 0
