@@ -120,13 +120,12 @@ def relocate_commands(commands: list[CompileCommand], root: Path) -> tuple[list[
                 break
     prefix = min(votes, key=lambda x: (-votes[x], x)) if votes else None
     if prefix is not None:
-        flagged = re.compile(r"^(-{1,2}[A-Za-z][\w-]*=?)?" + re.escape(prefix) + r"(?=/|$)")
+        at_start = re.compile(r"^(-{1,2}[A-Za-z][\w-]*=?)?" + re.escape(prefix) + r"(?=/|$)")
 
-        def moved(path: str) -> str:
-            return base + path[len(prefix):] if _under(path, prefix) else path
+        def moved(text: str) -> str:  # a path, or an argument that starts with one, alone or after a flag
+            return at_start.sub(lambda m: (m.group(1) or "") + base, text)
 
-        commands = [CompileCommand(moved(c.directory), moved(c.file),
-                                   [flagged.sub(lambda m: (m.group(1) or "") + base, a) for a in c.arguments])
+        commands = [CompileCommand(moved(c.directory), moved(c.file), [moved(a) for a in c.arguments])
                     for c in commands]
     kept = [c for c in commands if _under(c.file, base)]
     return kept, prefix, len(commands) - len(kept)
