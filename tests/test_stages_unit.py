@@ -380,6 +380,7 @@ def test_list_array_is_pyarrows_conversion_of_the_rows_for_every_list_column_of_
             got = list_array(part, t)
             assert got.type == t and got.equals(want), t
 
+
 def test_packed_files_written_by_row_group_are_one_writers_bytes(chain, tmp_path):
     """packed_rows writes each row group in a task of its own and copies them into the file: the file must be
     the bytes pyarrow's one writer gives for the same rows and row groups (row groups of 2 rows, files of 3)."""
