@@ -68,7 +68,7 @@ COPYRIGHT_FALLBACK = {"juce-modules-source-data": "juce-modules-source"}
 
 # The stages this benchmark needs; stages they read (e.g. decontaminate, which passes documents through when
 # the sources file names no reference) are added from cpp-data's stage registry, in the v6 recipe's order.
-WANTED_STAGES = ("collect", "filter", "license", "exact_dedup", "near_dedup", "shards", "ledger")
+WANTED_STAGES = ("collect", "license", "filter", "exact_dedup", "near_dedup", "shards", "ledger")
 JUDGED = frozenset({"kept", "license_refused", "exact_duplicate", "near_duplicate"})
 COPYLEFT_FAMILIES = frozenset({"copyleft", "weak_copyleft"})
 

@@ -2,7 +2,7 @@
 
 A recipe names its schema generation, the stages it runs (in order) and their parameters:
     schema_generation = "v6"
-    stages = ["collect", "filter", "decontaminate", "license", "exact_dedup", "shards", "ledger"]
+    stages = ["collect", "license", "filter", "decontaminate", "exact_dedup", "shards", "ledger"]
     [params.filter]
     max_line_length = 1000
 Parameters not given take the stage's defaults; unknown stages, unknown keys, mistyped values and values out

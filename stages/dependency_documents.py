@@ -25,7 +25,7 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import keys
-from cpp_data.stages.lib.inputs import license_parts
+from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 
 DOC_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "license_spdx", "license_source",
@@ -46,10 +46,10 @@ class DependencyDocumentsParams:
 
 
 def kept_licenses(ctx: StageContext, repo: str, removed) -> dict[tuple[str, str], dict]:
-    """{(repo, path): license columns} of `repo`'s files that the license stage kept and dedup did not remove:
+    """{(repo, path): license columns} of `repo`'s files that the per-document stages kept and dedup did not remove:
     one repository at a time, since a document's pieces never leave their repository."""
     out = {}
-    for part in license_parts(ctx, repo):
+    for part in document_parts(ctx, repo):
         t = pq.read_table(part, columns=["source_repo", "source_commit", "source_path", "license_spdx",
                                          "license_source", "license_confidence", "license_family"])
         keep = ~keys.contains(removed, keys.table_keys(t))
@@ -101,7 +101,7 @@ class DependencyDocuments(Stage):
     libraries = ('pyarrow', 'numpy', 'libclang')
     version = 1
     scope = "corpus"
-    inputs = ("semantics", "license", "near_dedup")
+    inputs = ("semantics", DOCUMENTS, "near_dedup")
     Params = DependencyDocumentsParams
 
     summary_counts = {"documents": "documents", "train_documents": "train_documents",

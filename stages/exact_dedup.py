@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import DUPLICATE
-from cpp_data.stages.lib.inputs import license_parts
+from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
 
 _COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
          "license_confidence", "license_family"]
@@ -36,7 +36,7 @@ class ExactDedup(Stage):
     name = "exact_dedup"
     version = 3
     scope = "corpus"
-    inputs = ("collect", "license")
+    inputs = ("collect", DOCUMENTS)
     Params = ExactDedupParams
 
     summary_counts = {"exact_duplicates": "duplicates_removed", "exact_duplicate_bytes": "duplicate_bytes",
@@ -44,7 +44,7 @@ class ExactDedup(Stage):
 
     def run(self, ctx: StageContext) -> dict:
         repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
-        parts = license_parts(ctx)
+        parts = document_parts(ctx)
         total = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
         nb = max(1, math.ceil(total / self.params.rows_per_bucket))
         tmp = ctx.out / "_buckets"

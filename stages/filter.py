@@ -1,8 +1,9 @@
-"""filter: decode, normalize, apply the quality rules of docs/DESIGN.md section 3, scrub secrets and PII.
+"""filter: apply the quality rules of docs/DESIGN.md section 3 and scrub secrets and PII.
 
-datatrove steps, one task per collected part: DecodeNormalize -> QualityFilter -> Scrub -> documents writer.
-Each step is a datatrove BaseFilter whose exclusion writer records every rejected file with its rule, so
-nothing is dropped silently.
+It reads the documents the license stage kept (decoded and normalized there, stages/lib/decode.py): a file the
+license policy refuses is never scanned (docs/DESIGN.md section 2). datatrove steps, one task per part:
+QualityFilter -> Scrub -> documents writer. Each step is a datatrove BaseFilter whose exclusion writer records
+every rejected file with its rule, so nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -43,28 +44,6 @@ class FilterParams:
         if self.min_bytes > self.max_bytes:
             return f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes}): every file would be refused"
         return None
-
-
-class DecodeNormalize(BaseFilter):
-    """Raw bytes -> UTF-8 text with LF line endings; binary and undecodable files are rejected."""
-
-    name = "decode"
-
-    def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        raw: bytes = doc.text
-        if b"\0" in raw:  # anywhere: a NUL after the first 8 KB is still not source text
-            return False, "binary"
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return False, f"undecodable_utf8@{exc.start}"
-        if text.startswith("\ufeff"):
-            text = text[1:]
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-        if not text.strip():
-            return False, "empty_after_normalize"
-        doc.text = text
-        return True
 
 
 class QualityFilter(BaseFilter):
@@ -128,9 +107,9 @@ class Scrub(BaseFilter):
 class Filter(Stage):
     name = "filter"
     libraries = ('pyarrow', 'datatrove', 'detect-secrets', 'regex')
-    version = 3
+    version = 4
     scope = "source"
-    inputs = ("collect",)
+    inputs = ("license",)
     Params = FilterParams
     resumable_tasks = True
 
@@ -138,11 +117,10 @@ class Filter(Stage):
         return self.source_tasks(ctx).run(ctx.executor, ctx.label)
 
     def source_tasks(self, ctx: StageContext) -> SourceTasks:
-        collected = ctx.input("collect").path
-        tasks = dt_io.count_parts(collected, "files-*.parquet")
+        docs = ctx.input("license").path
+        tasks = dt_io.count_parts(docs, "part-*.parquet")
         pipeline = [
-            dt_io.reader(collected, "files-*.parquet"),
-            DecodeNormalize(exclusion_writer=dt_io.rejections_writer(ctx.out, "decode")),
+            dt_io.reader(docs, "part-*.parquet"),
             QualityFilter(self.params, ctx.source.vendored,
                           exclusion_writer=dt_io.rejections_writer(ctx.out, "quality")),
             Scrub(self.params, exclusion_writer=dt_io.rejections_writer(ctx.out, "scrub")),

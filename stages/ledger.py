@@ -1,9 +1,10 @@
 """ledger: the provenance ledger, one row per file seen, whatever happened to it (docs/DESIGN.md sections 1, 4, 5).
 
-Rows, per source in name order: files collect skipped, files the filter rejected, files the license policy
-refused, then kept files; finally every exact duplicate (cluster id: its SHA-256, similarity 1) and every near
-duplicate (cluster id, estimated similarity) with its keeper. Answers "did this dataset contain
-file X at version Y, and if not, why?" with one query.
+Rows, per source in name order: files collect skipped, files the license stage refused (undecodable, then
+refused by the license policy), files the filter and decontamination rejected, then kept files; finally every
+exact duplicate (cluster id: its SHA-256, similarity 1) and every near duplicate (cluster id, estimated
+similarity) with its keeper. Answers "did this dataset contain file X at version Y, and if not, why?" with
+one query.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import LEDGER, REJECTION
 from cpp_data.stages.lib import keys
+from cpp_data.stages.lib.inputs import DOCUMENTS
 from cpp_data.stages.lib.shard_tasks import WORK
+
+
+# The per-document stages in the order they run (docs/DESIGN.md section 2); each writes its rejections beside
+# the documents it keeps.
+PER_DOCUMENT = ("license", "filter", "decontaminate")
 
 
 @dataclass(frozen=True)
@@ -106,10 +113,10 @@ class SourceRows(PipelineStep):
                 self.stat_update("rows", value=table.num_rows)
 
         emit(_from_rejections(pq.read_table(dirs["collect"] / "skipped.parquet")))
-        for stage in ("filter", "decontaminate", "license"):
+        for stage in PER_DOCUMENT:
             for f in sorted(dirs[stage].glob("rejected-*.parquet")):
                 emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
-        for f in sorted(dirs["license"].glob("part-*.parquet")):
+        for f in sorted(dirs[DOCUMENTS].glob("part-*.parquet")):
             t = pq.read_table(f, columns=_KEPT)
             gone = keys.contains(removed, keys.table_keys(t))
             evidence.append(t.filter(pa.array(gone)).select(_EVIDENCE.names))
@@ -124,9 +131,9 @@ class SourceRows(PipelineStep):
 
 class Ledger(Stage):
     name = "ledger"
-    version = 5
+    version = 6
     scope = "corpus"
-    inputs = ("collect", "filter", "decontaminate", "license", "exact_dedup", "near_dedup")
+    inputs = ("collect", *PER_DOCUMENT, "exact_dedup", "near_dedup")
     Params = LedgerParams
 
     summary_counts = {"decisions": "decisions", "refused_by_rule": "reasons"}
@@ -138,7 +145,7 @@ class Ledger(Stage):
         dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
         near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")
         by_source = {stage: {a.source: str(a.path) for a in ctx.inputs[stage]}
-                     for stage in ("collect", "filter", "decontaminate", "license")}
+                     for stage in ("collect", *PER_DOCUMENT)}
         sources = [{stage: by_source[stage][name] for stage in by_source} for name in sorted(by_source["collect"])]
         work = ctx.out / WORK
         shutil.rmtree(work, ignore_errors=True)

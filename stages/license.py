@@ -1,5 +1,9 @@
 """license: the license cascade and allow-list policy of docs/DESIGN.md section 4, per document.
 
+It is the first stage to read collect's files: each is decoded and normalized (stages/lib/decode.py) and then
+judged, so the filter's scans never run on a file the policy refuses and every file that decodes has a license
+answer in the ledger (docs/DESIGN.md section 2).
+
 The repository-level LICENSE/COPYING files that collect found are identified once per source (askalono), and
 for a history walk once per license state of the tree, so a version is judged by the licenses of its commit.
 The document tasks do that (`source_license_states`), not the driver: a source's first task in a worker
@@ -34,6 +38,7 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.source_batch import SourceTasks
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
+from cpp_data.stages.lib.decode import DecodeNormalize
 from cpp_data.stages.lib.license_match import (classify, identify_license_file, is_primary_license_file, offers_choice,
                                             parse_spdx, policy)
 from cpp_data.stages.lib.shard_tasks import WORK, clean_work
@@ -259,9 +264,9 @@ class LicenseStep(BaseFilter):
 class License(Stage):
     name = "license"
     libraries = ('pyarrow', 'datatrove', 'license-expression', 'pyaskalono')
-    version = 5
+    version = 6
     scope = "source"
-    inputs = ("collect", "decontaminate")
+    inputs = ("collect",)
     Params = LicenseParams
     resumable_tasks = True
 
@@ -269,13 +274,14 @@ class License(Stage):
         return self.source_tasks(ctx).run(ctx.executor, ctx.label)
 
     def source_tasks(self, ctx: StageContext) -> SourceTasks:
-        docs = ctx.input("decontaminate").path
-        license_files = ctx.input("collect").path / "license_files.parquet"
+        collected = ctx.input("collect").path
+        license_files = collected / "license_files.parquet"
         has_files = pq.read_metadata(license_files).num_rows > 0
         states_file = ctx.out / WORK / "license_states.json" if has_files else None
-        tasks = dt_io.count_parts(docs, "part-*.parquet")
+        tasks = dt_io.count_parts(collected, "files-*.parquet")
         pipeline = [
-            dt_io.reader(docs, "part-*.parquet"),
+            dt_io.reader(collected, "files-*.parquet"),
+            DecodeNormalize(exclusion_writer=dt_io.rejections_writer(ctx.out, "decode")),
             LicenseStep(self.params, license_files, states_file, ctx.source.license,
                         exclusion_writer=dt_io.rejections_writer(ctx.out, "license")),
             dt_io.documents_writer(ctx.out),

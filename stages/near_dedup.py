@@ -45,6 +45,7 @@ from datatrove.pipeline.base import PipelineStep
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io, keys
+from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
 NEAR_DUPLICATE = pa.schema([
@@ -238,7 +239,7 @@ class NearDedup(Stage):
     libraries = ('pyarrow', 'numpy', 'datasketch', 'datatrove')
     version = 4
     scope = "corpus"
-    inputs = ("collect", "license", "exact_dedup")
+    inputs = ("collect", DOCUMENTS, "exact_dedup")
     Params = NearDedupParams
     resumable_tasks = True
 
@@ -246,10 +247,8 @@ class NearDedup(Stage):
                       "near_duplicate_clusters": "clusters", "largest_near_duplicate_clusters": "largest_clusters"}
 
     def run(self, ctx: StageContext) -> dict:
-        from cpp_data.stages.lib.inputs import license_parts
-
         repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
-        return near_dedup(license_parts(ctx), ctx.input("exact_dedup").path / "duplicates.parquet", repo_bytes,
+        return near_dedup(document_parts(ctx), ctx.input("exact_dedup").path / "duplicates.parquet", repo_bytes,
                           ctx.out, self.params, ctx.executor, ctx.label)
 
 

@@ -31,7 +31,7 @@ from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import keys
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
-from cpp_data.stages.lib.inputs import license_parts
+from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
 from cpp_data.stages.lib.shard_tasks import WORK, write_task_table
 
 SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256",
@@ -200,7 +200,7 @@ class Shards(Stage):
     name = "shards"
     version = 3
     scope = "corpus"
-    inputs = ("license", "near_dedup")
+    inputs = (DOCUMENTS, "near_dedup")
     Params = ShardParams
     resumable_tasks = True
 
@@ -212,7 +212,7 @@ class Shards(Stage):
     def run(self, ctx: StageContext) -> dict:
         p: ShardParams = self.params
         removed_file = ctx.input("near_dedup").path / "removed_keys.parquet"
-        parts = license_parts(ctx)
+        parts = document_parts(ctx)
         footers = [pq.read_metadata(x) for x in parts]
         total_bytes = sum(md.row_group(i).total_byte_size for md in footers for i in range(md.num_row_groups))
         # at most max_buckets bucket files per task (file-descriptor limits)

@@ -117,7 +117,7 @@ def test_editing_a_stage_reruns_it_and_early_cutoff_keeps_the_rest(corpus, tmp_p
     probe = subprocess.run([sys.executable, "-c", "import cpp_data.stages.filter as m; print(m.__file__)"],
                            capture_output=True, text=True, env=env, check=True)
     assert probe.stdout.strip() == str(site / "stages" / "filter.py")
-    # filter is the second stage: everything after it would run again if fingerprints chained
+    # filter runs after collect and license: everything after it would run again if fingerprints chained
     stage = site / "stages" / "filter.py"
     stage.write_text(stage.read_text() + "\n# an edit that changes no output byte\n")
     first = _latest(out)

@@ -135,12 +135,15 @@ def test_collect_takes_the_cpp_files_and_skips_the_rest(chain, corpus):
                                                                 ("compile_commands.json", "not_cpp")]
 
 
-def test_filter_refuses_the_long_line(chain):
+def test_filter_refuses_the_long_line_among_the_documents_the_license_stage_kept(chain):
     rejected = _rows(chain["filter"], "rejected-*.parquet")
     assert [(r["source_path"], r["decision"], r["reason"]) for r in rejected] == [("src/table.cpp", "filtered",
                                                                            "max_line_length")]
-    kept = _rows(chain["filter"], "part-*.parquet", ["source_path"])
-    assert "src/table.cpp" not in {r["source_path"] for r in kept} and len(kept) == 7
+    # the filter reads what the license stage kept: the GPL file was refused before any scan (and had a license)
+    assert rejected[0]["license_spdx"] == "MIT"
+    licensed = sorted(r["source_path"] for r in _rows(chain["license"], "part-*.parquet", ["source_path"]))
+    kept = sorted(r["source_path"] for r in _rows(chain["filter"], "part-*.parquet", ["source_path"]))
+    assert "src/gpl.cpp" not in licensed and kept == [p for p in licensed if p != "src/table.cpp"] and len(kept) == 6
 
 
 def test_decontaminate_without_a_reference_passes_every_document_on(chain):
@@ -154,6 +157,8 @@ def test_license_keeps_mit_and_apache_and_refuses_gpl(chain):
     spdx = {(r["source_repo"], r["source_path"]): r["license_spdx"] for r in docs}
     assert spdx[("alpha", "src/sum.cpp")] == "MIT" and spdx[("beta", "lib.cc")] == "Apache-2.0"
     assert ("alpha", "src/gpl.cpp") not in spdx
+    refused = [r for r in _rows(chain["license"], "rejected-*.parquet") if r["decision"] == "license_refused"]
+    assert [(r["source_path"], r["license_spdx"]) for r in refused] == [("src/gpl.cpp", "GPL-3.0-only")]
 
 
 def test_exact_dedup_removes_the_copy(chain):
@@ -323,7 +328,7 @@ def test_context_graph_makes_a_document_per_function_within_budget(chain, tmp_pa
 
 def test_dependency_documents_root_each_file_with_its_dependencies(chain, sources, tmp_path):
     params = load_recipe("v5").params["dependency_documents"]
-    art = _run("dependency_documents", params, {k: chain[k] for k in ("semantics", "license", "near_dedup")},
+    art = _run("dependency_documents", params, {k: chain[k] for k in ("semantics", "decontaminate", "near_dedup")},
                tmp_path / "dd", sources=sources)
     rows = _rows([art], "shards/*.parquet", ["text", "constituents"])
     assert art.counts["roots"] >= 1 and len(rows) == art.counts["documents"] >= 1

@@ -5,7 +5,13 @@ from __future__ import annotations
 from cpp_data.pipeline.stage import StageContext
 
 
-def license_parts(ctx: StageContext, source: str | None = None) -> list:
-    """Every kept-document part of the license stage, in (source, part) order; only `source`'s when given."""
-    return [p for art in sorted(ctx.inputs["license"], key=lambda a: a.source) if source in (None, art.source)
+# The last per-document stage: its parts hold the documents every check before dedup kept (license, filter,
+# decontaminate, in that order; docs/DESIGN.md section 2), with every column those stages filled in.
+DOCUMENTS = "decontaminate"
+
+
+def document_parts(ctx: StageContext, source: str | None = None) -> list:
+    """Every kept-document part of the per-document stages (`DOCUMENTS`), in (source, part) order; only
+    `source`'s when given."""
+    return [p for art in sorted(ctx.inputs[DOCUMENTS], key=lambda a: a.source) if source in (None, art.source)
             for p in sorted(art.path.glob("part-*.parquet"))]
