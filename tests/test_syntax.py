@@ -136,6 +136,16 @@ def test_deepest_node_arrays_match_brute_force(text):
     assert r.ast_depth.dtype == np.int8 and r.sibling_index.dtype == np.int8 and r.ast_node_type.dtype == np.int16
 
 
+@pytest.mark.parametrize("n_chars", [1000, 1 << 22])  # the packed key, then the lexsort it stands for
+def test_event_order_is_the_three_key_order(n_chars):
+    rng = np.random.default_rng(7)
+    n = 5000
+    pos = rng.integers(0, min(n_chars, 300), 2 * n)  # many ties of position, and of position and depth
+    depth = rng.integers(0, 40, n)
+    want = np.lexsort((np.concatenate([-depth, depth]), np.repeat(np.array([0, 1], np.int8), n), pos))
+    assert np.array_equal(st._event_order(pos.copy(), depth, n_chars), want)
+
+
 def test_buckets_are_stable_and_in_range():
     named = {st.LANGUAGE.node_kind_for_id(k) for k in range(st.LANGUAGE.node_kind_count)
              if st.LANGUAGE.node_kind_is_named(k)} | {"ERROR"}

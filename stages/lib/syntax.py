@@ -726,6 +726,20 @@ def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list
     return paint, spans
 
 
+def _event_order(pos: np.ndarray, depth: np.ndarray, n_chars: int) -> np.ndarray:
+    """The order of a walk's exit events (the first len(depth) of `pos`: node ends) and entry events (the rest:
+    node starts): by position, exits before entries, inner exits first, outer entries first. One stable argsort
+    of a packed key (position, exit or entry, depth turned for exits) where the fields fit in 63 bits, three
+    stable sorts (lexsort) otherwise: the same order, about a third of the time."""
+    n = len(depth)
+    if n_chars >= 1 << 22 or n >= 1 << 19:  # a depth is below the node count
+        return np.lexsort((np.concatenate([-depth, depth]), np.repeat(np.array([0, 1], np.int8), n), pos))
+    key = pos << 41
+    key[:n] |= (1 << 20) - 1 - depth
+    key[n:] |= (1 << 40) | depth
+    return np.argsort(key, kind="stable")
+
+
 def analyze(text: str, parser: Parser | None = None) -> FileStructure:
     """Spans, per-character arrays, calls and ERROR share of one C/C++ source text."""
     src = text.encode("utf-8", "surrogatepass")
@@ -779,11 +793,10 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
 
     # Deepest named node per character: enter/exit events sorted by position (exits before entries, inner exits
     # first, outer entries first); the node of the last event at or before a character covers it.
-    rec = np.array(flat, np.int64).reshape(-1, 6)
+    rec = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 6)
     n_nodes, d = len(rec), rec[:, 2]
     pos = chars(np.concatenate([rec[:, 1], rec[:, 0]]))
-    is_enter = np.repeat(np.array([0, 1], np.int8), n_nodes)
-    order = np.lexsort((np.concatenate([-d, d]), is_enter, pos))
+    order = _event_order(pos, d, n_chars)
     value = np.concatenate([rec[:, 4], np.arange(n_nodes)])[order]
     pos = np.concatenate([[0], pos[order], [n_chars]])
     owner = np.repeat(np.concatenate([[-1], value]), np.diff(pos))  # -1: no node (indexes the appended 0)
