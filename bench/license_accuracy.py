@@ -21,10 +21,10 @@ How it measures:
    out of right/wrong). `with ... exception` is stripped; `A or B` takes the most permissive family and
    `A and B` (or a comma list) the strictest.
 5. Run `cpp-data build` once over all selected trees, with no `license` key in the sources file (the DEP-5
-   answer never reaches the input), using the v6 recipe cut down to the stages collect, filter, license,
+   answer never reaches the input), using the v6 recipe cut down to the stages collect, license, filter,
    exact_dedup, near_dedup, shards, ledger (plus any stage these read, such as decontaminate).
 6. Read the build's provenance ledger and compare, per file that reached the license decision (kept,
-   license_refused, exact_duplicate, near_duplicate): ours_allowed = decision != license_refused; our family
+   license_refused, exact_duplicate, near_duplicate, and filtered after the license stage: `judged`): ours_allowed = decision != license_refused; our family
    = cpp_data.stages.lib.license_match.policy(license_spdx, DEFAULT_ALLOW, allow_copyleft=False)[1].
 7. Report per package and overall: judged files, unmatched, truth-unknown, copyleft (strong or weak) files kept
    (target 0), permissive files refused by the default allow-list (target <= 5 %), files whose family differs,
@@ -70,6 +70,13 @@ COPYRIGHT_FALLBACK = {"juce-modules-source-data": "juce-modules-source"}
 # the sources file names no reference) are added from cpp-data's stage registry, in the v6 recipe's order.
 WANTED_STAGES = ("collect", "license", "filter", "exact_dedup", "near_dedup", "shards", "ledger")
 JUDGED = frozenset({"kept", "license_refused", "exact_duplicate", "near_duplicate"})
+
+
+def judged(row: dict) -> bool:
+    """Whether the license policy decided a ledger row: the decisions in JUDGED, and the files the filter or
+    decontamination refused after the license stage had allowed them (they carry its answer); not a file
+    refused before it (skipped, undecodable)."""
+    return row["decision"] in JUDGED or (row["decision"] == "filtered" and bool(row.get("license_source")))
 COPYLEFT_FAMILIES = frozenset({"copyleft", "weak_copyleft"})
 
 # Install prefixes stripped from installed paths (the rest is the tree path); excluded directories.
@@ -501,7 +508,7 @@ def score_package(pkg: str, files: dict[str, str], matcher: TruthMatcher, ledger
             stats["not_in_ledger"] += 1
             detail["verdict"] = "not_in_ledger"
             continue
-        if row["decision"] not in JUDGED:
+        if not judged(row):
             stats["not_judged"] += 1
             stats["not_judged_by"][f'{row["decision"]}:{row["reason"]}'] += 1
             detail["verdict"] = "not_judged"
