@@ -65,7 +65,8 @@ REJECTION = pa.schema(
     ]
 )
 
-# A document after normalize/filter/scrub (and, after the license stage, with its license filled in).
+# A document of the per-document stages: decoded, with its license (license stage), then its quality signals,
+# scrubbed text and dedup key (filter); a column a stage has not filled yet is null.
 DOCUMENT = pa.schema(
     [
         ("source_repo", pa.string()),

@@ -572,3 +572,18 @@ def test_notice_prefilter_leaves_non_ascii_headers_to_every_pattern(monkeypatch)
         want = _notices_without_prefilter(block, monkeypatch)
         assert want is not None and match_notices(block) == want
     assert match_notices("// Licensed under the Buſineſs Source License 1.1\n")[0] == "BUSL-1.1"
+
+
+@pytest.mark.parametrize("raw", [b"int x;\r\n", b"\xef\xbb\xbfint x;\n", b"\xef\xbb\xbfa\r\n\rb\r", "é\r\n // ü\r".encode(),
+                                 b"\r\r\n\n x"])
+def test_decode_gives_the_normalized_size_and_refuses_what_is_not_text(raw):
+    from datatrove.data import Document
+
+    from cpp_data.stages.lib.decode import DecodeNormalize
+
+    doc = Document(text=raw, id="d", metadata={"size_bytes": len(raw)})
+    assert DecodeNormalize().filter(doc) is True
+    assert "\r" not in doc.text and not doc.text.startswith("\ufeff")
+    assert doc.metadata["size_bytes"] == len(doc.text.encode("utf-8"))  # a license refusal's ledger size
+    for bad, rule in ((raw + b"\0", "binary"), (b"\xff" + raw, "undecodable_utf8@0"), (b"\r\n \r", "empty_after_normalize")):
+        assert DecodeNormalize().filter(Document(text=bad, id="d", metadata={})) == (False, rule)
