@@ -24,8 +24,9 @@ How it measures:
    answer never reaches the input), using the v6 recipe cut down to the stages collect, license, filter,
    exact_dedup, near_dedup, shards, ledger (plus any stage these read, such as decontaminate).
 6. Read the build's provenance ledger and compare, per file that reached the license decision (kept,
-   license_refused, exact_duplicate, near_duplicate, and filtered after the license stage: `judged`): ours_allowed = decision != license_refused; our family
-   = cpp_data.stages.lib.license_match.policy(license_spdx, DEFAULT_ALLOW, allow_copyleft=False)[1].
+   license_refused, exact_duplicate, near_duplicate, and filtered after the license stage: `judged`):
+   ours_allowed = decision != license_refused; our family =
+   cpp_data.stages.lib.license_match.policy(license_spdx, DEFAULT_ALLOW, allow_copyleft=False)[1].
 7. Report per package and overall: judged files, unmatched, truth-unknown, copyleft (strong or weak) files kept
    (target 0), permissive files refused by the default allow-list (target <= 5 %), files whose family differs,
    why permissive files were refused, and the most common (truth license, our license_spdx) disagreements.

@@ -574,8 +574,8 @@ def test_notice_prefilter_leaves_non_ascii_headers_to_every_pattern(monkeypatch)
     assert match_notices("// Licensed under the Buſineſs Source License 1.1\n")[0] == "BUSL-1.1"
 
 
-@pytest.mark.parametrize("raw", [b"int x;\r\n", b"\xef\xbb\xbfint x;\n", b"\xef\xbb\xbfa\r\n\rb\r", "é\r\n // ü\r".encode(),
-                                 b"\r\r\n\n x"])
+@pytest.mark.parametrize("raw", [b"int x;\r\n", b"\xef\xbb\xbfint x;\n", b"\xef\xbb\xbfa\r\n\rb\r",
+                                 "é\r\n // ü\r".encode(), b"\r\r\n\n x"])
 def test_decode_gives_the_normalized_size_and_refuses_what_is_not_text(raw):
     from datatrove.data import Document
 
@@ -585,5 +585,6 @@ def test_decode_gives_the_normalized_size_and_refuses_what_is_not_text(raw):
     assert DecodeNormalize().filter(doc) is True
     assert "\r" not in doc.text and not doc.text.startswith("\ufeff")
     assert doc.metadata["size_bytes"] == len(doc.text.encode("utf-8"))  # a license refusal's ledger size
-    for bad, rule in ((raw + b"\0", "binary"), (b"\xff" + raw, "undecodable_utf8@0"), (b"\r\n \r", "empty_after_normalize")):
+    for bad, rule in ((raw + b"\0", "binary"), (b"\xff" + raw, "undecodable_utf8@0"),
+                      (b"\r\n \r", "empty_after_normalize")):
         assert DecodeNormalize().filter(Document(text=bad, id="d", metadata={})) == (False, rule)
