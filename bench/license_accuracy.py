@@ -76,7 +76,8 @@ JUDGED = frozenset({"kept", "license_refused", "exact_duplicate", "near_duplicat
 def judged(row: dict) -> bool:
     """Whether the license policy decided a ledger row: the decisions in JUDGED, and the files the filter or
     decontamination refused after the license stage had allowed them (they carry its answer); not a file
-    refused before it (skipped, undecodable)."""
+    refused before it (skipped, undecodable). "Kept" in the report means allowed by the policy: such a file
+    counts as kept though the filter dropped it afterwards."""
     return row["decision"] in JUDGED or (row["decision"] == "filtered" and bool(row.get("license_source")))
 COPYLEFT_FAMILIES = frozenset({"copyleft", "weak_copyleft"})
 

@@ -1,4 +1,4 @@
-"""Time the first slice (collect -> filter -> license -> exact dedup -> shards -> ledger) on a corpus.
+"""Time the first slice (collect -> license -> filter -> exact dedup -> shards -> ledger) on a corpus.
 
     .venv/bin/python bench/slice_bench.py sources/debian.toml [--workers 2] [--keep DIR]
 

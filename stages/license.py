@@ -263,7 +263,7 @@ class LicenseStep(BaseFilter):
 
 class License(Stage):
     name = "license"
-    libraries = ('pyarrow', 'datatrove', 'license-expression', 'pyaskalono')
+    libraries = ('pyarrow', 'datatrove', 'license-expression', 'pyaskalono', 'detect-secrets')
     version = 6
     scope = "source"
     inputs = ("collect",)

@@ -1,6 +1,6 @@
 """near_dedup: MinHash LSH over code shingles, at the file level, across every source (docs/DESIGN.md section 5).
 
-1. Signatures (datatrove tasks, one per license part, resumable): each document that exact dedup kept gets a
+1. Signatures (datatrove tasks, one per document part, resumable): each document that exact dedup kept gets a
    128-permutation MinHash (datasketch, affine32) of its 5-token shingles (stages/lib/shingles.py). A task writes
    its signatures (sig-RANK.npy), its documents' metadata (docs-RANK.parquet) and, per LSH band, the band keys
    sorted by key (band-BB-RANK.npy): the sorted runs that datatrove's own MinHash writes too.
@@ -21,7 +21,7 @@
    the next canonical keeper: every removed file is within the threshold of the copy that is kept. Removed
    files go to near_duplicates.parquet with keeper, cluster id and exact Jaccard similarity to the keeper.
    removed_keys.parquet holds the keys of every document exact and near dedup removed: the one record of the
-   dedup decision that later stages read (the kept documents are the license stage's minus these).
+   dedup decision that later stages read (the kept documents are decontaminate's parts minus these).
 Hand-written parts (bucketing by key range, verification, union-find, keeper choice): datasketch's LSH index
 lives in memory, and datatrove's pipeline neither verifies candidates nor knows our canonical rule.
 """

@@ -1,12 +1,13 @@
 """shards: the versioned Parquet shards of a build (docs/DESIGN.md section 9).
 
-- Documents: every kept document of the license stage that neither exact nor near dedup removed.
+- Documents: every kept document of the per-document stages (decontaminate's parts) that neither exact nor near
+  dedup removed.
 - Split: validation when BLAKE2b(repo, path) falls under `valid_fraction` (no file on both sides, and the split
   does not move when the seed does). A build of >= 2 documents never has an empty validation split: if the hash
   chose none, the training file nearest the split line moves over (`moved_to_valid` in the counts).
 - Shuffle: documents are ordered by a seeded BLAKE2b key of (repo, path). To keep memory bounded this is an
   external sort: pass 1 routes each document into one of N on-disk buckets by the key's top range (a datatrove
-  task per license part), pass 2 sorts each bucket in memory, so buckets come out in global key order; each
+  task per document part), pass 2 sorts each bucket in memory, so buckets come out in global key order; each
   shard file is then a task that takes its rows from the sorted buckets that hold them.
 - Output: shards/{train,valid}-NNNNN.parquet with `docs_per_shard` rows, `row_group_size`-row row groups,
   zstd, page checksums; shards.json lists each file's rows, bytes and SHA-256.
@@ -83,7 +84,7 @@ def _prepare(table: pa.Table, removed: np.ndarray, p: ShardParams, schema: pa.Sc
 
 
 class RouteDocuments(PipelineStep):
-    """Task r: license part r's kept documents with their doc ids, split and shuffle key, routed to on-disk
+    """Task r: document part r's kept documents with their doc ids, split and shuffle key, routed to on-disk
     buckets by the key's top range (buckets/<split>-<b>-<r>.parquet), with what the split needs in route-r.json."""
 
     type = "🔀 - ROUTE"

@@ -588,3 +588,14 @@ def test_decode_gives_the_normalized_size_and_refuses_what_is_not_text(raw):
     for bad, rule in ((raw + b"\0", "binary"), (b"\xff" + raw, "undecodable_utf8@0"),
                       (b"\r\n \r", "empty_after_normalize")):
         assert DecodeNormalize().filter(Document(text=bad, id="d", metadata={})) == (False, rule)
+
+
+def test_an_unrecognized_spdx_tag_is_quoted_in_the_evidence_without_its_pii():
+    # the license stage reads files before the filter scrubs them, and the ledger publishes the evidence
+    token = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
+    text = f"// SPDX-License-Identifier: Acme-Internal, ask jane@corp.example or /home/jdoe ({token})\nint x;\n"
+    answer = classify(text, None, None)
+    assert (answer.spdx, answer.source) == ("NOASSERTION", "spdx_tag")
+    assert answer.evidence.startswith("unrecognized SPDX-License-Identifier: Acme-Internal, ask <redacted-email>")
+    assert "jane" not in answer.evidence and "jdoe" not in answer.evidence and token not in answer.evidence
+    assert policy(answer.spdx, ("MIT",), False)[0] is False  # still refused

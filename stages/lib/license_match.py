@@ -314,6 +314,16 @@ def identify_license_file(text: str) -> tuple[str, float] | None:
     return (notice[0], 0.75) if notice else None
 
 
+def _scrubbed_quote(words: str) -> str:
+    """Words of a file quoted in its license evidence, which the ledger publishes, with the scrub's placeholders
+    for secrets and PII: the license stage reads a file before the filter scrubs it (docs/DESIGN.md section 2),
+    and a tag such as `Proprietary, ask jane@corp.example` must not carry the address out."""
+    from cpp_data.stages.lib.scrub import SECRET, scrub
+
+    result = scrub(words)
+    return SECRET if result.refused else result.text
+
+
 def classify(text: str, repo_license: tuple[str, float, str] | None, declared: str | None,
              header_min_chars: int = 400) -> LicenseAnswer:
     """Run the cascade on one file. `repo_license` is (spdx, score, path of the LICENSE file) or None."""
@@ -334,7 +344,8 @@ def classify(text: str, repo_license: tuple[str, float, str] | None, declared: s
     if tag:
         # The file names its own license in words no SPDX list knows, and its header says nothing the notice
         # table or askalono reads: the repository's license is not assumed for it (NOASSERTION, refused).
-        return LicenseAnswer("NOASSERTION", "spdx_tag", 0.0, f"unrecognized SPDX-License-Identifier: {tag[:100]}")
+        return LicenseAnswer("NOASSERTION", "spdx_tag", 0.0,
+                             f"unrecognized SPDX-License-Identifier: {_scrubbed_quote(tag)[:100]}")
     if repo_license:
         spdx, score, path = repo_license
         return LicenseAnswer(spdx, "repo_file", round(0.9 * score, 4), path)
