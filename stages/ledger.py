@@ -23,13 +23,8 @@ from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import LEDGER, REJECTION
 from cpp_data.stages.lib import keys
-from cpp_data.stages.lib.inputs import DOCUMENTS
+from cpp_data.stages.lib.inputs import DOCUMENTS, PER_DOCUMENT
 from cpp_data.stages.lib.shard_tasks import WORK
-
-
-# The per-document stages in the order they run (docs/DESIGN.md section 2); each writes its rejections beside
-# the documents it keeps.
-PER_DOCUMENT = ("license", "filter", "decontaminate")
 
 
 @dataclass(frozen=True)

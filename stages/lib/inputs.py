@@ -5,9 +5,11 @@ from __future__ import annotations
 from cpp_data.pipeline.stage import StageContext
 
 
-# The last per-document stage: its parts hold the documents every check before dedup kept (license, filter,
-# decontaminate, in that order; docs/DESIGN.md section 2), with every column those stages filled in.
-DOCUMENTS = "decontaminate"
+# The per-document stages in the order they run (docs/DESIGN.md section 2); each writes its rejections beside
+# the documents it keeps. The last one's parts hold the documents every check before dedup kept, with every
+# column those stages filled in.
+PER_DOCUMENT = ("license", "filter", "decontaminate")
+DOCUMENTS = PER_DOCUMENT[-1]
 
 
 def document_parts(ctx: StageContext, source: str | None = None) -> list:
