@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cpp_data.schemas.artifacts import rule_of
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards, read_ledger, require_complete
 
@@ -86,7 +87,7 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
     for key, (decision, reason) in lb.items():
         before = la.get(key, ("absent", ""))[0]
         if decision != "kept" and before in ("kept", "absent"):
-            refused[f"{decision}:{reason}"] += 1
+            refused[f"{decision}:{rule_of(reason)}"] += 1
 
     def dist(docs: dict, field: int) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}

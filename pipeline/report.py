@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cpp_data.pipeline.fsutil import atomic_write_text
 from cpp_data.pipeline.terminal_text import printable
+from cpp_data.schemas.artifacts import rule_of
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards, read_ledger, require_complete
 
@@ -111,7 +112,8 @@ def _n(x: float) -> str:
 def _numbers(summary: dict, manifest: dict, ledger: list[dict]) -> str:
     decisions = Counter(r["decision"] for r in ledger)
     rows = [["files seen", _n(len(ledger))], ["kept", _n(decisions.get("kept", 0))]]
-    refused = Counter((r["decision"], r["reason"]) for r in ledger if r["decision"] not in ("kept", *DUPLICATES))
+    refused = Counter((r["decision"], rule_of(r["reason"])) for r in ledger
+                      if r["decision"] not in ("kept", *DUPLICATES))
     rows += [[_Raw(f"&nbsp;&nbsp;refused: {html.escape(d)} / {html.escape(str(why))}"), _n(n)]
              for (d, why), n in sorted(refused.items(), key=lambda x: (-x[1], x[0]))]
     rows += [["exact duplicates removed", f"{_n(summary.get('exact_duplicates', 0))} "
@@ -135,7 +137,8 @@ def _numbers(summary: dict, manifest: dict, ledger: list[dict]) -> str:
 
 
 def _refusals_by_repo(ledger: list[dict]) -> str:
-    counts = Counter((r["source_repo"], f"{r['decision']}: {r['reason']}") for r in ledger if r["decision"] != "kept")
+    counts = Counter((r["source_repo"], f"{r['decision']}: {rule_of(r['reason'])}") for r in ledger
+                     if r["decision"] != "kept")
     if not counts:
         return "<p>Every file seen was kept.</p>"
     repos = sorted({r for r, _ in counts})
@@ -214,7 +217,7 @@ def _examples(ledger: list[dict]) -> str:
     if refused:  # a few of each reason, so rare reasons show too
         by_reason: dict = defaultdict(list)
         for r in refused:
-            by_reason[(r["decision"], r["reason"])].append(r)
+            by_reason[(r["decision"], rule_of(r["reason"]))].append(r)
         picked = [r for rs in by_reason.values() for r in rs[:3]][:EXAMPLES]
         parts.append("<h3>Refused</h3>" + _table(["file", "decision", "reason", "license", "evidence"], [
             [f"{r['source_repo']}:{r['source_path']}", r["decision"], r["reason"], r["license_spdx"] or "",

@@ -139,6 +139,14 @@ LEDGER_RENAMED = {"repo": "source_repo", "commit": "source_commit", "path": "sou
                   "size": "size_bytes"}
 
 
+def rule_of(reason: str) -> str:
+    """The rule of a ledger or rejection `reason`: the text before any `@` detail. A reason may carry where in
+    the file its rule fired (`undecodable_utf8@14`, the first byte that is not UTF-8); counts by rule (the build
+    summary's refused_by_rule, the report, `cpp-data diff`) use the rule alone, so that many files refused by
+    one rule make one line, not one per offset."""
+    return reason.split("@", 1)[0] if reason else reason
+
+
 def rejection_row(doc_meta: dict, decision: str, reason: str) -> dict:
     """A REJECTION row from a document's metadata (missing fields become nulls)."""
     return {

@@ -21,7 +21,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.stage import Stage, StageContext
-from cpp_data.schemas.artifacts import LEDGER, REJECTION
+from cpp_data.schemas.artifacts import LEDGER, REJECTION, rule_of
 from cpp_data.stages.lib import keys
 from cpp_data.stages.lib.inputs import DOCUMENTS, PER_DOCUMENT
 from cpp_data.stages.lib.shard_tasks import WORK
@@ -126,7 +126,7 @@ class SourceRows(PipelineStep):
 
 class Ledger(Stage):
     name = "ledger"
-    version = 6
+    version = 7
     scope = "corpus"
     inputs = ("collect", *PER_DOCUMENT, "exact_dedup", "near_dedup")
     Params = LedgerParams
@@ -157,7 +157,7 @@ class Ledger(Stage):
                 for d, r in zip(table.column("decision").to_pylist(), table.column("reason").to_pylist()):
                     decisions[d] += 1
                     if d != "kept":
-                        reasons[f"{d}:{r}"] += 1
+                        reasons[f"{d}:{rule_of(r)}"] += 1
 
         evidence: dict[tuple, str | None] = {}  # (source_repo, source_commit, source_path) -> license evidence
         for r in range(len(sources)):

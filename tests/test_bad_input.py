@@ -29,6 +29,7 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
     (tree / "src" / "z_crlf.cc").write_bytes(good.replace("\n", "\r\n").encode())
     (tree / "src" / "binary.cpp").write_bytes(b"\x7fELF\x02\x01\x01\0\0\0" + os.urandom(4096))
     (tree / "src" / "latin1.cpp").write_bytes(good.encode()[:2000] + "// caf\xe9\n".encode("latin-1"))
+    (tree / "src" / "latin1_b.cpp").write_bytes(good.encode()[:3000] + "// na\xefve\n".encode("latin-1"))
     with open(tree / "src" / "huge.cpp", "wb") as f:  # 50 MB
         line = b"int x = 0; // " + b"y" * 80 + b"\n"
         for _ in range(50 * 2**20 // len(line) + 1):
@@ -59,7 +60,8 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
     for path, (decision, reason) in expect.items():
         assert (ledger[path]["decision"], ledger[path]["reason"]) == (decision, reason), (path, ledger[path])
     assert ledger["src/latin1.cpp"]["decision"] == "filtered"
-    assert ledger["src/latin1.cpp"]["reason"].startswith("undecodable_utf8")
+    assert ledger["src/latin1.cpp"]["reason"].startswith("undecodable_utf8@")  # where the first bad byte is
+    assert ledger["src/latin1.cpp"]["reason"] != ledger["src/latin1_b.cpp"]["reason"]
     # CRLF normalizes to the same text as good.cc: an exact duplicate with its keeper recorded
     crlf = ledger["src/z_crlf.cc"]
     assert crlf["decision"] == "exact_duplicate" and crlf["keeper_path"] == "src/good.cc"
@@ -67,6 +69,9 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
     assert not any("secret_value" in p for p in ledger)  # nothing was read through the escaping link
     summary = proc.stdout
     assert "skipped:symlink_outside_tree" in summary and "filtered:binary" in summary
+    # counted by rule: the two files refused at different offsets make one line of the summary
+    assert [line.split() for line in summary.splitlines() if "undecodable_utf8" in line] == \
+        [["filtered:undecodable_utf8", "2"]]
 
 
 def test_malformed_sources_files_give_one_line_errors(tmp_path):

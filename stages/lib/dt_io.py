@@ -13,7 +13,7 @@ from datatrove.data import Document
 from datatrove.pipeline.readers import ParquetReader
 from datatrove.pipeline.writers import ParquetWriter
 
-from cpp_data.schemas.artifacts import DOCUMENT, REJECTION, rejection_row
+from cpp_data.schemas.artifacts import DOCUMENT, REJECTION, rejection_row, rule_of
 
 
 def _row_adapter(self, data: dict, path: str, id_in_file: int | str) -> dict:
@@ -65,7 +65,7 @@ def output_counts(folder: Path, tasks: int, stats: dict) -> dict:
     reasons: Counter = Counter()
     for p in Path(folder).glob("rejected-*.parquet"):
         for reason in pq.read_table(p, columns=["reason"]).column("reason").to_pylist():
-            reasons[reason.split("@", 1)[0]] += 1
+            reasons[rule_of(reason)] += 1
     return {
         "tasks": tasks,
         "documents_in": kept + sum(reasons.values()),
