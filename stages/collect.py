@@ -7,8 +7,8 @@ against the lock so a directory that changed since it was locked fails loudly.
 
 Output: files-NNNNN.parquet (COLLECTED_FILE, `files_per_part` files each, path order), license_files.parquet
 (LICENSE/COPYING texts for the license stage), skipped.parquet (REJECTION rows: not C/C++, too large, empty,
-symlink, submodule, unreadable). Retrieval time goes into stage.json, not into the data (bytes stay
-reproducible).
+symlink, submodule, not a regular file, unreadable, a Git LFS pointer). Retrieval time goes into stage.json, not
+into the data (bytes stay reproducible).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from cpp_data.pipeline.sources import TreeDigest, file_sha256, is_undecodable, p
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
 from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
-from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, BlobReader, fetch_commit, is_cpp, tree_entries
+from cpp_data.stages.lib.repo_files import (DEFAULT_EXTENSIONS, BlobReader, fetch_commit, is_cpp, is_lfs_pointer,
+                                            tree_entries)
 
 
 
@@ -72,7 +73,7 @@ class _Parts:
 
 class Collect(Stage):
     name = "collect"
-    version = 2
+    version = 3
     scope = "source"
     Params = CollectParams
 
@@ -115,6 +116,8 @@ class Collect(Stage):
                 skip(path, len(data), sha, "not_cpp")
             elif not data:
                 skip(path, 0, sha, "empty_file")
+            elif is_lfs_pointer(data):  # the file's bytes are on an LFS server, not in the repository
+                skip(path, len(data), sha, "lfs_pointer")
             else:
                 kept_bytes += len(data)
                 parts.add({"source_repo": src.name, "source_commit": src.commit, "source_path": path, "size_bytes": len(data),
@@ -213,8 +216,10 @@ class Collect(Stage):
 
         def add(path: str, commit: str, data: bytes, history: dict) -> None:
             sha = hashlib.sha256(data).hexdigest()
-            if is_undecodable(path) or opt_out.path(path) or opt_out.content(sha):
-                skip(path, commit, len(data), sha, "undecodable_path" if is_undecodable(path) else "opt_out")
+            reason = ("undecodable_path" if is_undecodable(path) else "opt_out" if opt_out.path(path) or opt_out.content(sha)
+                      else "lfs_pointer" if is_lfs_pointer(data) else None)
+            if reason:
+                skip(path, commit, len(data), sha, reason)
                 return
             kept["bytes"] += len(data)
             kept["files"] += 1

@@ -35,6 +35,10 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
         for _ in range(50 * 2**20 // len(line) + 1):
             f.write(line)
     (tree / "src" / "empty.h").write_bytes(b"")
+    os.mkfifo(tree / "src" / "pipe.cpp")  # opened, it would block the build until something wrote to it
+    (tree / "src" / "lfs.cpp").write_text(  # a file kept on an LFS server: the repository holds this pointer
+        "version https://git-lfs.github.com/spec/v1\n"
+        "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 123456\n")
     os.symlink("loop_b.h", tree / "src" / "loop_a.h")
     os.symlink("loop_a.h", tree / "src" / "loop_b.h")
     outside = tmp_path / "secret.h"
@@ -52,6 +56,8 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
         "src/binary.cpp": ("filtered", "binary"),
         "src/huge.cpp": ("skipped", "too_large"),
         "src/empty.h": ("skipped", "empty_file"),
+        "src/pipe.cpp": ("skipped", "not_regular_file"),
+        "src/lfs.cpp": ("skipped", "lfs_pointer"),
         "src/loop_a.h": ("skipped", "symlink_loop"),
         "src/escape.h": ("skipped", "symlink_outside_tree"),
         "src/dir_escape": ("skipped", "symlink_outside_tree"),

@@ -26,6 +26,18 @@ def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
     return b"-*- c++ -*-" in first.lower() or b"-*-c++-*-" in first.lower()
 
 
+# Git LFS keeps a large file's bytes on a server and commits a small text pointer in its place (the LFS spec:
+# UTF-8 lines `key value`, starting with this version line, under 1024 bytes). A repository cloned without LFS,
+# as collect fetches every source, holds the pointer under the C++ file's name.
+_LFS_VERSIONS = (b"version https://git-lfs.github.com/spec/v1\n", b"version https://hawser.github.com/spec/v1\n")
+_LFS_POINTER_MAX = 1024
+
+
+def is_lfs_pointer(data: bytes) -> bool:
+    """Whether `data` is a Git LFS pointer (the file's content is not in the repository) rather than the file."""
+    return len(data) < _LFS_POINTER_MAX and data.startswith(_LFS_VERSIONS) and b"\noid " in data
+
+
 def git(args: list[str], cwd: Path) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
