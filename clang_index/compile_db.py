@@ -26,6 +26,16 @@ DROP_WITH_VALUE = frozenset({"-o", "-MF", "-MT", "-MQ"})
 
 DROP_PREFIXES = ("-fsanitize", "-fno-sanitize", "-fdiagnostics-color", "-Werror=", "-MF", "-MT", "-MQ")
 
+# A repository's own compile database is input nobody here wrote, and libclang runs its front end with what it
+# says. Measured with the libclang wheel here: `-fmodules-cache-path=D` beside a module map wrote
+# D/<hash>/M-<hash>.pcm anywhere D pointed, and `-MD -MF F` wrote F (both dropped above or here); plugins
+# (`-fplugin=`, `-fpass-plugin=`, `-Xclang -load -Xclang X.so`) were not loaded and `-ftime-trace=F` and
+# `--serialize-diagnostics F` wrote nothing, but nothing is gained by passing them on; `-save-temps` made the
+# parse fail. So these go too, alone or behind `-Xclang`; a TU that uses modules gets a cache of its own
+# (`clean_args`'s `module_cache`).
+DROP_UNSAFE_PREFIXES = ("-fmodules-cache-path", "-fcrash-diagnostics-dir", "-ftime-trace", "-save-temps",
+                        "-fplugin", "-fpass-plugin", "-plugin-arg", "--serialize-diagnostics")
+DROP_UNSAFE_WITH_VALUE = frozenset({"--serialize-diagnostics", "-load", "-plugin", "-add-plugin"})
 
 
 
@@ -131,17 +141,26 @@ def relocate_commands(commands: list[CompileCommand], root: Path) -> tuple[list[
     return kept, prefix, len(commands) - len(kept)
 
 
-def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None) -> list[str]:
-    """Parser arguments: drops argv[0], the source file, outputs/dep-files, -c, sanitizers, colour, -Werror; adds
-    -resource-dir. Keeps -I/-D/-std/-isystem/... and never adds `-x` (the language follows the file name)."""
+def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None,
+               module_cache: str | Path | None = None) -> list[str]:
+    """Parser arguments: drops argv[0], the source file, outputs/dep-files, -c, sanitizers, colour, -Werror and
+    what would write files or load code (DROP_UNSAFE_*, also behind `-Xclang`); adds -resource-dir, and
+    `-fmodules-cache-path=module_cache` to a command that turns on modules (else clang would write its cache
+    under $HOME). Keeps -I/-D/-std/-isystem/... and never adds `-x` (the language follows the file name)."""
     out: list[str] = []
     args, i = cmd.arguments[1:], 0
     while i < len(args):
         a = args[i]
         i += 1
-        if a in DROP_WITH_VALUE:
+        if a == "-Xclang" and i < len(args) and _unsafe(args[i]):  # the front-end flag and its value, if any
+            v = args[i]
             i += 1
-        elif a in DROP_FLAGS or a.startswith(DROP_PREFIXES):
+            if (v in DROP_UNSAFE_WITH_VALUE or v.startswith("-plugin-arg")) and i + 1 < len(args) \
+                    and args[i] == "-Xclang":
+                i += 2
+        elif a in DROP_WITH_VALUE or a in DROP_UNSAFE_WITH_VALUE:
+            i += 1
+        elif a in DROP_FLAGS or a.startswith(DROP_PREFIXES) or _unsafe(a):
             pass
         elif not a.startswith("-") and os.path.normpath(os.path.join(cmd.directory, a)) == cmd.file:
             pass
@@ -149,4 +168,10 @@ def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None) -> l
             i += 1
         else:
             out.append(a)
+    if module_cache is not None and any(a in ("-fmodules", "-fcxx-modules") for a in out):
+        out.append(f"-fmodules-cache-path={module_cache}")
     return out + ["-resource-dir", str(resource_dir or find_resource_dir())]
+
+
+def _unsafe(arg: str) -> bool:
+    return arg in DROP_UNSAFE_WITH_VALUE or arg.startswith(DROP_UNSAFE_PREFIXES)

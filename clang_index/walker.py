@@ -12,6 +12,7 @@ dropped. Results are plain dicts, so they cross the process boundary as they are
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -187,7 +188,8 @@ def _parse(cmd: CompileCommand, resource_dir: str | None,
     os.chdir(cmd.directory)
     t0 = time.perf_counter()
     try:
-        tu = ci.Index.create().parse(cmd.file, args=clean_args(cmd, resource_dir), options=options)
+        with tempfile.TemporaryDirectory(prefix="cpp-data-modules-") as cache:  # read during the parse only
+            tu = ci.Index.create().parse(cmd.file, args=clean_args(cmd, resource_dir, cache), options=options)
     except ci.TranslationUnitLoadError as e:
         # no TU: libclang recovered from a crash inside clang (e.g. bad_alloc under the cap) or bad arguments
         return None, {"file": cmd.file, "status": "crashed", "parse_s": time.perf_counter() - t0, "walk_s": 0.0,

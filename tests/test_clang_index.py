@@ -51,6 +51,30 @@ def test_commands_are_cleaned(database):
     assert (find_resource_dir() / "include" / "stddef.h").is_file()
 
 
+def test_a_hostile_database_cannot_make_libclang_write_or_load(tmp_path):
+    """A repository's own compile_commands.json asks libclang to put a module cache, a time trace and serialized
+    diagnostics where it likes and to load a plugin: none of it is passed on, the modules still resolve (from a
+    cache of the TU's own) and nothing appears where the database pointed."""
+    (tmp_path / "module.modulemap").write_text('module M { header "m.h" export * }\n')
+    (tmp_path / "m.h").write_text("int mm();\n")
+    (tmp_path / "t.cpp").write_text('#include "m.h"\nint main() { return mm(); }\n')
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    args = ["clang++", "-fmodules", "-fimplicit-module-maps", f"-fmodules-cache-path={target}/mc",
+            "-Xclang", "-load", "-Xclang", f"{target}/evil.so", f"-fplugin={target}/p.so",
+            "-Xclang", "-plugin-arg-x", "-Xclang", "v", f"-ftime-trace={target}/t.json",
+            "--serialize-diagnostics", f"{target}/d", "-save-temps=obj", "-DKEEP=1", "-c", "t.cpp"]
+    cmd = CompileCommand(str(tmp_path), str(tmp_path / "t.cpp"), args)
+    assert clean_args(cmd, "/rd", "/cache") == ["-fmodules", "-fimplicit-module-maps", "-DKEEP=1",
+                                                "-fmodules-cache-path=/cache", "-resource-dir", "/rd"]
+    assert "-fmodules-cache-path" not in " ".join(clean_args(CompileCommand(str(tmp_path), "t.cpp", args[:1]), "/rd",
+                                                             "/cache"))  # no modules, no cache
+    res = index_project([cmd], tmp_path, workers=1, timeout_s=60)
+    assert [t["status"] for t in res.tu_status] == ["ok"], res.tu_status
+    assert any(e["dst_name"] == "mm" for e in res.edges)  # the call into the module resolved
+    assert list(target.iterdir()) == []
+
+
 @pytest.mark.parametrize("text,msg", [("[{", "cannot read"), ('{"a": 1}', "must be a JSON list"),
                                       ('[{"directory": "/x"}]', "entry 0"),
                                       ('[{"directory": "/x", "file": "a.cc"}]', "'arguments'")])
