@@ -188,7 +188,9 @@ def _parse(cmd: CompileCommand, resource_dir: str | None,
     os.chdir(cmd.directory)
     t0 = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory(prefix="cpp-data-modules-") as cache:  # read during the parse only
+        # the module cache a TU that turns modules on writes (clean_args); gone once the parse has loaded what
+        # the TU imports (tests/test_clang_index.py resolves a call into a module after that)
+        with tempfile.TemporaryDirectory(prefix="cpp-data-modules-") as cache:
             tu = ci.Index.create().parse(cmd.file, args=clean_args(cmd, resource_dir, cache), options=options)
     except ci.TranslationUnitLoadError as e:
         # no TU: libclang recovered from a crash inside clang (e.g. bad_alloc under the cap) or bad arguments
