@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.executors import run_datatrove
-from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 from cpp_data.stages.lib.shard_tasks import WORK
@@ -106,11 +106,34 @@ class IndexTUs(PipelineStep):
         yield
 
 
+# What a killed run indexed and the next one keeps (resumable_tasks): the compile commands it indexed, each
+# finished task's TU results and datatrove's completion markers. The tree and the configure run are made again.
+_INDEX_RECORDS = frozenset({"commands.json", "tus", "_datatrove"})
+
+
+def _clear_work(work: Path) -> None:
+    """Empty the stage's scratch directory, except the index records of a run that was killed."""
+    work.mkdir(exist_ok=True)
+    for entry in work.iterdir():
+        if entry.name in _INDEX_RECORDS:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
 def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsParams) -> list[dict]:
     """Every TU's result, in compile-database order, from datatrove tasks of `tus_per_task` TUs each on the
-    build's executor (TUs per second scale with its workers)."""
+    build's executor (TUs per second scale with its workers). The tasks a killed run finished are kept when this
+    run indexes the same commands (the same tree at the same place, configured again); with other commands,
+    none of them is."""
     work = ctx.out / WORK
-    (work / "commands.json").write_text(json.dumps([vars(c) for c in commands]))
+    listed = json.dumps([vars(c) for c in commands])
+    if (work / "commands.json").is_file() and (work / "commands.json").read_text() != listed:
+        shutil.rmtree(work / "tus", ignore_errors=True)
+        shutil.rmtree(work / "_datatrove", ignore_errors=True)
+    atomic_write_text(work / "commands.json", listed, durable=False)
     tasks = -(-len(commands) // p.tus_per_task)
     run_datatrove(ctx.executor, [IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
     return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
@@ -122,6 +145,7 @@ class Semantics(Stage):
     version = 3
     scope = "source"
     Params = SemanticsParams
+    resumable_tasks = True  # a killed run's finished TU tasks are kept (_INDEX_RECORDS)
 
     summary_counts = {"semantic_coverage": "per_source:*"}
 
@@ -136,86 +160,84 @@ class Semantics(Stage):
         check_libclang()
         find_resource_dir()  # both fail loudly, before any work
         tmp = ctx.out / WORK  # on the output's filesystem, which executors on other nodes share
+        _clear_work(tmp)
+        root = _materialize(ctx.source, Path(tmp)).resolve()
+        found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.source.configure,
+                         cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
+                         allow_unsandboxed=p.allow_unsandboxed_configure)
+        files = source_files(root)
+        sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
+        commands = load_compile_commands(found.path) if found.path else []
+        if found.database == "source":  # written where it was generated; read as the tree at its pin
+            commands, moved_from, left_out = relocate_commands(commands, root)
+            if moved_from:
+                found.reason += f" (its paths under {moved_from} read as this tree's)"
+            if left_out:
+                found.reason += f"; {left_out} command(s) for files outside the tree left out"
+        started = time.monotonic()
+        res = merge_tus(_index_as_tasks(ctx, commands, root, p))
+        index_seconds = time.monotonic() - started
+        rel = len(str(root)) + 1
+        levels = dependency_levels(res.edges)
+        texts: dict[str, bytes] = {}
+        for f in res.functions:
+            f["level"] = levels.get(f["usr"], 0)
+            if f["file"] not in texts:
+                texts[f["file"]] = Path(f["file"]).read_bytes()
+            f["text"] = texts[f["file"]][f["start_offset"]:f["end_offset"]].decode("utf-8", "replace")
+        by_file = {c.file: c for c in commands}
+        # Where the tree and the configure run lived (temporary directories) is no part of the output: the
+        # same tree at another path, or configured again, must give the same bytes
+        places = [(str(tmp / "configure"), "<configure>"), (str(root), "<source>")]
+
+        def placeless(text: str) -> str:
+            for where, token in places:
+                text = text.replace(where, token)
+            return text
+
+        tu_seconds = 0.0
+        for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
+            c = by_file.get(s["file"])
+            s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
+                                              if c else ("", ""))
+            s["error_messages"] = [placeless(m) for m in s.get("error_messages") or []]
+            tu_seconds += s.pop("seconds", 0.0)  # timings are counts, never output bytes: an output that
+            for k in ("parse_s", "walk_s"):       # differs on every run would rerun every later stage
+                s.pop(k, None)
+        for table in (res.functions, res.preamble, res.tu_status):
+            for row in table:
+                for k in ("file", "tu"):
+                    if k in row and row[k].startswith(str(root)):
+                        row[k] = row[k][rel:]
+        for row in res.includes:
+            for k in ("includer", "included"):
+                row[k] = row[k][rel:] if row[k].startswith(str(root)) else row[k]
+        for name in ("functions", "edges", "type_refs", "includes", "preamble", "tu_status"):
+            _write(getattr(res, name), ctx.out / f"{name}.parquet")
+        compiled = {str((root / s["file"]).resolve()) if not s["file"].startswith("/") else s["file"]
+                    for s in res.tu_status}
+        walked = {str(root / f["file"]) for f in res.functions}
+        status = [s["status"] for s in res.tu_status]
+        coverage = {
+            **found.receipt(),
+            "source_files": len(sources),
+            "files_matched_to_compile_command": sum(1 for f in sources if f in compiled),
+            "tus": len(status),
+            "tus_clean": status.count("ok"),
+            "tus_with_errors": status.count("errors"),
+            "tus_failed": len(status) - status.count("ok") - status.count("errors"),
+            "files_indexed": len({f for f in files if f in walked or f in compiled}),
+            "files_fallen_back_to_tree_sitter": len([f for f in files if f not in walked and f not in compiled]),
+            "functions": len(res.functions), "edges": len(res.edges),
+        }
+        receipt = {**coverage, "configure_attempts": [
+            {**{k: v for k, v in a.items() if k != "seconds"}, "tail": [placeless(t) for t in a.get("tail", [])]}
+            for a in coverage["configure_attempts"]]}
+        atomic_write_json(ctx.out / "coverage.json", receipt)
+        coverage |= {"configure_attempts": receipt["configure_attempts"],
+                     "configure_seconds": round(sum(a.get("seconds", 0) for a in found.receipt()["configure_attempts"]), 2),
+                     "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2)}
+        # the scratch goes once the stage is done; a killed or failed run leaves it for the next to resume
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
-            root = _materialize(ctx.source, Path(tmp)).resolve()
-            found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.source.configure,
-                             cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
-                             allow_unsandboxed=p.allow_unsandboxed_configure)
-            files = source_files(root)
-            sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
-            commands = load_compile_commands(found.path) if found.path else []
-            if found.database == "source":  # written where it was generated; read as the tree at its pin
-                commands, moved_from, left_out = relocate_commands(commands, root)
-                if moved_from:
-                    found.reason += f" (its paths under {moved_from} read as this tree's)"
-                if left_out:
-                    found.reason += f"; {left_out} command(s) for files outside the tree left out"
-            started = time.monotonic()
-            res = merge_tus(_index_as_tasks(ctx, commands, root, p))
-            index_seconds = time.monotonic() - started
-            rel = len(str(root)) + 1
-            levels = dependency_levels(res.edges)
-            texts: dict[str, bytes] = {}
-            for f in res.functions:
-                f["level"] = levels.get(f["usr"], 0)
-                if f["file"] not in texts:
-                    texts[f["file"]] = Path(f["file"]).read_bytes()
-                f["text"] = texts[f["file"]][f["start_offset"]:f["end_offset"]].decode("utf-8", "replace")
-            by_file = {c.file: c for c in commands}
-            # Where the tree and the configure run lived (temporary directories) is no part of the output: the
-            # same tree at another path, or configured again, must give the same bytes
-            places = [(str(tmp / "configure"), "<configure>"), (str(root), "<source>")]
-
-            def placeless(text: str) -> str:
-                for where, token in places:
-                    text = text.replace(where, token)
-                return text
-
-            tu_seconds = 0.0
-            for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
-                c = by_file.get(s["file"])
-                s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
-                                                  if c else ("", ""))
-                s["error_messages"] = [placeless(m) for m in s.get("error_messages") or []]
-                tu_seconds += s.pop("seconds", 0.0)  # timings are counts, never output bytes: an output that
-                for k in ("parse_s", "walk_s"):       # differs on every run would rerun every later stage
-                    s.pop(k, None)
-            for table in (res.functions, res.preamble, res.tu_status):
-                for row in table:
-                    for k in ("file", "tu"):
-                        if k in row and row[k].startswith(str(root)):
-                            row[k] = row[k][rel:]
-            for row in res.includes:
-                for k in ("includer", "included"):
-                    row[k] = row[k][rel:] if row[k].startswith(str(root)) else row[k]
-            for name in ("functions", "edges", "type_refs", "includes", "preamble", "tu_status"):
-                _write(getattr(res, name), ctx.out / f"{name}.parquet")
-            compiled = {str((root / s["file"]).resolve()) if not s["file"].startswith("/") else s["file"]
-                        for s in res.tu_status}
-            walked = {str(root / f["file"]) for f in res.functions}
-            status = [s["status"] for s in res.tu_status]
-            coverage = {
-                **found.receipt(),
-                "source_files": len(sources),
-                "files_matched_to_compile_command": sum(1 for f in sources if f in compiled),
-                "tus": len(status),
-                "tus_clean": status.count("ok"),
-                "tus_with_errors": status.count("errors"),
-                "tus_failed": len(status) - status.count("ok") - status.count("errors"),
-                "files_indexed": len({f for f in files if f in walked or f in compiled}),
-                "files_fallen_back_to_tree_sitter": len([f for f in files if f not in walked and f not in compiled]),
-                "functions": len(res.functions), "edges": len(res.edges),
-            }
-            receipt = {**coverage, "configure_attempts": [
-                {**{k: v for k, v in a.items() if k != "seconds"}, "tail": [placeless(t) for t in a.get("tail", [])]}
-                for a in coverage["configure_attempts"]]}
-            atomic_write_json(ctx.out / "coverage.json", receipt)
-            coverage |= {"configure_attempts": receipt["configure_attempts"],
-                         "configure_seconds": round(sum(a.get("seconds", 0) for a in found.receipt()["configure_attempts"]), 2),
-                         "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2)}
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return coverage
 

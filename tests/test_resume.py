@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, GOOGLETEST, NLOHMANN, build, build_dir, data_digests, need, run_bounded, write_sources
+from conftest import (CLI, GOOGLETEST, NLOHMANN, build, build_dir, data_digests, need, provenance_recipe, run_bounded,
+                      write_sources)
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -140,3 +141,41 @@ def test_sigkill_mid_stage_resumes_to_identical_bytes(tmp_path):
     build(small_sources, out, "--recipe", str(recipe))
     assert data_digests(build_dir(out)) == data_digests(build_dir(clean))
     assert not list((out / "cache").glob("*/*.partial"))
+
+
+def test_semantics_keeps_the_translation_units_a_killed_build_indexed(tmp_path):
+    """semantics runs its TUs as datatrove tasks (one TU each here). A build killed while one TU hangs keeps the
+    tasks that finished: the next run, in which util.cc's worker would crash if it ran again, indexes only the
+    rest and gives the clean build's bytes."""
+    import shutil
+
+    from cpp_data.clang_index.pool import HOOK_ENV
+
+    proj = tmp_path / "proj"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "clang_project", proj)
+    (proj / "src" / "broken.cc").unlink()
+    (proj / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(proj / "src"), "file": f, "command": f"c++ -I../include -std=c++17 -c {f}"}
+         for f in ("util.cc", "main.cc", "cfile.c")]))
+    sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
+    recipe = provenance_recipe(tmp_path / "recipe", "structure")  # structure reads semantics' edges
+    args = ["--recipe", str(recipe), "--set", "semantics.tus_per_task=1"]
+    clean = tmp_path / "clean"
+    build(sources, clean, *args)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([*CLI, "build", "--sources", str(sources), "--out", str(out), "--workers", "2",
+                             "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, HOOK_ENV: "hang:cfile.c"})
+    deadline, done = time.monotonic() + 120, []
+    while time.monotonic() < deadline and proc.poll() is None and len(done) < 2:
+        done = [p.name for p in _partials(out, "semantics")[:1]
+                for p in p.glob("_work/_datatrove/completions/*")]
+        time.sleep(0.05)
+    assert sorted(done) == ["00000", "00001"], (done, proc.poll())  # util.cc and main.cc; cfile.c hangs
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    time.sleep(0.5)  # orphaned TU workers die with their parents (PR_SET_PDEATHSIG)
+    resumed = build(sources, out, *args, env={**os.environ, HOOK_ENV: "crash:util.cc"})
+    assert "semantics[fx]: running (resuming finished tasks)" in resumed.stdout + resumed.stderr
+    assert data_digests(build_dir(out)) == data_digests(build_dir(clean))
+    assert not _partials(out, "semantics")
