@@ -12,6 +12,9 @@ command, its paths written as <source>/... and <configure>/... so the bytes do n
 or its configure run lived), each function's dependency level, and coverage.json, the receipt the build summary and manifest carry: files matched to
 a compile command, TUs indexed cleanly, TUs with errors, files fallen back to tree-sitter. libclang or its
 builtin headers missing fails the stage loudly; it never reports an empty success.
+
+TUs are indexed as datatrove tasks; a killed or interrupted build keeps the tasks that finished, and the next
+run indexes only the rest when its compile commands are the same (`_index_as_tasks`).
 """
 
 from __future__ import annotations
