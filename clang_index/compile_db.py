@@ -26,17 +26,26 @@ DROP_WITH_VALUE = frozenset({"-o", "-MF", "-MT", "-MQ"})
 
 DROP_PREFIXES = ("-fsanitize", "-fno-sanitize", "-fdiagnostics-color", "-Werror=", "-MF", "-MT", "-MQ")
 
-# A repository's own compile database is input nobody here wrote, and libclang runs its front end with what it
-# says. Measured with the libclang wheel here: `-fmodules-cache-path=D` beside a module map wrote
-# D/<hash>/M-<hash>.pcm anywhere D pointed, and `-MD -MF F` wrote F (both dropped above or here); plugins
-# (`-fplugin=`, `-fpass-plugin=`, `-Xclang -load -Xclang X.so`) were not loaded and `-ftime-trace=F` and
-# `--serialize-diagnostics F` wrote nothing, but nothing is gained by passing them on; `-save-temps` made the
-# parse fail. So these go too, alone or behind `-Xclang`; a TU that uses modules gets a cache of its own
-# (`clean_args`'s `module_cache`).
+# A repository's own compile database is input nobody here wrote, and libclang runs clang's driver and front end
+# with what it says. Tried with the libclang wheel here, these wrote files where the arguments pointed:
+# `-MD -MF F` and `-Wp,-MD,F` (dependency files), `-MJ F` (a compile-database record), `-gen-cdb-fragment-path D`,
+# `-fmodules-cache-path=D` beside a module map (D/<hash>/M-<hash>.pcm), and behind `-Xclang`: `-dependency-file`,
+# `-dependency-dot`, `-header-include-file` and `-module-dependency-dir` (a copy of the headers). Plugins
+# (`-fplugin=`, `-fpass-plugin=`, `-Xclang -load -Xclang X.so`) were not loaded, `-ftime-trace=F`,
+# `--serialize-diagnostics F`, `-save-stats` and `-fproc-stat-report=F` wrote nothing, and `-save-temps` made the
+# parse fail; none of them is needed to parse, so they go too. The driver's options are dropped by this list
+# (found by trying, so not complete); the front end's, passed with `-Xclang`, are an open set that projects
+# rarely need, so only those that look like language settings pass (`_cc1_kept`). A TU that turns modules on
+# gets a module cache of its own (`clean_args`'s `module_cache`).
 DROP_UNSAFE_PREFIXES = ("-fmodules-cache-path", "-fcrash-diagnostics-dir", "-ftime-trace", "-save-temps",
-                        "-fplugin", "-fpass-plugin", "-plugin-arg", "--serialize-diagnostics")
-DROP_UNSAFE_WITH_VALUE = frozenset({"--serialize-diagnostics", "-load", "-plugin", "-add-plugin"})
-
+                        "-save-stats", "-fproc-stat-report", "-fplugin", "-fpass-plugin", "-plugin-arg",
+                        "--serialize-diagnostics", "-MJ", "-gen-cdb-fragment-path", "-module-dependency-dir")
+DROP_UNSAFE_WITH_VALUE = frozenset({"--serialize-diagnostics", "-MJ", "-gen-cdb-fragment-path",
+                                    "-module-dependency-dir", "-mllvm", "-Xanalyzer"})
+# Front-end options kept behind -Xclang (or -Xpreprocessor): language and warning settings, macros and include
+# paths, and these options, each with its value behind another -Xclang.
+CC1_KEPT_PREFIXES = ("-f", "-W", "-D", "-U", "-I", "-std=")
+CC1_KEPT_WITH_VALUE = frozenset({"-include", "-include-pch", "-isystem", "-iquote", "-idirafter", "-triple"})
 
 
 @dataclass(frozen=True)
@@ -144,23 +153,31 @@ def relocate_commands(commands: list[CompileCommand], root: Path) -> tuple[list[
 def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None,
                module_cache: str | Path | None = None) -> list[str]:
     """Parser arguments: drops argv[0], the source file, outputs/dep-files, -c, sanitizers, colour, -Werror and
-    what would write files or load code (DROP_UNSAFE_*, also behind `-Xclang`); adds -resource-dir, and
-    `-fmodules-cache-path=module_cache` to a command that turns on modules (else clang would write its cache
-    under $HOME). Keeps -I/-D/-std/-isystem/... and never adds `-x` (the language follows the file name)."""
+    what would write files or load code (DROP_UNSAFE_*; behind `-Xclang` or `-Xpreprocessor`, all but
+    `_cc1_kept`, each with the values behind the -Xclang that follow it); adds -resource-dir, and `-fmodules-cache-path=module_cache` to a
+    command that turns on modules (else clang would write its cache under $HOME). Keeps -I/-D/-std/-isystem/...
+    and never adds `-x` (the language follows the file name)."""
     out: list[str] = []
     args, i = cmd.arguments[1:], 0
     while i < len(args):
         a = args[i]
         i += 1
-        if a == "-Xclang" and i < len(args) and _unsafe(args[i]):  # the front-end flag and its value, if any
+        if a in ("-Xclang", "-Xpreprocessor"):
+            if i >= len(args):
+                break
             v = args[i]
             i += 1
-            if (v in DROP_UNSAFE_WITH_VALUE or v.startswith("-plugin-arg")) and i + 1 < len(args) \
-                    and args[i] == "-Xclang":
-                i += 2
+            if _cc1_kept(v):
+                out += [a, v]
+                if v in CC1_KEPT_WITH_VALUE and i + 1 < len(args) and args[i] == a:
+                    out += args[i:i + 2]
+                    i += 2
+                continue
+            while i + 1 < len(args) and args[i] == a and not args[i + 1].startswith("-"):
+                i += 2  # the dropped option's values
         elif a in DROP_WITH_VALUE or a in DROP_UNSAFE_WITH_VALUE:
             i += 1
-        elif a in DROP_FLAGS or a.startswith(DROP_PREFIXES) or _unsafe(a):
+        elif a in DROP_FLAGS or a.startswith(DROP_PREFIXES) or _unsafe(a) or _writes_dependencies(a):
             pass
         elif not a.startswith("-") and os.path.normpath(os.path.join(cmd.directory, a)) == cmd.file:
             pass
@@ -171,6 +188,18 @@ def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None,
     if module_cache is not None and any(a in ("-fmodules", "-fcxx-modules") for a in out):
         out.append(f"-fmodules-cache-path={module_cache}")
     return out + ["-resource-dir", str(resource_dir or find_resource_dir())]
+
+
+def _cc1_kept(option: str) -> bool:
+    """Whether a front-end option passed with -Xclang is kept: CC1_KEPT_*, never one that is dropped on the
+    command line itself (`-Werror`, `-MT`, the unsafe ones)."""
+    return (option in CC1_KEPT_WITH_VALUE or option.startswith(CC1_KEPT_PREFIXES)) and not _unsafe(option) \
+        and not option.startswith("-Wp,") and option not in DROP_FLAGS and not option.startswith(DROP_PREFIXES)
+
+
+def _writes_dependencies(arg: str) -> bool:
+    """`-Wp,-MD,F` and the like: preprocessor options that write a dependency file (`-Wp,-D...` stays)."""
+    return arg.startswith("-Wp,") and any(part.startswith("-M") for part in arg.split(",")[1:])
 
 
 def _unsafe(arg: str) -> bool:

@@ -5,7 +5,8 @@ every TU gets a fresh forkserver process, killed at `timeout_s` (status "timeout
 worker that dies is recorded as "crashed". Nothing a TU does can hang or stop the run.
 
 Test hook: CLANG_INDEX_TEST_HOOK="hang:SUBSTR" (or "crash:SUBSTR") makes the worker of every TU whose path
-contains SUBSTR sleep forever (or abort) before it starts; the tests use it to prove the handling above.
+contains SUBSTR sleep forever (or abort) before it starts; a hanging worker first makes a temporary file
+(`cpp-data-hung-*`), as libclang does for a TU's preamble. The tests use it to prove the handling above.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import resource
+import tempfile
 import time
 from collections import deque
 from typing import Any, Callable
@@ -26,13 +28,17 @@ HOOK_ENV = "CLANG_INDEX_TEST_HOOK"
 
 
 def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple, max_mb: int | None,
-           hook: str | None) -> None:
+           hook: str | None, scratch: str) -> None:
     """Worker process body: cap the address space, run fn(*args), send the result (or the exception) back. If the
-    process that asked is gone (an interrupted build), there is no one to answer: exit quietly."""
+    process that asked is gone (an interrupted build), there is no one to answer: exit quietly. Temporary files
+    (libclang's and the module cache of clang_index/walker.py) go under `scratch`, which run_pool removes, so a
+    worker killed at its timeout leaves none behind."""
     die_with_parent()  # its parent, the forkserver, exits when the worker that asked for this TU dies
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch
     if max_mb:
         resource.setrlimit(resource.RLIMIT_AS, (max_mb << 20, max_mb << 20))
     if hook == "hang":
+        tempfile.mkstemp(prefix="cpp-data-hung-")
         time.sleep(10 ** 6)
     elif hook == "crash":
         os.abort()
@@ -55,46 +61,47 @@ def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tup
     With `seen_files`, fn also gets frozenset(seen_files) and each result's 'walked_files' are added to it."""
     hook_kind, _, hook_sub = os.environ.get(HOOK_ENV, "").partition(":")
     ctx = mp.get_context("forkserver")
-    results: list[dict | None] = [None] * len(commands)
-    pending = deque(range(len(commands)))
-    running: dict[int, tuple[Any, Any, float]] = {}  # index -> (process, connection, start time)
-    while pending or running:
-        while pending and len(running) < workers:
-            i = pending.popleft()
-            if not os.path.isfile(commands[i].file):
-                results[i] = {"file": commands[i].file, "status": "missing_file", "seconds": 0.0}
+    with tempfile.TemporaryDirectory(prefix="cpp-data-tus-") as scratch:
+        results: list[dict | None] = [None] * len(commands)
+        pending = deque(range(len(commands)))
+        running: dict[int, tuple[Any, Any, float]] = {}  # index -> (process, connection, start time)
+        while pending or running:
+            while pending and len(running) < workers:
+                i = pending.popleft()
+                if not os.path.isfile(commands[i].file):
+                    results[i] = {"file": commands[i].file, "status": "missing_file", "seconds": 0.0}
+                    continue
+                r, w = ctx.Pipe(duplex=False)
+                hook = hook_kind if hook_sub and hook_sub in commands[i].file else None
+                args = (commands[i], *extra) + ((frozenset(seen_files),) if seen_files is not None else ())
+                p = ctx.Process(target=_child, args=(w, fn, args, max_rss_mb, hook, scratch), daemon=True)
+                p.start()
+                w.close()
+                running[i] = (p, r, time.monotonic())
+            if not running:
                 continue
-            r, w = ctx.Pipe(duplex=False)
-            hook = hook_kind if hook_sub and hook_sub in commands[i].file else None
-            args = (commands[i], *extra) + ((frozenset(seen_files),) if seen_files is not None else ())
-            p = ctx.Process(target=_child, args=(w, fn, args, max_rss_mb, hook), daemon=True)
-            p.start()
-            w.close()
-            running[i] = (p, r, time.monotonic())
-        if not running:
-            continue
-        wait_s = max(0.0, min(t0 + timeout_s for _, _, t0 in running.values()) - time.monotonic())
-        ready = set(mp.connection.wait([x for p, r, _ in running.values() for x in (r, p.sentinel)], wait_s))
-        for i, (p, r, t0) in list(running.items()):
-            res = None
-            if r in ready or p.sentinel in ready:
-                try:
-                    res = r.recv() if r.poll() else None
-                except (EOFError, OSError):
-                    res = None
-                p.join(5)
-                if res is None:
-                    res = {"status": "crashed", "error_messages": [f"worker exit code {p.exitcode}"]}
-            elif time.monotonic() - t0 >= timeout_s:
-                res = {"status": "timeout", "error_messages": [f"killed after {timeout_s:g}s"]}
-            if res is not None:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-                r.close()
-                del running[i]
-                results[i] = {**res, "file": commands[i].file, "seconds": time.monotonic() - t0}
-                if seen_files is not None:
-                    seen_files.update(res.get("walked_files", ()))
+            wait_s = max(0.0, min(t0 + timeout_s for _, _, t0 in running.values()) - time.monotonic())
+            ready = set(mp.connection.wait([x for p, r, _ in running.values() for x in (r, p.sentinel)], wait_s))
+            for i, (p, r, t0) in list(running.items()):
+                res = None
+                if r in ready or p.sentinel in ready:
+                    try:
+                        res = r.recv() if r.poll() else None
+                    except (EOFError, OSError):
+                        res = None
+                    p.join(5)
+                    if res is None:
+                        res = {"status": "crashed", "error_messages": [f"worker exit code {p.exitcode}"]}
+                elif time.monotonic() - t0 >= timeout_s:
+                    res = {"status": "timeout", "error_messages": [f"killed after {timeout_s:g}s"]}
+                if res is not None:
+                    if p.is_alive():
+                        p.kill()
+                        p.join()
+                    r.close()
+                    del running[i]
+                    results[i] = {**res, "file": commands[i].file, "seconds": time.monotonic() - t0}
+                    if seen_files is not None:
+                        seen_files.update(res.get("walked_files", ()))
     return results  # type: ignore[return-value]
 

@@ -198,6 +198,8 @@ def _parse(cmd: CompileCommand, resource_dir: str | None,
                       "warnings": 0, "errors": 0, "fatals": 1, "error_messages": [f"libclang: {e}"]}
     res = {"file": cmd.file, "parse_s": time.perf_counter() - t0, "walk_s": 0.0, **_diagnostics(tu)}
     res["status"] = "errors" if res["errors"] or res["fatals"] else "ok"
+    # a module's diagnostics name its cache, a new temporary directory each time: not part of the output
+    res["error_messages"] = [m.replace(cache, "<module-cache>") for m in res["error_messages"]]
     return tu, res
 
 

@@ -52,25 +52,37 @@ def test_commands_are_cleaned(database):
 
 
 def test_a_hostile_database_cannot_make_libclang_write_or_load(tmp_path):
-    """A repository's own compile_commands.json asks libclang to put a module cache, a time trace and serialized
-    diagnostics where it likes and to load a plugin: none of it is passed on, the modules still resolve (from a
-    cache of the TU's own) and nothing appears where the database pointed."""
+    """A repository's own compile_commands.json asks libclang to write a module cache, dependency files, a
+    compile-database record and fragment, a dependency graph, a header list and a copy of the headers where it
+    likes, and to load a plugin: none of it is passed on, the modules still resolve (from a cache of the TU's
+    own), a stray `-Xclang` takes no kept argument with it, and nothing appears where the database pointed."""
     (tmp_path / "module.modulemap").write_text('module M { header "m.h" export * }\n')
     (tmp_path / "m.h").write_text("int mm();\n")
     (tmp_path / "t.cpp").write_text('#include "m.h"\nint main() { return mm(); }\n')
     target = tmp_path / "elsewhere"
     target.mkdir()
-    args = ["clang++", "-fmodules", "-fimplicit-module-maps", f"-fmodules-cache-path={target}/mc",
-            "-Xclang", "-load", "-Xclang", f"{target}/evil.so", f"-fplugin={target}/p.so",
-            "-Xclang", "-plugin-arg-x", "-Xclang", "v", f"-ftime-trace={target}/t.json",
-            "--serialize-diagnostics", f"{target}/d", "-save-temps=obj", "-DKEEP=1", "-c", "t.cpp"]
+    modules = ["-fmodules", "-fimplicit-module-maps"]
+    writers = [  # each wrote into `target` when passed to libclang as it stands (or was a plugin to load)
+        [*modules, f"-fmodules-cache-path={target}/mc"], ["-MJ", f"{target}/mj.json"], [f"-MJ{target}/mj2.json"],
+        ["-gen-cdb-fragment-path", f"{target}/cdb"], [f"-Wp,-MD,{target}/wp.d"],
+        ["-Xclang", "-dependency-file", "-Xclang", f"{target}/df", "-Xclang", "-MT", "-Xclang", "x"],
+        ["-Xclang", "-dependency-dot", "-Xclang", f"{target}/dot"],
+        ["-Xclang", "-header-include-file", "-Xclang", f"{target}/hif"],
+        [*modules, "-Xclang", "-module-dependency-dir", "-Xclang", f"{target}/mdd"],
+        ["-Xclang", "-load", "-Xclang", f"{target}/evil.so", f"-fplugin={target}/p.so",
+         "-Xclang", "-plugin-arg-x", "-Xclang", "v"],
+        [f"-ftime-trace={target}/t.json", "--serialize-diagnostics", f"{target}/d", "-save-temps=obj"]]
+    kept = ["-DKEEP=1", "-Wp,-DWP=1", "-I", "inc", "-Xclang", "-std=c++17"]
+    args = ["clang++", *[a for w in writers for a in w], "-Xclang", "-MT", "-Xclang", "y", *kept, "-c", "t.cpp"]
     cmd = CompileCommand(str(tmp_path), str(tmp_path / "t.cpp"), args)
-    assert clean_args(cmd, "/rd", "/cache") == ["-fmodules", "-fimplicit-module-maps", "-DKEEP=1",
-                                                "-fmodules-cache-path=/cache", "-resource-dir", "/rd"]
+    assert clean_args(cmd, "/rd", "/cache") == [*modules, *modules, *kept, "-fmodules-cache-path=/cache",
+                                                "-resource-dir", "/rd"]
     assert "-fmodules-cache-path" not in " ".join(clean_args(CompileCommand(str(tmp_path), "t.cpp", args[:1]), "/rd",
                                                              "/cache"))  # no modules, no cache
-    res = index_project([cmd], tmp_path, workers=1, timeout_s=60)
-    assert [t["status"] for t in res.tu_status] == ["ok"], res.tu_status
+    # each writer alone through libclang, then all of them together
+    cmds = [CompileCommand(str(tmp_path), str(tmp_path / "t.cpp"), ["clang++", *w, "-c", "t.cpp"]) for w in writers]
+    res = index_project([*cmds, cmd], tmp_path, workers=1, timeout_s=60)
+    assert [t["status"] for t in res.tu_status] == ["ok"] * (len(cmds) + 1), res.tu_status
     assert any(e["dst_name"] == "mm" for e in res.edges)  # the call into the module resolved
     assert list(target.iterdir()) == []
 
@@ -135,12 +147,20 @@ def test_missing_header_and_missing_file_are_recorded():
 
 
 def test_hung_tu_is_killed_and_recorded(database, monkeypatch):
-    monkeypatch.setenv(HOOK_ENV, "hang:main.cc")  # the worker of main.cc sleeps forever
+    import glob
+    import os
+    import tempfile
+
+    monkeypatch.setenv(HOOK_ENV, "hang:main.cc")  # main.cc's worker makes a temporary file, then sleeps forever
+    tmp = tempfile.gettempdir()
+    hung = [os.path.join(tmp, "cpp-data-hung-*"), os.path.join(tmp, "cpp-data-tus-*", "cpp-data-hung-*")]
+    before = {f for pattern in hung for f in glob.glob(pattern)}
     t0 = time.monotonic()
     res = index_project(load_compile_commands(database), FIX, workers=2, timeout_s=3)
     assert time.monotonic() - t0 < 30
     assert [(Path(s["file"]).name, s["status"]) for s in res.tu_status] == \
         [("util.cc", "ok"), ("main.cc", "timeout"), ("cfile.c", "ok")]
+    assert {f for pattern in hung for f in glob.glob(pattern)} <= before  # it went with the pool's scratch
 
 
 def test_googletest_configured_by_default_and_indexed(tmp_path):
