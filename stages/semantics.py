@@ -126,6 +126,17 @@ def _clear_work(work: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
+def _forget_unrecorded_tasks(work: Path) -> None:
+    """Remove the completion marker of each task whose TU results cannot be read (a kill while the scratch was
+    being removed, or a machine that went down before the file reached its disk), so that task runs again."""
+    done = work / "_datatrove" / "completions"
+    for marker in sorted(done.iterdir()) if done.is_dir() else ():
+        try:
+            json.loads((work / "tus" / f"{marker.name}.json").read_text())
+        except (OSError, ValueError):
+            marker.unlink(missing_ok=True)
+
+
 def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsParams) -> list[dict]:
     """Every TU's result, in compile-database order, from datatrove tasks of `tus_per_task` TUs each on the
     build's executor (TUs per second scale with its workers). The tasks a killed run finished are kept when this
@@ -133,10 +144,12 @@ def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsP
     none of them is."""
     work = ctx.out / WORK
     listed = json.dumps([vars(c) for c in commands])
-    if (work / "commands.json").is_file() and (work / "commands.json").read_text() != listed:
+    recorded = work / "commands.json"
+    if not (recorded.is_file() and recorded.read_text() == listed):
         shutil.rmtree(work / "tus", ignore_errors=True)
         shutil.rmtree(work / "_datatrove", ignore_errors=True)
-    atomic_write_text(work / "commands.json", listed, durable=False)
+    _forget_unrecorded_tasks(work)
+    atomic_write_text(recorded, listed, durable=False)
     tasks = -(-len(commands) // p.tus_per_task)
     run_datatrove(ctx.executor, [IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
     return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
@@ -240,7 +253,9 @@ class Semantics(Stage):
         coverage |= {"configure_attempts": receipt["configure_attempts"],
                      "configure_seconds": round(sum(a.get("seconds", 0) for a in found.receipt()["configure_attempts"]), 2),
                      "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2)}
-        # the scratch goes once the stage is done; a killed or failed run leaves it for the next to resume
+        # the scratch goes once the stage is done (the completion markers first: a kill in between must not leave
+        # a marker without its results); a killed or failed run leaves it for the next to resume
+        shutil.rmtree(tmp / "_datatrove", ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
         return coverage
 

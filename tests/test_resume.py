@@ -179,3 +179,21 @@ def test_semantics_keeps_the_translation_units_a_killed_build_indexed(tmp_path):
     assert "semantics[fx]: running (resuming finished tasks)" in resumed.stdout + resumed.stderr
     assert data_digests(build_dir(out)) == data_digests(build_dir(clean))
     assert not _partials(out, "semantics")
+
+
+def test_semantics_runs_again_a_task_whose_results_are_gone(tmp_path):
+    """A kill while the finished stage removed its scratch, or a machine that went down before a task's results
+    reached the disk, can leave a completion marker without readable results: that task is run again instead of
+    failing every later build on a missing file."""
+    from cpp_data.stages.semantics import _forget_unrecorded_tasks
+
+    done = tmp_path / "_datatrove" / "completions"
+    done.mkdir(parents=True)
+    (tmp_path / "tus").mkdir()
+    (tmp_path / "tus" / "00000.json").write_text("[]")
+    (tmp_path / "tus" / "00002.json").write_text('[{"file": ')  # cut short
+    for rank in range(3):
+        (done / f"{rank:05d}").touch()
+    _forget_unrecorded_tasks(tmp_path)
+    assert sorted(p.name for p in done.iterdir()) == ["00000"]
+    _forget_unrecorded_tasks(tmp_path / "nothing-yet")  # no scratch at all: nothing to do
