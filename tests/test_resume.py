@@ -163,17 +163,19 @@ def test_semantics_keeps_the_translation_units_a_killed_build_indexed(tmp_path):
     clean = tmp_path / "clean"
     build(sources, clean, *args)
     out = tmp_path / "killed"
+    log = open(tmp_path / "killed.log", "w")  # a file, not a pipe nobody reads until the end
     proc = subprocess.Popen([*CLI, "build", "--sources", str(sources), "--out", str(out), "--workers", "2",
-                             "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             "--no-progress", *args], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, env={**os.environ, HOOK_ENV: "hang:cfile.c"})
     deadline, done = time.monotonic() + 120, []
     while time.monotonic() < deadline and proc.poll() is None and len(done) < 2:
         done = [p.name for p in _partials(out, "semantics")[:1]
                 for p in p.glob("_work/_datatrove/completions/*")]
         time.sleep(0.05)
-    assert sorted(done) == ["00000", "00001"], (done, proc.poll())  # util.cc and main.cc; cfile.c hangs
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    assert sorted(done) == ["00000", "00001"], (done, proc.poll(), (tmp_path / "killed.log").read_text()[-2000:])
+    os.killpg(proc.pid, signal.SIGKILL)  # util.cc's and main.cc's tasks are done; cfile.c's hangs
+    proc.wait()
+    log.close()
     time.sleep(0.5)  # orphaned TU workers die with their parents (PR_SET_PDEATHSIG)
     resumed = build(sources, out, *args, env={**os.environ, HOOK_ENV: "crash:util.cc"})
     assert "semantics[fx]: running (resuming finished tasks)" in resumed.stdout + resumed.stderr
