@@ -174,8 +174,10 @@ def _diagnostics(tu: ci.TranslationUnit) -> dict:
             counts["fatals" if d.severity == ci.Diagnostic.Fatal else "errors"] += 1
             if len(counts["error_messages"]) < MAX_ERROR_MESSAGES:
                 loc = d.location
-                counts["error_messages"].append(f"{loc.file.name if loc.file else '?'}:{loc.line}:{loc.column}: "
-                                                f"{d.spelling}")
+                # the file as an absolute path (clang names it as it was spelled, relative to the command's
+                # directory, the working directory here), so where it lies can be told (stages/semantics.py)
+                where = os.path.abspath(loc.file.name) if loc.file else "?"
+                counts["error_messages"].append(f"{where}:{loc.line}:{loc.column}: {d.spelling}")
         elif d.severity == ci.Diagnostic.Warning:
             counts["warnings"] += 1
     return counts

@@ -317,3 +317,31 @@ def test_a_database_written_in_another_checkout_is_read_as_this_tree(tmp_path):
     assert [s["status"] for s in res.tu_status] == ["ok"] * 3
     name = {f["usr"]: f["name"] for f in res.functions}
     assert ("main", "twice") in {(name.get(e["src"]), name.get(e["dst"])) for e in res.edges}
+
+
+@pytest.mark.slow
+def test_diagnostics_from_files_outside_the_tree_are_withheld(tmp_path):
+    """A compile database that makes clang read a file outside the tree (`-include ../../secret.txt`, relative
+    to the command's directory, and the same by absolute path) gets TU errors located there; clang quotes the
+    tokens it trips on, so those messages are published as withheld, while one in the tree keeps its text."""
+    import pyarrow.parquet as pq
+
+    proj = tmp_path / "proj"
+    (proj / "src").mkdir(parents=True)
+    (proj / "src" / "a.cc").write_text("int main() { return 0; }\n")
+    (tmp_path / "secret.txt").write_text("root:x:0:0:root:/root:/bin/bash\nsecret_token_abc123 = 1\n")
+    (proj / "compile_commands.json").write_text(json.dumps([
+        {"directory": str(proj / "src"), "file": "a.cc", "command": "c++ -include ../../secret.txt -c a.cc"},
+        {"directory": str(proj / "src"), "file": "a.cc",
+         "command": f"c++ -include {tmp_path}/secret.txt -include missing_in_tree.h -c a.cc"}]))
+    sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
+    out = tmp_path / "out"
+    run_cli("build", "--recipe", str(provenance_recipe(tmp_path / "recipe", "structure")), "--sources",
+            str(sources), "--out", str(out), "--workers", "1", "--no-progress")
+    status = [r for f in (out / "cache" / "semantics").glob("*/tu_status.parquet") for r in pq.read_table(f).to_pylist()]
+    messages = [m for r in status for m in r["error_messages"]]
+    assert len(status) == 2 and all(r["status"] == "errors" for r in status), status
+    assert sum("(withheld)" in m for m in messages) >= 2, messages
+    assert any("'missing_in_tree.h' file not found" in m for m in messages), messages
+    leaked = [p for p in out.rglob("*") if p.is_file() and b"secret_token_abc123" in p.read_bytes()]
+    assert leaked == [] and not any("secret_token" in m or "'root'" in m for m in messages), (leaked, messages)
