@@ -153,10 +153,10 @@ def relocate_commands(commands: list[CompileCommand], root: Path) -> tuple[list[
 def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None,
                module_cache: str | Path | None = None) -> list[str]:
     """Parser arguments: drops argv[0], the source file, outputs/dep-files, -c, sanitizers, colour, -Werror and
-    what would write files or load code (DROP_UNSAFE_*; behind `-Xclang` or `-Xpreprocessor`, all but
-    `_cc1_kept`, each with the values behind the -Xclang that follow it); adds -resource-dir, and `-fmodules-cache-path=module_cache` to a
-    command that turns on modules (else clang would write its cache under $HOME). Keeps -I/-D/-std/-isystem/...
-    and never adds `-x` (the language follows the file name)."""
+    what would write files or load code (`_dropped`; behind `-Xclang` or `-Xpreprocessor`, all but `_cc1_kept`,
+    each with the values behind the -Xclang that follow it); adds -resource-dir, and
+    `-fmodules-cache-path=module_cache` to a command that turns on modules (else clang would write its cache
+    under $HOME). Keeps -I/-D/-std/-isystem/... and never adds `-x` (the language follows the file name)."""
     out: list[str] = []
     args, i = cmd.arguments[1:], 0
     while i < len(args):
@@ -177,7 +177,7 @@ def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None,
                 i += 2  # the dropped option's values
         elif a in DROP_WITH_VALUE or a in DROP_UNSAFE_WITH_VALUE:
             i += 1
-        elif a in DROP_FLAGS or a.startswith(DROP_PREFIXES) or _unsafe(a) or _writes_dependencies(a):
+        elif _dropped(a):
             pass
         elif not a.startswith("-") and os.path.normpath(os.path.join(cmd.directory, a)) == cmd.file:
             pass
@@ -190,11 +190,16 @@ def clean_args(cmd: CompileCommand, resource_dir: str | Path | None = None,
     return out + ["-resource-dir", str(resource_dir or find_resource_dir())]
 
 
+def _dropped(arg: str) -> bool:
+    """Whether a flag without a value of its own is dropped from the command line (DROP_*, the unsafe ones)."""
+    return arg in DROP_FLAGS or arg.startswith(DROP_PREFIXES) or _unsafe(arg) or _writes_dependencies(arg)
+
+
 def _cc1_kept(option: str) -> bool:
     """Whether a front-end option passed with -Xclang is kept: CC1_KEPT_*, never one that is dropped on the
-    command line itself (`-Werror`, `-MT`, the unsafe ones)."""
-    return (option in CC1_KEPT_WITH_VALUE or option.startswith(CC1_KEPT_PREFIXES)) and not _unsafe(option) \
-        and not option.startswith("-Wp,") and option not in DROP_FLAGS and not option.startswith(DROP_PREFIXES)
+    command line itself (`-Werror`, `-MT`, the unsafe ones) nor a `-Wp,` one."""
+    return (option in CC1_KEPT_WITH_VALUE or option.startswith(CC1_KEPT_PREFIXES)) and not _dropped(option) \
+        and not option.startswith("-Wp,")
 
 
 def _writes_dependencies(arg: str) -> bool:

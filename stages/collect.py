@@ -216,7 +216,8 @@ class Collect(Stage):
 
         def add(path: str, commit: str, data: bytes, history: dict) -> None:
             sha = hashlib.sha256(data).hexdigest()
-            reason = ("undecodable_path" if is_undecodable(path) else "opt_out" if opt_out.path(path) or opt_out.content(sha)
+            reason = ("undecodable_path" if is_undecodable(path)
+                      else "opt_out" if opt_out.path(path) or opt_out.content(sha)
                       else "lfs_pointer" if is_lfs_pointer(data) else None)
             if reason:
                 skip(path, commit, len(data), sha, reason)

@@ -127,15 +127,16 @@ def _clear_work(work: Path) -> None:
 
 
 # Where a diagnostic may point and still be published with its text: the tree and its configure run (written
-# <source>/... and <configure>/... by then) and the system's headers. A compile database can name any file
+# <source>/... and <configure>/... by then) and the system's headers, clang's resource directory among them
+# (/usr/lib/llvm-*/lib/clang/*, compile_db.find_resource_dir). A compile database can name any file
 # (`-include /etc/passwd`), and clang quotes the tokens it trips on.
 SYSTEM_HEADER_DIRS = ("/usr/include/", "/usr/lib/", "/usr/local/include/")
 
 
-def withheld_outside(message: str, system_dirs: tuple[str, ...]) -> str:
+def _withheld_outside(message: str) -> str:
     """A TU's error message as published: one located in a file outside the tree, its configure run and
-    `system_dirs` says only that it was withheld, since its text may quote that file."""
-    if message.startswith("/") and not message.startswith(system_dirs):
+    SYSTEM_HEADER_DIRS says only that it was withheld, since its text may quote that file."""
+    if message.startswith("/") and not message.startswith(SYSTEM_HEADER_DIRS):
         return "<outside the tree>: a diagnostic in a file outside the source tree and the system headers (withheld)"
     return message
 
@@ -220,8 +221,6 @@ class Semantics(Stage):
         # same tree at another path, or configured again, must give the same bytes
         places = [(str(tmp / "configure"), "<configure>"), (str(root), "<source>")]
 
-        system_dirs = (*SYSTEM_HEADER_DIRS, str(find_resource_dir()) + "/")
-
         def placeless(text: str) -> str:
             for where, token in places:
                 text = text.replace(where, token)
@@ -232,8 +231,7 @@ class Semantics(Stage):
             c = by_file.get(s["file"])
             s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
                                               if c else ("", ""))
-            s["error_messages"] = [withheld_outside(placeless(m), system_dirs)
-                                   for m in s.get("error_messages") or []]
+            s["error_messages"] = [_withheld_outside(placeless(m)) for m in s.get("error_messages") or []]
             tu_seconds += s.pop("seconds", 0.0)  # timings are counts, never output bytes: an output that
             for k in ("parse_s", "walk_s"):       # differs on every run would rerun every later stage
                 s.pop(k, None)
