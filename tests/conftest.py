@@ -121,6 +121,20 @@ def build(sources: Path, out: Path, *extra: str, check: bool = True, **kw) -> su
                    "--no-progress", *extra, check=check, **kw)
 
 
+def clang_fixture_source(tmp_path: Path) -> Path:
+    """tests/fixtures/clang_project as a plain directory source with its own compile_commands.json at its root
+    (util.cc, main.cc, cfile.c, in that order; broken.cc left out)."""
+    proj = tmp_path / "proj"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "clang_project", proj)
+    (proj / "src" / "broken.cc").unlink()
+    src = proj / "src"
+    (proj / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(src), "file": f, "command": f"c++ -I../include '-DNAME=\"x y\"' -std=c++17 -c {f}"}
+         for f in ("util.cc", "main.cc")]
+        + [{"directory": str(src), "file": "cfile.c", "command": "cc -std=c11 -c cfile.c"}]))
+    return proj
+
+
 def provenance_recipe(directory: Path, *extra: str) -> Path:
     """The v6 recipe cut down to the shards, the ledger, `extra` stages and what they read, written as
     directory/v6.toml (so its builds are still named v6-...): for tests of decisions that the later stages

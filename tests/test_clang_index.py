@@ -15,7 +15,8 @@ from cpp_data.clang_index.index import index_project
 from cpp_data.clang_index.levels import dependency_levels
 from cpp_data.clang_index.pool import HOOK_ENV
 
-from conftest import GOOGLETEST, build_dir, data_digests, need, provenance_recipe, run_cli, write_sources
+from conftest import (GOOGLETEST, build_dir, clang_fixture_source, data_digests, need, provenance_recipe, run_cli,
+                      write_sources)
 
 FIX = Path(__file__).parent / "fixtures" / "clang_project"
 
@@ -187,26 +188,11 @@ def test_googletest_configured_by_default_and_indexed(tmp_path):
     assert "(anonymous)::FactorialTest_Positive_Test::TestBody" in callers  # a test body calls Factorial
 
 
-def _fixture_source(tmp_path) -> Path:
-    """The fixture project as a plain directory source with its own compile_commands.json at its root."""
-    import shutil
-
-    proj = tmp_path / "proj"
-    shutil.copytree(FIX, proj)
-    (proj / "src" / "broken.cc").unlink()
-    src = proj / "src"
-    (proj / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(src), "file": f, "command": f"c++ -I../include '-DNAME=\"x y\"' -std=c++17 -c {f}"}
-         for f in ("util.cc", "main.cc")]
-        + [{"directory": str(src), "file": "cfile.c", "command": "cc -std=c11 -c cfile.c"}]))
-    return proj
-
-
 @pytest.mark.slow
 def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
     import pyarrow.parquet as pq
 
-    proj = _fixture_source(tmp_path)
+    proj = clang_fixture_source(tmp_path)
     sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
     recipe = str(provenance_recipe(tmp_path / "recipe", "structure"))  # up to the structure columns
     run_cli("build", "--recipe", recipe, "--sources", str(sources), "--out", str(tmp_path / "out"), "--workers", "1",
@@ -239,7 +225,7 @@ def test_v5_dependency_documents_from_the_fixture(tmp_path):
     (leaves first), then the function; build_info is its compile command; pieces trace to the file bytes."""
     import pyarrow.parquet as pq
 
-    proj = _fixture_source(tmp_path)
+    proj = clang_fixture_source(tmp_path)
     sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
     run_cli("build", "--version", "v5", "--sources", str(sources), "--out", str(tmp_path / "out"), "--workers", "1",
             "--no-progress")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (CLI, GOOGLETEST, NLOHMANN, build, build_dir, data_digests, need, provenance_recipe, run_bounded,
-                      write_sources)
+from conftest import (CLI, GOOGLETEST, NLOHMANN, build, build_dir, clang_fixture_source, data_digests, need,
+                      provenance_recipe, run_bounded, write_sources)
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -147,16 +147,9 @@ def test_semantics_keeps_the_translation_units_a_killed_build_indexed(tmp_path):
     """semantics runs its TUs as datatrove tasks (one TU each here). A build killed while one TU hangs keeps the
     tasks that finished: the next run, in which util.cc's worker would crash if it ran again, indexes only the
     rest and gives the clean build's bytes."""
-    import shutil
-
     from cpp_data.clang_index.pool import HOOK_ENV
 
-    proj = tmp_path / "proj"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "clang_project", proj)
-    (proj / "src" / "broken.cc").unlink()
-    (proj / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(proj / "src"), "file": f, "command": f"c++ -I../include -std=c++17 -c {f}"}
-         for f in ("util.cc", "main.cc", "cfile.c")]))
+    proj = clang_fixture_source(tmp_path)  # util.cc, main.cc, cfile.c: one task each
     sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
     recipe = provenance_recipe(tmp_path / "recipe", "structure")  # structure reads semantics' edges
     args = ["--recipe", str(recipe), "--set", "semantics.tus_per_task=1"]
