@@ -136,6 +136,29 @@ def test_deepest_node_arrays_match_brute_force(text):
     assert r.ast_depth.dtype == np.int8 and r.sibling_index.dtype == np.int8 and r.ast_node_type.dtype == np.int16
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_tree_links_are_those_of_a_walk_with_stacks(seed):
+    """_tree_links against the per-level stacks analyze kept before: random pre-order trees (wide, deep, one
+    record, none)."""
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 2, 300, 5000):
+        depth = [0]  # a pre-order walk: the next record is a child of the last one or of one of its ancestors
+        while len(depth) < n:
+            depth.append(depth[-1] + 1 if rng.random() < [0.5, 0.1, 0.95, 0.3][seed] else
+                         int(rng.integers(1, depth[-1] + 1)) if depth[-1] else 1)
+        depth = np.array(depth[:n], np.int64)
+        parents, counts, want_parent, want_sibling = [-1], [0], [], []
+        for i, d in enumerate(depth.tolist()):
+            del parents[d + 1:], counts[d + 1:]
+            want_parent.append(parents[d])
+            want_sibling.append(counts[d])
+            counts[d] += 1
+            parents.append(i)
+            counts.append(0)
+        parent, sibling = st._tree_links(depth)
+        assert parent.tolist() == want_parent and sibling.tolist() == want_sibling
+
+
 @pytest.mark.parametrize("n_chars", [1000, 1 << 22])  # the packed key, then the lexsort it stands for
 def test_event_order_is_the_three_key_order(n_chars):
     rng = np.random.default_rng(7)

@@ -740,6 +740,25 @@ def _event_order(pos: np.ndarray, depth: np.ndarray, n_chars: int) -> np.ndarray
     return np.argsort(key, kind="stable")
 
 
+def _tree_links(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(parent record or -1, index among its parent's records) of each record of a pre-order walk, from the
+    records' depths alone. In pre-order a record's parent is the last record before it one level up, found for
+    every record at once by one binary search over (depth, position) keys; siblings are the records sharing a
+    parent, in walk order."""
+    n = len(depth)
+    position = np.arange(n, dtype=np.int64)
+    keys = depth * (n + 1) + position  # (depth, position) order
+    order = np.argsort(keys, kind="stable")
+    found = np.searchsorted(keys[order], (depth - 1) * (n + 1) + position) - 1
+    parent = np.where(depth > 0, order[np.maximum(found, 0)], -1)
+    by_parent = np.argsort(parent, kind="stable")
+    grouped = parent[by_parent]
+    first = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if n else position
+    sibling = np.empty(n, np.int64)
+    sibling[by_parent] = position - np.repeat(first, np.diff(np.r_[first, n]))
+    return parent, sibling
+
+
 def analyze(text: str, parser: Parser | None = None) -> FileStructure:
     """Spans, per-character arrays, calls and ERROR share of one C/C++ source text."""
     src = text.encode("utf-8", "surrogatepass")
@@ -757,12 +776,13 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
         return offsets if to_char is None else to_char[offsets]
 
     # One cursor walk over the tree (cheaper than materializing child lists): for every named node of non-zero
-    # width record (start byte, end byte, depth, named-sibling index, parent record, kind id).
-    flat: list[int] = []  # 6 ints per record
+    # width record (start byte, end byte, depth, kind id), in pre-order. Its parent and named-sibling index come
+    # from the depths afterwards, in numpy (_tree_links): keeping per-level stacks in the loop cost a sixth of it.
+    flat: list[int] = []  # 4 ints per record
     record = flat.extend
     comments, calls, errors, n_missing = [], [], [], 0
     check_missing = tree.root_node.has_error  # MISSING nodes only occur in trees with errors
-    parents, counts = [-1], [0]  # per open level: record index of the parent, named children seen so far
+    depth = 0  # named non-zero-width ancestors: the only nodes the walk descends into
     cursor = tree.walk()
     while True:
         node = cursor.node
@@ -772,11 +792,9 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
             if e > s:
                 if kind in _SPECIAL_KINDS:
                     (comments if kind in _COMMENT_KINDS else calls if kind in _CALL_KINDS else errors).append(node)
-                record((s, e, len(parents) - 1, counts[-1], parents[-1], kind))
-                counts[-1] += 1
+                record((s, e, depth, kind))
                 if cursor.goto_first_child():
-                    parents.append(len(flat) // 6 - 1)
-                    counts.append(0)
+                    depth += 1
                     continue
             elif check_missing:
                 n_missing += node.is_missing
@@ -785,24 +803,24 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
         while not cursor.goto_next_sibling():
             if not cursor.goto_parent():
                 break
-            parents.pop()
-            counts.pop()
+            depth -= 1
         else:
             continue
         break
 
     # Deepest named node per character: enter/exit events sorted by position (exits before entries, inner exits
     # first, outer entries first); the node of the last event at or before a character covers it.
-    rec = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 6)
+    rec = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 4)
     n_nodes, d = len(rec), rec[:, 2]
+    parent, sibling = _tree_links(d)
     pos = chars(np.concatenate([rec[:, 1], rec[:, 0]]))
     order = _event_order(pos, d, n_chars)
-    value = np.concatenate([rec[:, 4], np.arange(n_nodes)])[order]
+    value = np.concatenate([parent, np.arange(n_nodes)])[order]
     pos = np.concatenate([[0], pos[order], [n_chars]])
     owner = np.repeat(np.concatenate([[-1], value]), np.diff(pos))  # -1: no node (indexes the appended 0)
     ast_depth = np.append(np.minimum(d, MAX_DEPTH).astype(np.int8), np.int8(0))[owner]
-    sibling_index = np.append(np.minimum(rec[:, 3], MAX_SIBLING).astype(np.int8), np.int8(0))[owner]
-    ast_node_type = np.append(BUCKET_BY_KIND[rec[:, 5]], np.int16(0))[owner]
+    sibling_index = np.append(np.minimum(sibling, MAX_SIBLING).astype(np.int8), np.int8(0))[owner]
+    ast_node_type = np.append(BUCKET_BY_KIND[rec[:, 3]], np.int16(0))[owner]
 
     # ERROR bytes: union of ERROR ranges (nested ones are contained in their ancestors).
     error_bytes, covered = 0, 0
