@@ -71,7 +71,7 @@ def _imports(module: str) -> frozenset[str]:
     out: set[str] = set()
     with _PARSE_LOCK:
         tree = ast.parse(text)
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if _ours(a.name))
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _ours(node.module):
@@ -80,6 +80,22 @@ def _imports(module: str) -> frozenset[str]:
             if len(submodules) < len(node.names):  # a name defined in the module itself
                 out.add(node.module)
     return frozenset(m for m in out if _locate(m))
+
+
+_BLOCKS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _statements(tree: ast.Module):
+    """Every statement of a module, nested ones included (function and class bodies, branches, handlers, match
+    cases), without entering expressions: an import is always a statement, and ast.walk's visit of every
+    expression node was half of a build's 0.6 s of reading its modules' imports."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for value in node.__dict__.values():
+            if isinstance(value, list) and value and isinstance(value[0], _BLOCKS):
+                todo.extend(value)
 
 
 def _ours(name: str) -> bool:

@@ -152,3 +152,62 @@ def test_a_torn_stage_record_reruns_its_stage(corpus):
     assert _ran(proc) == ["token_columns", "packed_rows"]
     assert {p.name: p.read_bytes() for p in (_latest(out) / "shards").glob("*.parquet")} == before
     assert _ran(_build(sources, out)) == []
+
+
+NESTED_IMPORTS = '''
+import a1
+def f():
+    import a2
+    class C:
+        from a3 import x
+        def g(self):
+            try:
+                import a4
+            except ImportError:
+                import a5
+            else:
+                import a6
+            finally:
+                import a7
+with open("x") as h:
+    if h:
+        import a8
+    elif h:
+        import a9
+    else:
+        for i in h:
+            import a10
+        else:
+            while i:
+                import a11
+match h:
+    case 1:
+        import a12
+async def k():
+    async with h:
+        import a13
+    async for j in h:
+        import a14
+lambda: __import__("not_a_statement")
+'''
+
+
+def test_code_digest_reads_imports_at_any_depth_of_statements():
+    """The code digest's statement walk finds every import ast.walk finds: in a text with each kind of block,
+    and in every module of this package."""
+    import ast
+
+    from cpp_data.pipeline.code_digest import _statements
+
+    def found(tree, nodes):
+        return sorted(a.name if isinstance(n, ast.Import) else f"{n.module}.{a.name}"
+                      for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+
+    tree = ast.parse(NESTED_IMPORTS)
+    assert found(tree, _statements(tree)) == sorted([f"a{i}" for i in range(1, 15) if i != 3] + ["a3.x"])
+    modules = [p for d in ("pipeline", "stages", "schemas", "tokenizer", "clang_index", "harness", "bench")
+               for p in (REPO / d).rglob("*.py")]
+    assert len(modules) > 100
+    for path in modules:
+        tree = ast.parse(path.read_bytes())
+        assert found(tree, _statements(tree)) == found(tree, ast.walk(tree)), path
