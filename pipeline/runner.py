@@ -20,6 +20,7 @@ that runs "runs unless its input comes out the same".
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import shutil
@@ -44,6 +45,16 @@ from cpp_data.pipeline.stage import Artifact, Stage, StageContext
 
 class StageFailed(CheckFailed):
     """A stage raised; the message names the stage instance and the cause."""
+
+
+def stage_failed(what: str, exc: BaseException, out: Path) -> StageFailed:
+    """StageFailed for `what` ("stage X") raising `exc`. A full disk says so and what to do, whichever layer
+    raised it (Python's OSError, or pyarrow's, whose errno is only in its text): it is the machine, not the
+    stage."""
+    if isinstance(exc, OSError) and (exc.errno == errno.ENOSPC or "No space left on device" in str(exc)):
+        return StageFailed(f"{what}: no space left on device under {out} (free some space or give --out a "
+                           f"larger disk, then run the same command again: it resumes from the finished tasks)")
+    return StageFailed(f"{what}: {type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -300,7 +311,7 @@ class Runner:
             try:
                 begun.append((task, where, partial, task.stage.source_tasks(ctx)))
             except Exception as exc:
-                raise StageFailed(f"stage {task.label}: {type(exc).__name__}: {exc}") from exc
+                raise stage_failed(f"stage {task.label}", exc, self.out) from exc
         name, units = group[0].name, [b[3] for b in begun]
         batch = hashlib.sha256("".join(t.fingerprint for t, *_ in begun).encode()).hexdigest()
         logging_dir = self.out / "cache" / name / f"batch-{batch[:16]}.partial" / "_datatrove"
@@ -308,8 +319,7 @@ class Runner:
         try:
             counts = run_sources(self.executor, units, logging_dir, f"{name}[{len(units)} sources]")
         except Exception as exc:
-            raise StageFailed(f"stage {name} ({len(units)} sources run together): "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise stage_failed(f"stage {name} ({len(units)} sources run together)", exc, self.out) from exc
         finally:
             release_freed_heap()
         seconds = time.monotonic() - started
@@ -333,7 +343,7 @@ class Runner:
         try:
             counts = task.stage.run(ctx)
         except Exception as exc:
-            raise StageFailed(f"stage {task.label}: {type(exc).__name__}: {exc}") from exc
+            raise stage_failed(f"stage {task.label}", exc, self.out) from exc
         finally:
             release_freed_heap()
         self._seal(task, partial, counts, round(time.monotonic() - started, 3), log, where)

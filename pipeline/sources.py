@@ -143,8 +143,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         if name in seen:
             raise SourcesError(f"{where}: duplicate name")
         seen.add(name)
+        if url is None:
+            raise SourcesError(f"{where}: 'url' is missing (a git URL, or a local path such as \"/usr/src/googletest\")")
         if not isinstance(url, str) or not url:
-            raise SourcesError(f"{where}: 'url' must be a git URL or a local path")
+            raise SourcesError(f"{where}: 'url' must be a git URL or a local path, not {url!r}")
         if _is_local(url):  # relative to the sources file, not to wherever the command runs
             url = os.path.abspath(os.path.join(path.resolve().parent, os.path.expanduser(url)))
         ref = table.get("ref")

@@ -109,6 +109,8 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
             assert "is not an SPDX license expression" in err, err
         if "name" in label:
             assert ("'name' must be a string" if "string" in label else "must start with an ASCII letter") in err, err
+        if label == "missing url":
+            assert "'url' is missing" in err, err
     # a directory given as the sources file, to build and to lock
     for args in (("build", "--sources", str(tmp_path), "--out", str(tmp_path / "o")), ("sources", "lock", str(tmp_path))):
         proc = run_cli(*args, check=False)
@@ -291,3 +293,25 @@ def test_hostile_file_names_and_texts_print_as_escapes(tmp_path):
     assert "names:\\x1b]0;title\\x07B.cc" in page  # the near duplicate's row
     for text in (proc.stdout, proc.stderr, shown, as_json, page):
         assert not any(c in text for c in "\x1b\x07\u202e")
+
+
+def test_a_full_disk_is_named_with_what_to_do(tmp_path):
+    """A stage that hits ENOSPC, raised by Python or by pyarrow's native writer (/dev/full fails every write as a
+    full disk does), fails with one line that says the disk is full and that the same command resumes; any
+    other error keeps its text."""
+    import errno
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cpp_data.pipeline.runner import stage_failed
+
+    # a native file, not the path: pq.write_table removes a path it failed to write, /dev/full too when root
+    with pytest.raises(OSError) as arrow_error, pa.OSFile("/dev/full", "wb") as full:
+        pq.write_table(pa.table({"a": list(range(100_000))}), full)
+    for exc in (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/x/part.parquet"), arrow_error.value):
+        msg = str(stage_failed("stage shards", exc, tmp_path))
+        assert msg.startswith(f"stage shards: no space left on device under {tmp_path} "), msg
+        assert "run the same command again" in msg and len(msg.splitlines()) == 1, msg
+    other = str(stage_failed("stage shards", PermissionError(errno.EACCES, "Permission denied"), tmp_path))
+    assert other == "stage shards: PermissionError: [Errno 13] Permission denied", other
