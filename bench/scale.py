@@ -269,11 +269,11 @@ def run_build(sources: Path, out: Path, workers: int, settings: list[str] = (), 
             summary = event["summary"]
     err = proc.stderr.read()
     proc.wait()
+    wall = time.monotonic() - t0  # the build's, not the sampler's last sleep (up to 0.2 s) that join waits out
     sampler.stop.set()
     sampler.join()
     if proc.returncode not in (0, 3):
         raise SystemExit(f"build failed ({proc.returncode}): {err[-2000:]}")
-    wall = time.monotonic() - t0
     return {"wall_seconds": round(wall, 1), "stage_seconds": {k: round(v, 2) for k, v in stages.items()},
             "peak_rss_mib": {k: [round(a / 1024), round(b / 1024)] for k, (a, b) in sampler.peaks.items()},
             "cpu_seconds": {k: round(v, 1) for k, v in sampler.cpu.items()},
