@@ -49,9 +49,9 @@ class StageFailed(CheckFailed):
 
 def stage_failed(what: str, exc: BaseException, out: Path) -> StageFailed:
     """StageFailed for `what` ("stage X") raising `exc`. A full disk says so and what to do, whichever layer
-    raised it (Python's OSError, or pyarrow's, whose errno is only in its text): it is the machine, not the
-    stage."""
-    if isinstance(exc, OSError) and (exc.errno == errno.ENOSPC or "No space left on device" in str(exc)):
+    raised it (Python's OSError and pyarrow's both carry errno ENOSPC, also after crossing from a worker): it
+    is the machine, not the stage."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         return StageFailed(f"{what}: no space left on device under {out} (free some space or give --out a "
                            f"larger disk, then run the same command again: it resumes from the finished tasks)")
     return StageFailed(f"{what}: {type(exc).__name__}: {exc}")
