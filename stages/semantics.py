@@ -35,6 +35,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.executors import run_datatrove
 from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text
+from cpp_data.pipeline.sources import walk_directory
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 from cpp_data.stages.lib.shard_tasks import WORK
@@ -74,12 +75,15 @@ def _write(rows: list[dict], path: Path) -> None:
 def source_files(root: Path) -> list[str]:
     """The C/C++ files under `root` (a resolved path), as absolute paths, symlinks left out.
 
-    Each path is already its own resolved form: rglob joins entry names to `root` and never enters a symlinked
-    directory, and symlinked files are dropped, so no path passes through a link. (Resolving each one again
-    cost a system call per path component: 0.25 s against 0.09 for the 2,764 files of bench/scale.py's 2x
-    extra source, 2.1 s against 0.57 for /usr/include's 25,281, with the same lists.)"""
-    return sorted(str(p) for p in root.rglob("*")
-                  if p.suffix.lower() in DEFAULT_EXTENSIONS and p.is_file() and not p.is_symlink())
+    Listed by collect's walker (pipeline/sources.walk_directory): it never enters a symlinked directory and
+    types each entry from the directory listing, without a stat call per file, so a path longer than the
+    system's PATH_MAX (a tree nested thousands of characters deep) is not an error here: the directory it
+    cannot list is left out, as collect leaves it out with a ledger row of its own. Path.rglob with is_file()
+    stat'ed every file and raised ENAMETOOLONG on such a path, and the whole build failed. Each path is already
+    its own resolved form, since none passes through a link."""
+    return sorted(str(root / rel) for rel, entry in walk_directory(root)
+                  if entry is not None and Path(rel).suffix.lower() in DEFAULT_EXTENSIONS
+                  and entry.is_file(follow_symlinks=False))
 
 
 class IndexTUs(PipelineStep):

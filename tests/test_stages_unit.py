@@ -214,6 +214,32 @@ def test_semantics_source_files_are_the_real_files_under_the_root_at_their_resol
     assert all(os.path.realpath(p) == p for p in got)
 
 
+def test_semantics_source_files_survive_a_path_longer_than_path_max(tmp_path):
+    """A file nested deeper than PATH_MAX (made through directory descriptors, as no path can name it) is left
+    out of the list, not an ENAMETOOLONG that failed the whole build (collect gives it a ledger row); the files
+    beside the deep tree are still listed."""
+    import os
+
+    from cpp_data.stages.semantics import source_files
+
+    root = tmp_path / "repo"
+    (root / "deep").mkdir(parents=True)
+    (root / "a.cc").write_text("int a;\n")
+    fd = os.open(root / "deep", os.O_RDONLY)
+    try:
+        for _ in range(80):  # 80 levels of 60 characters: well past 4,096
+            os.mkdir("d" * 60, dir_fd=fd)
+            inner = os.open("d" * 60, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open("deep.cpp", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    with __import__("pytest").raises(OSError):  # the premise: the deep file has no usable path
+        (root / "deep" / "/".join(["d" * 60] * 80) / "deep.cpp").stat()
+    assert source_files(root.resolve()) == [str((root / "a.cc").resolve())]
+
+
 def test_structure_labels_every_character(chain):
     rows = _rows(chain["structure"], "shards/*.parquet", ["text", "structure_ids", "source_path"])
     from cpp_data.stages.lib.syntax import CATEGORY_NAMES
