@@ -13,6 +13,7 @@ from pathlib import Path
 from cpp_data import __version__
 from cpp_data.pipeline.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_TERMINATED,
                                       EXIT_USAGE, BadInput, CppDataError, Terminated)
+from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 
 MAIN_HELP = """\
 cpp-data turns pinned C++ repositories into traceable, reproducible training shards.
@@ -80,13 +81,15 @@ def recipe_arguments(p: argparse.ArgumentParser) -> None:
                         "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. --set packed_rows.seq_length=2048")
 
 
-def _int_at_least(least: int):
-    """An argparse type: an integer of at least `least`; anything else is argparse's one-line usage error
-    (exit 2), not a failure deep in a stage or a launch.json holding a negative sequence length."""
+def _int_at_least(least: int, most: int | None = None):
+    """An argparse type: an integer of at least `least` (and at most `most`); anything else is argparse's
+    usage error (exit 2), not a failure deep in a stage or a launch.json holding a negative sequence length."""
     def integer(text: str) -> int:
         value = int(text)
         if value < least:
             raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {value}")
         return value
     return integer
 
@@ -235,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     em.add_argument("--out", type=Path,
                     help="export directory (default OUT/exports/BUILD/megatron-NAME-<hash of the arguments>)")
     em.add_argument("--name", default="cpp", help="file prefix of the bin/idx pairs")
-    em.add_argument("--seq-length", type=_int_at_least(2), default=2048,
+    em.add_argument("--seq-length", type=_int_at_least(2, MAX_SEQ_LENGTH), default=2048,
                     help="sequence length written into its launch.json")
     em.add_argument("--workers", type=_int_at_least(1), default=os.cpu_count() or 1,
                     help="parallel tasks (the CPU count)")
@@ -246,7 +249,7 @@ def _parser() -> argparse.ArgumentParser:
                           "(cpp_packed_<split>) and a launch.json for them. Other arguments export into another "
                           "directory.")
     ep.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
-    ep.add_argument("--seq-length", type=_int_at_least(2), default=4096, help="tokens per packed row")
+    ep.add_argument("--seq-length", type=_int_at_least(2, MAX_SEQ_LENGTH), default=4096, help="tokens per packed row")
     ep.add_argument("--fim-rate", type=_number(0, 1), default=0.5,
                     help="share of training documents made fill-in-the-middle")
     ep.add_argument("--fim-spm-rate", type=_number(0, 1), default=0.5, help="share of FIM documents in SPM order")
@@ -277,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--batch-size", type=_int_at_least(1), default=8, help="sequences per optimizer step")
     tr.add_argument("--micro-batch-size", type=_int_at_least(1),
                     help="sequences per forward pass (gradient accumulation; default: the batch size)")
-    tr.add_argument("--seq-length", type=_int_at_least(2),
+    tr.add_argument("--seq-length", type=_int_at_least(2, MAX_SEQ_LENGTH),
                     help="tokens per sequence (default: the launch spec's; packed rows accept only theirs)")
     tr.add_argument("--lr", type=_number(0, above=True), default=3e-3, help="peak learning rate")
     tr.add_argument("--warmup", type=_int_at_least(0), default=10, help="linear warmup steps")

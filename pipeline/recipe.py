@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -71,6 +72,9 @@ def _coerce(where: str, key: str, value: Any, annotation: Any) -> Any:
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecipeError(f"{where}: {key} must be a number, got {value!r}")
+        if not math.isfinite(value):  # TOML has nan and inf: a nan threshold compares false and turned a
+            # filter off without a word, and neither is JSON, which the manifest and stage records are
+            raise RecipeError(f"{where}: {key} must be a finite number, got {value!r}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
@@ -116,6 +120,12 @@ def build_params(cls: type, values: dict[str, Any], where: str, set_by: Mapping[
         value = getattr(params, name)
         if value is not None and ((lo is not None and value < lo) or (hi is not None and value > hi)):
             raise RecipeError(f"{at(name)}: {name} must be {_range(lo, hi)}, got {value!r}")
+    if "compression" in names:  # the stages that write Parquet shards at a codec of the recipe's
+        from cpp_data.schemas.shard_writer import compression_problem
+
+        problem = compression_problem(params.compression, getattr(params, "compression_level", None))
+        if problem:
+            raise RecipeError(f"{at('compression', 'compression_level')}: {problem}")
     check = getattr(params, "check", None)
     if check is not None and (problem := check()):
         # a problem across parameters: the combination is at fault, not necessarily the flag, so say both

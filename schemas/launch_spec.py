@@ -35,6 +35,11 @@ from cpp_data.pipeline.fsutil import atomic_write_json, read_versioned_json
 FORMAT = "cpp-data-launch/2"
 PACKED_FLAGS = ["--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"]
 
+# The longest sequence any cpp-data command takes (packed_rows.seq_length, export and train --seq-length):
+# 16,777,216 tokens, past any context length in use, so that a typo (99999999999) fails before anything runs
+# instead of after the stages before packing, asking for 745 GiB for one row.
+MAX_SEQ_LENGTH = 1 << 24
+
 
 def weight_groups(weights: dict[str, float]) -> list[tuple[str, float, list[str]]]:
     """(suffix, weight, sources) per distinct weight: the training split is written once per group, as

@@ -56,6 +56,30 @@ class ShardParams:
 PLAIN_COLUMNS = frozenset({"token_ids", "input_ids", "target_ids"})
 
 
+# The codecs Parquet writers take (case does not matter), and what they say to a level.
+PARQUET_CODECS = ("zstd", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "none")
+
+
+def _takes_level(codec: str) -> bool:
+    return codec.lower() != "none" and pa.Codec.supports_compression_level(codec.lower())
+
+
+def compression_problem(codec: str, level: int | None) -> str | None:
+    """Why a Parquet writer would refuse `codec` at `level` (None: the codec's default), or silently do
+    something else, else None. Checked with the recipe, before any stage runs: pyarrow only refuses an unknown
+    codec when the first file is written (a build with `shards.compression="bogus"` ran eight stages first),
+    and takes zstd at level 999 or brotli at 50 without a word."""
+    name = codec.lower()
+    if name not in PARQUET_CODECS:
+        return f"compression must be one of {', '.join(PARQUET_CODECS)}, got {codec!r}"
+    if level is None or not _takes_level(name):  # snappy and none have no levels: open_writer drops it
+        return None
+    lo, hi = pa.Codec.minimum_compression_level(name), pa.Codec.maximum_compression_level(name)
+    if not lo <= level <= hi:
+        return f"compression_level of {name} must be between {lo} and {hi}, got {level}"
+    return None
+
+
 def dictionary_columns(schema: pa.Schema) -> list[str]:
     """Parquet leaf paths (`name`, `name.list.element`, `name.list.element.field`) of every column of `schema`
     but PLAIN_COLUMNS: the `use_dictionary` argument of pyarrow's writers, which names leaves, not fields."""
@@ -73,6 +97,8 @@ def open_writer(where: Path | str, schema: pa.Schema, compression: str,
                 compression_level: int | None) -> pq.ParquetWriter:
     """A Parquet writer of shard files (and of their row groups written apart, which must be the same bytes):
     page checksums, and a dictionary for every column but PLAIN_COLUMNS."""
+    if compression_level is not None and not _takes_level(compression):
+        compression_level = None  # the recipe's level (3 by default) means nothing to snappy or none
     return pq.ParquetWriter(where, schema, compression=compression, compression_level=compression_level,
                             write_page_checksum=True, use_dictionary=dictionary_columns(schema))
 

@@ -57,6 +57,7 @@ from cpp_data.pipeline.fsutil import atomic_write_json
 from cpp_data.pipeline.sources import source_weights
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
+from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 from cpp_data.schemas.reader import iter_shard, read_row_group, shard_files
 from cpp_data.stages.lib.list_columns import list_array
 from cpp_data.tokenizer.files import tokenizer_info
@@ -67,7 +68,7 @@ PACKED_COMPRESSION = {"compression": "zstd", "compression_level": None}  # zstd'
 
 @dataclass(frozen=True)
 class PackedParams:
-    bounds: ClassVar[dict] = {"seq_length": (2, None), "fim_rate": (0, 1), "fim_spm_rate": (0, 1),
+    bounds: ClassVar[dict] = {"seq_length": (2, MAX_SEQ_LENGTH), "fim_rate": (0, 1), "fim_spm_rate": (0, 1),
                               "block_docs": (1, None), "block_bytes": (1, None), "rows_per_shard": (1, None),
                               "row_group_size": (1, None)}
     generation: str = "v6"

@@ -33,7 +33,9 @@ from cpp_data.tokenizer.train import check_band_pieces, padding_ids, smallest_vo
 
 @dataclass(frozen=True)
 class TokenizerParams:
-    bounds: ClassVar[dict] = {"vocab_size": (1, None), "heldout_fraction": (0, 0.5), "min_frequency": (1, None),
+    # vocab_size at most 4,194,304 (16 times the largest vocabularies in use): tokenizers' trainer allocates
+    # for every id before it reads a text, and a typo of 99999999999 aborted it with a Rust backtrace
+    bounds: ClassVar[dict] = {"vocab_size": (1, 1 << 22), "heldout_fraction": (0, 0.5), "min_frequency": (1, None),
                               "sample_bytes": (1, None)}
     vocab_size: int = 65_536
     cap_vocab_to_corpus: bool = True  # a corpus that cannot fill vocab_size gets what it fills, rounded up to 128

@@ -116,7 +116,7 @@ def test_recipes_list_and_show():
     ("seq_length=2048", "expected STAGE.PARAM=VALUE"),
     # values out of range, refused before any stage runs (a negative length had failed in packed_rows, a
     # threshold of 7 had silently removed no near duplicate)
-    ("packed_rows.seq_length=-5", "seq_length must be at least 2, got -5"),
+    ("packed_rows.seq_length=-5", "seq_length must be between 2 and 16777216, got -5"),
     ("near_dedup.threshold=7", "threshold must be between 0 and 1, got 7.0"),
     ("shards.valid_fraction=2", "valid_fraction must be between 0 and 0.5, got 2.0"),
     ("near_dedup.bands=32", "bands x rows = 256 exceeds num_perm = 128"),
@@ -129,6 +129,18 @@ def test_recipes_list_and_show():
     ("tokenizer.vocab_size=2000", "vocab_size 2000 is smaller than the tokenizer's fixed band with its merge "
                                   "chains (2874 ids)"),
     ('tokenizer.band_file="/nonexistent/band.toml"', "band_file: [Errno 2] No such file or directory"),
+    # TOML's nan and inf: a nan threshold compared false and switched near-dedup off, and the manifest then held
+    # NaN, which is not JSON
+    ("near_dedup.threshold=nan", "threshold must be a finite number, got nan"),
+    ("filter.max_byte_entropy=inf", "max_byte_entropy must be a finite number, got inf"),
+    # a codec pyarrow refuses only when the first shard is written, eight stages in; levels it takes silently
+    ('shards.compression="bogus"', "compression must be one of zstd, snappy, gzip, brotli, lz4, lz4_raw, none, "
+                                   "got 'bogus'"),
+    ("shards.compression_level=999", "compression_level of zstd must be between -131072 and 22, got 999"),
+    ("token_columns.compression_level=23", "compression_level of zstd must be between -131072 and 22, got 23"),
+    # sizes that made the trainer abort with a Rust backtrace, the packer ask for 745 GiB
+    ("tokenizer.vocab_size=99999999999", "vocab_size must be between 1 and 4194304, got 99999999999"),
+    ("packed_rows.seq_length=99999999999", "seq_length must be between 2 and 16777216, got 99999999999"),
 ])
 def test_set_overrides_are_checked_like_the_recipe(setting, message):
     proc = run_cli("recipes", "show", "v6", "--set", setting, check=False)
@@ -141,6 +153,28 @@ def test_set_overrides_are_checked_like_the_recipe(setting, message):
         stage = key.split(".")[0]
         assert (line.startswith(f"cpp-data: error: --set {key} (over recipe v6 (")
                 or re.match(rf"cpp-data: error: recipe v6 \(.*\) \[params\.{stage}\] with --set {key}: ", line)), line
+
+
+def test_a_codec_without_levels_is_taken_and_written_without_one(tmp_path):
+    """snappy and none have no compression levels: the recipe's level (3) is dropped for them, where pyarrow
+    refused to write with it, and every Parquet codec name is accepted in any case."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cpp_data.schemas.shard_writer import open_writer
+
+    for codec in ("snappy", "none", "ZSTD"):
+        assert run_cli("recipes", "show", "v6", "--set", f'shards.compression="{codec}"', check=False).returncode == 0
+        with open_writer(tmp_path / f"{codec}.parquet", pa.schema([("a", pa.int64())]), codec, 3) as writer:
+            writer.write_table(pa.table({"a": [1, 2]}))
+        assert pq.read_table(tmp_path / f"{codec}.parquet").column("a").to_pylist() == [1, 2]
+
+
+def test_seq_length_arguments_have_an_upper_bound():
+    for args in (["export", "packed", "x", "--seq-length", "99999999999"],
+                 ["export", "megatron", "x", "--seq-length", "99999999999"]):
+        proc = run_cli(*args, check=False)
+        assert proc.returncode == 2 and "must be at most 16,777,216, got 99999999999" in proc.stderr
 
 
 def test_the_recipe_and_the_trainer_agree_on_the_smallest_vocabulary():
