@@ -93,6 +93,20 @@ def test_each_candidate_line_is_scanned_by_the_plugins_its_prefilter_names():
     ('std::string token = "identifier";  // lexer', True),
     # a character whose lower case is longer (İ -> i̇) before the secret must not shift the prefilter's lines
     ('// ' + "\u0130" * 60 + '\nstatic const char* api_key = "hY7kP2mQ9xL4vB8nR3tW6zC1dF5gJ0sA";', False),
+    ('std::string aws_secret_access_key = GetEnv("AWS_SECRET_ACCESS_KEY");', True),  # the name alone is code
 ])
 def test_single_lines(line: str, kept: bool):
     assert (scrub(_document(line)).text == _document(line)) is kept
+
+
+@pytest.mark.parametrize("text", [
+    "// aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n// aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "# [default]\n# aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
+    "/* export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY */",
+    'R"(aws_secret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY)"',
+])
+def test_an_aws_secret_key_after_its_name_is_redacted_quoted_or_not(text: str):
+    """detect-secrets' AWS plugin wants the secret key quoted; in the credentials-file form it redacted the key
+    id on the line above and published the secret (secret_plugins.AwsSecretKeyByNameDetector)."""
+    out = scrub(_document(text)).text
+    assert "wJalrXUtnFEMI" not in out and "EXAMPLEKEY" not in out and SECRET in out

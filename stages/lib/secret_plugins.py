@@ -8,6 +8,10 @@ C++ is a credential, not code:
   detect-secrets' GitHub plugin knows only the classic `ghp_`/`gho_`/`ghu_`/`ghs_`/`ghr_` tokens.
 - Google API keys: `AIza` and 35 characters of `[0-9A-Za-z_-]`.
 - Anthropic API keys: `sk-ant-api03-` or `sk-ant-admin01-`, 93 characters of `[A-Za-z0-9_-]`, then `AA`.
+- AWS secret access keys written unquoted after their name, as in `~/.aws/credentials` (`aws_secret_access_key =
+  ...`) or a shell export (`AWS_SECRET_ACCESS_KEY=...`), pasted into a comment or a raw string: 40 characters
+  of `[A-Za-z0-9/+]`. detect-secrets' AWS plugin wants the value quoted, so the key id on the line above was
+  redacted and the secret beside it published. The name is the prefix here, not the value.
 Written by hand because no kept library has them; the formats are the providers' published ones.
 """
 
@@ -39,4 +43,12 @@ class AnthropicKeyDetector(RegexBasedDetector):
     denylist = [re.compile(r"sk-ant-(?:api03|admin01)-[A-Za-z0-9_\-]{93}AA")]
 
 
-PLUGINS = (GitHubFineGrainedTokenDetector, GoogleApiKeyDetector, AnthropicKeyDetector)
+class AwsSecretKeyByNameDetector(RegexBasedDetector):
+    """AWS secret access keys after their own name, quoted or not (the credentials-file and shell forms)."""
+
+    secret_type = "AWS Secret Access Key By Name"
+    denylist = [re.compile(r"(?i)\baws_?secret_?access_?key\b[\"']?\s*[:=]\s*[\"']?"
+                           r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")]
+
+
+PLUGINS = (GitHubFineGrainedTokenDetector, GoogleApiKeyDetector, AnthropicKeyDetector, AwsSecretKeyByNameDetector)
