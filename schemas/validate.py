@@ -1,8 +1,11 @@
 """`cpp-data validate`: prove a build directory is whole and matches its manifest.
 
 Checks, in order, stopping at the first problem: the `_COMPLETE` marker; the manifest; for every listed file
-its size and SHA-256; for every shard its footer, schema (against its generation), every row group and column
-decoded with page checksums verified, and its row count.
+that its path stays inside the build, its size and SHA-256; for every shard its footer, schema (against its
+generation), every row group and column decoded with page checksums verified, and its row count; and that the
+build holds no file its manifest does not list (BUILD_FILES aside). A file added after publishing is read by
+every reader that globs the directory (the dataset card's `shards/train*.parquet`, DuckDB's
+`shards/*.parquet`), so an unlisted file is as much a mismatch as a changed one.
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ import pyarrow.parquet as pq
 from cpp_data.schemas.generations import columns
 from cpp_data.schemas.manifest import load_manifest, sha256_file
 from cpp_data.schemas.reader import ShardError, read_row_group, require_complete, struct_fields_renamed
+
+# The files of a build that its manifest does not list: the manifest itself, the seal, and the build summary
+# (it holds this run's timings, so it is not part of the build's bytes; pipeline/build.py writes all three).
+BUILD_FILES = frozenset({"manifest.json", "_COMPLETE", "reports/summary.json"})
 
 
 def _locate_corruption(path: Path) -> str | None:
@@ -78,6 +85,9 @@ def validate_build(build_dir: Path) -> dict:
         missing = [k for k in ("path", "bytes", "sha256") if k not in entry]
         if missing:
             raise ShardError(f"{build_dir / 'manifest.json'}: files[{i}] lacks {missing}")
+        if not isinstance(entry["path"], str) or not _inside(build_dir, entry["path"]):
+            raise ShardError(f"{build_dir / 'manifest.json'}: files[{i}] path {entry['path']!r} is not a file "
+                             f"inside the build")
         path = build_dir / entry["path"]
         if not path.is_file():
             raise ShardError(f"{path}: listed in the manifest but missing")
@@ -96,4 +106,18 @@ def validate_build(build_dir: Path) -> dict:
             check_shard(path, generation, entry.get("rows"))
             shards += 1
             rows += entry.get("rows") or 0
+    listed = {Path(e["path"]).as_posix() for e in manifest["files"]} | BUILD_FILES
+    for path in sorted(p for p in build_dir.rglob("*") if not p.is_dir()):
+        rel = path.relative_to(build_dir).as_posix()
+        if rel not in listed:
+            raise ShardError(f"{path}: in the build but not in its manifest (added after it was published? "
+                             f"remove it, or build again)")
     return {"files": len(manifest["files"]), "shards": shards, "rows": rows, "generation": generation}
+
+
+def _inside(build_dir: Path, rel: str) -> bool:
+    """Whether the manifest path `rel` names a place inside `build_dir`: relative, and no `..` leaves it."""
+    path = Path(rel)
+    if path.is_absolute() or not rel:
+        return False
+    return (build_dir / path).resolve().is_relative_to(build_dir.resolve())

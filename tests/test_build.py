@@ -127,6 +127,31 @@ def test_validate_catches_corruption(reference_build, tmp_path):
     assert incomplete.returncode == 1 and "_COMPLETE" in incomplete.stderr
 
 
+def test_validate_refuses_files_the_manifest_does_not_list_and_paths_outside_the_build(reference_build, tmp_path):
+    """A shard copied in after publishing is read by every reader that globs shards/ (the card's
+    `shards/train*.parquet`, DuckDB's `shards/*.parquet`): validate names it. A manifest path that climbs out of
+    the build is refused instead of followed."""
+    import json
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(reference_build, copy)
+    extra = copy / "shards" / "train-09999.parquet"
+    shutil.copy(copy / "shards" / "train-00000.parquet", extra)
+    proc = run_cli("validate", str(copy), check=False)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
+    assert "train-09999.parquet: in the build but not in its manifest" in proc.stderr
+    extra.unlink()
+    assert run_cli("validate", str(copy)).stdout.startswith("ok:")  # summary.json and the seal are no strays
+    manifest = copy / "manifest.json"
+    manifest.chmod(0o644)
+    data = json.loads(manifest.read_text())
+    data["files"][0]["path"] = "../../../../../../etc/hostname"
+    manifest.write_text(json.dumps(data))
+    proc = run_cli("validate", str(copy), check=False)
+    assert proc.returncode == 1 and "is not a file inside the build" in proc.stderr, proc.stderr
+
+
 def test_second_build_on_same_output_is_refused_while_locked(small_sources, tmp_path):
     out = tmp_path / "locked"
     with OutputLock(out):
