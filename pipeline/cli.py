@@ -426,11 +426,21 @@ def cmd_recipes_show(args) -> int:
 
 
 def cmd_sources_lock(args) -> int:
-    from cpp_data.pipeline.sources import load_sources, lock_path_for, lock_sources, write_lock
+    from cpp_data.pipeline.sources import (directory_source_holding, load_sources, lock_path_for, lock_sources,
+                                           write_lock)
 
-    locked = lock_sources(load_sources(args.sources), origin=args.sources)
+    specs = load_sources(args.sources)
     dest = args.output or lock_path_for(args.sources)
-    write_lock(dest, locked)
+    if (holder := directory_source_holding(specs, dest)) is not None:
+        raise BadInput(f"{args.sources}: the lock {dest} would be written inside source {holder.name!r} "
+                       f"({holder.url}), a plain directory, and so change the directory its own pin describes; "
+                       f"write it elsewhere (-o PATH) and build with --lock PATH")
+    locked = lock_sources(specs, origin=args.sources)
+    try:
+        write_lock(dest, locked)
+    except OSError as exc:
+        raise BadInput(f"{dest}: cannot write the lock file ({exc.strerror or exc}); give another with -o PATH") \
+            from None
     for s in locked:
         print(f"{s.name:<24} {s.requested_ref or '(directory)':<16} {s.commit}")
     print(f"wrote {dest}")
@@ -440,9 +450,14 @@ def cmd_sources_lock(args) -> int:
 def _pins(args):
     """The sources' pins: from --lock or SOURCES.lock when present (a directory edited since is an error unless
     --relock), else resolved now."""
-    from cpp_data.pipeline.sources import check_directory_pins, load_sources, lock_path_for, lock_sources, read_lock
+    from cpp_data.pipeline.sources import (check_directory_pins, directory_source_holding, load_sources,
+                                           lock_path_for, lock_sources, read_lock)
 
     specs = load_sources(args.sources)
+    out = getattr(args, "out", None)
+    if out is not None and (holder := directory_source_holding(specs, out)) is not None:
+        raise BadInput(f"{args.sources}: source {holder.name!r} ({holder.url}) holds --out {out}, and the build's "
+                       f"own files would change that directory under its pin; give an --out outside it")
     if args.lock is not None and not args.lock.is_file():
         raise BadInput(f"{args.lock}: no such lock file (write one with: cpp-data sources lock {args.sources})")
     lock_file = args.lock or lock_path_for(args.sources)

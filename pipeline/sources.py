@@ -195,6 +195,26 @@ def _is_git_repo(path: Path) -> bool:
     return Path(top).resolve() == path.resolve()
 
 
+def directory_source_holding(specs: list[SourceSpec], path: Path) -> SourceSpec | None:
+    """The first source that is a plain local directory (not a git repository) holding `path`, else None.
+
+    Why: a build's output inside such a source changes the source's files as the build writes them, so the
+    tree digest its pin is checked against never matches (the build failed in collect, and again after
+    every relock). A git source is read at its commit, so files written into its working tree do not matter."""
+    where = Path(path).expanduser().resolve()
+    for spec in specs:
+        if not _is_local(spec.url):
+            continue
+        root = Path(spec.url).expanduser()
+        try:
+            inside = root.is_dir() and where.is_relative_to(root.resolve()) and not _is_git_repo(root)
+        except OSError:  # an unreadable source: its own error comes when it is resolved
+            continue
+        if inside:
+            return spec
+    return None
+
+
 def walk_directory(root: Path) -> Iterator[tuple[str, os.DirEntry | None]]:
     """Yield (relative posix path, entry) for every non-directory entry under root, sorted, never
     following symbolic links (so links to directories, outside targets and loops are never entered). A
@@ -304,7 +324,11 @@ def _resolve_ref(spec: SourceSpec) -> LockedSource:
         if not path.is_dir():
             raise SourcesError(f"{where}: not a directory")
         url = str(path.resolve())
-        if _is_git_repo(path):
+        try:
+            is_git = _is_git_repo(path)
+        except PermissionError as exc:  # git cannot even enter it
+            raise SourcesError(f"{where}: cannot read the directory ({exc.strerror})") from None
+        if is_git:
             ref = spec.ref or "HEAD"
             try:
                 commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=url).strip()
@@ -390,6 +414,10 @@ def check_directory_pins(pins: list[LockedSource], lock_file: Path, sources_file
     "nothing to do" for content that is no longer there): compare each directory's digest with its pin."""
     for src in pins:
         if src.kind == "dir" and Path(src.url).is_dir() and directory_digest(Path(src.url)) != src.commit:
+            if Path(lock_file).resolve().is_relative_to(Path(src.url).resolve()):  # relocking cannot help
+                raise SourcesError(f"{lock_file}: this lock lies inside source {src.name!r} ({src.url}), a plain "
+                                   f"directory, so writing it changed the directory it pins; move it out "
+                                   f"(cpp-data sources lock {sources_file} -o PATH, then --lock PATH)")
             raise SourcesError(f"{lock_file}: source {src.name!r}: the directory {src.url} changed since it was "
                                f"locked; relock (cpp-data sources lock {sources_file}) or build with --relock")
 

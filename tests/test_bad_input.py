@@ -166,6 +166,43 @@ def test_directory_changed_after_lock_fails_loudly(tmp_path):
     assert "changed since it was locked" in proc.stderr and "sources lock" in proc.stderr
 
 
+def test_an_output_or_a_lock_inside_a_directory_source_is_refused_up_front(tmp_path):
+    """The build's own files, or its lock, written inside a plain-directory source change the tree its pin
+    names: the build failed in collect, and failed again after every relock. Now the build and `sources lock`
+    refuse with one line saying where to put them; a lock written elsewhere builds; a git source, read at its
+    commit, may hold the output."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.cpp").write_text("int main() { return 0; }\n" * 20)
+    sources = write_sources(tree / "sources.toml", [{"name": "self", "url": str(tree)}])
+
+    def one_line_error(*args: str) -> str:
+        proc = run_cli(*args, check=False)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (proc.returncode, err)
+        return err
+
+    err = one_line_error("build", "--sources", str(sources), "--out", str(tree / "out"), "--dry-run")
+    assert "source 'self'" in err and "holds --out" in err and str(sources) in err
+    assert not (tree / "out").exists()
+    err = one_line_error("sources", "lock", str(sources))
+    assert "would be written inside source 'self'" in err and "-o PATH" in err
+    assert not (tree / "sources.lock").exists()
+    lock = tmp_path / "self.lock"
+    run_cli("sources", "lock", str(sources), "-o", str(lock))
+    run_cli("build", "--sources", str(sources), "--lock", str(lock), "--out", str(tmp_path / "o"), "--dry-run")
+    (tree / "sources.lock").write_text(lock.read_text())  # copied in by hand (or written by an older cpp-data)
+    err = one_line_error("build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--dry-run")
+    assert "this lock lies inside source 'self'" in err
+    (tree / "sources.lock").unlink()
+    err = one_line_error("sources", "lock", str(sources), "-o", str(tmp_path))  # a directory
+    assert str(tmp_path) in err and "cannot write the lock file" in err
+    repo = tmp_path / "repo"
+    make_git_repo(repo, {"a.cpp": "int a;\n" * 20})
+    git_sources = write_sources(tmp_path / "g.toml", [{"name": "g", "url": str(repo)}])
+    run_cli("build", "--sources", str(git_sources), "--out", str(repo / "out"), "--dry-run")
+
+
 def test_git_source_symlinks_and_submodule_free_collect(tmp_path):
     need(GOOGLETEST)
     files = {f"include/{p.name}": p.read_bytes() for p in sorted((GOOGLETEST / "googletest/include/gtest").glob("*.h"))}
