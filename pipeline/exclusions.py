@@ -122,17 +122,25 @@ def reference_texts(files: list[str]) -> list[str]:
                 strings(v)
 
     for f in files:
-        text = Path(f).read_text(encoding="utf-8", errors="replace")
+        text = Path(f).read_text(encoding="utf-8-sig", errors="replace")  # a leading BOM is not JSON's
         if f.endswith(".jsonl"):
-            for n, line in enumerate(text.splitlines(), 1):
-                if line.strip():
-                    try:
-                        strings(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise BadInput(f"{f}:{n}: not JSON ({exc.msg})") from None
+            for value in _jsonl_values(text, f):
+                strings(value)
         else:
             texts.append(text)
     return texts
+
+
+def _jsonl_values(text: str, name: str) -> list:
+    """The JSON value of each non-blank line of a JSONL text; BadInput names the first line that is not."""
+    values = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                values.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise BadInput(f"{name}:{n}: not JSON ({exc.msg})") from None
+    return values
 
 
 def load_exclusions(data: dict, sources_file: Path) -> Exclusions:
@@ -167,6 +175,11 @@ def load_exclusions(data: dict, sources_file: Path) -> Exclusions:
                 data = f.read_bytes()
             except OSError as exc:
                 raise BadInput(f"{where}: cannot read {f} ({exc.strerror})") from None
+            if f.suffix == ".jsonl":  # read here anyway: a bad line fails now, not in the decontaminate stage
+                try:                                                                # after collect and filters
+                    _jsonl_values(data.decode("utf-8-sig", errors="replace"), str(f))
+                except BadInput as exc:
+                    raise BadInput(f"{where}: {exc}") from None
             h.update(f.name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(data).digest())
         digest = h.hexdigest()
     return Exclusions(frozenset(repos), tuple(paths), frozenset(shas), tuple(str(f) for f in files), digest, ngram)

@@ -93,9 +93,18 @@ def test_bad_exclusion_tables_are_one_line_errors(tmp_path: Path):
         '[decontaminate]\nngram = 2\npaths = []\n': "'ngram' must be an integer of at least 5",
         '[optout]\n': "unknown tables ['optout']",
         '[decontaminate]\npaths = ["empty"]\n': "hold no file to decontaminate against",
+        # read when the sources are, not when the decontaminate stage runs after collect and the filters
+        '[decontaminate]\npaths = ["bad.jsonl"]\n': "bad.jsonl:2: not JSON (Expecting value)",
     }
     (tmp_path / "a").mkdir()
     (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "int f();"}\nnot json\n')
+    bom = tmp_path / "bom.jsonl"  # a UTF-8 BOM (Windows editors write one) is not a JSON error
+    bom.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "int f();"}\n')
+    (tmp_path / "bom.toml").write_text('[[source]]\nname = "a"\nurl = "a"\n\n[decontaminate]\npaths = ["bom.jsonl"]\n')
+    run_cli("sources", "lock", str(tmp_path / "bom.toml"), "-o", str(tmp_path / "bom.lock"))
+    from cpp_data.pipeline.exclusions import reference_texts
+    assert reference_texts([str(bom)]) == ["int f();"]
     for i, (table, message) in enumerate(cases.items()):
         f = tmp_path / f"s{i}.toml"
         f.write_text(f'[[source]]\nname = "a"\nurl = "a"\n\n{table}')
