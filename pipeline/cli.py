@@ -107,10 +107,19 @@ def _number(lowest: float, highest: float | None = None, above: bool = False):
     return number
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line like every other error of cpp-data (argparse printed
+    the whole usage block, 4 to 16 lines, above it): the command, the problem, and where the help is. Its
+    subcommands' parsers are of this class too (add_subparsers takes the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", help="on an error, print the traceback, not one line")
-    p = argparse.ArgumentParser(prog="cpp-data", description=MAIN_HELP, formatter_class=_Help)
+    p = _Parser(prog="cpp-data", description=MAIN_HELP, formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"cpp-data {__version__}")
     p.set_defaults(func=None, group=p, debug=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

@@ -34,7 +34,11 @@ def test_numeric_options_out_of_range_are_usage_errors(args, message):
     """A batch size of 0 had ended in ZeroDivisionError (exit 1) and a negative export length had been
     written into launch.json; out-of-range numbers are refused with argparse's one-line error (exit 2)."""
     proc = run_cli(*args, check=False)
-    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and message in lines[-1], proc.stderr
+    # one line, like every other error (argparse printed its usage block above it), saying where the help is
+    assert len(lines) == 1 and lines[0].endswith(f"(see cpp-data {args[0]}"
+                                                 f"{' ' + args[1] if args[0] == 'export' else ''} --help)"), lines
 
 
 def test_every_exit_code_is_in_the_help_and_the_readme():
