@@ -471,6 +471,9 @@ def _pins(args):
         raise BadInput(f"{args.lock}: no such lock file (write one with: cpp-data sources lock {args.sources})")
     lock_file = args.lock or lock_path_for(args.sources)
     existing = read_lock(lock_file) if lock_file.is_file() and not args.relock else None
+    if args.lock is not None and existing is not None and not {p.name for p in existing} & {s.name for s in specs}:
+        raise BadInput(f"{args.lock}: pins none of the sources of {args.sources} (it pins "
+                       f"{', '.join(sorted(p.name for p in existing)) or 'nothing'}); give the lock of that file")
     pins = lock_sources(specs, existing, update=existing is None, origin=args.sources)
     if existing is not None:
         check_directory_pins(pins, lock_file, args.sources)

@@ -195,6 +195,10 @@ def test_an_output_or_a_lock_inside_a_directory_source_is_refused_up_front(tmp_p
     err = one_line_error("build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--dry-run")
     assert "this lock lies inside source 'self'" in err
     (tree / "sources.lock").unlink()
+    other = write_sources(tmp_path / "other.toml", [{"name": "other", "url": str(tree)}])
+    err = one_line_error("build", "--sources", str(other), "--lock", str(lock), "--out", str(tmp_path / "o"),
+                         "--dry-run")  # an explicit lock of another sources file had been ignored without a word
+    assert f"{lock}: pins none of the sources of {other} (it pins self)" in err
     err = one_line_error("sources", "lock", str(sources), "-o", str(tmp_path))  # a directory
     assert str(tmp_path) in err and "cannot write the lock file" in err
     repo = tmp_path / "repo"
