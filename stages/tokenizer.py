@@ -56,8 +56,18 @@ class TokenizerParams:
 
     def check(self) -> str | None:
         """The band file must read, and vocab_size must hold its fixed ids and their merge chains (the trainer's
-        own rule, smallest_vocab_size); a frozen tokenizer brings its own vocabulary."""
+        own rule, smallest_vocab_size); a frozen tokenizer brings its own vocabulary, and must load now, before
+        any stage runs (a broken tokenizer.json had failed the build at this stage, naming the cache's copy)."""
         if self.frozen:
+            from cpp_data.pipeline.errors import BadInput
+            from cpp_data.tokenizer.files import tokenizer_info
+
+            try:
+                found = frozen_tokenizer_dir(self.frozen)
+                tokenizer_info(found)
+                load_tokenizer(found)
+            except (BadInput, ValueError, OSError) as exc:
+                return f"frozen: {exc}"
             return None
         try:
             band = load_band(Path(self.band_file) if self.band_file else None)
@@ -121,11 +131,13 @@ def frozen_tokenizer_dir(given: str) -> Path:
     """The tokenizer directory a `frozen` path names: the directory itself, a build's tokenizer/, or the
     latest build's of an output directory. BadInput naming the path when there is none."""
     from cpp_data.pipeline.errors import BadInput
-    from cpp_data.schemas.reader import resolve_build
+    from cpp_data.schemas.reader import require_complete, resolve_build
 
     path = Path(given)
     if (path / "tokenizer.json").is_file() and (path / "cpp_tokenizer.json").is_file():
         return path
+    if (path / "manifest.json").is_file():  # a build: read only a sealed one, as every reader of builds does
+        require_complete(path)
     if (path / "tokenizer" / "tokenizer.json").is_file():
         return path / "tokenizer"
     if path.is_dir() and ((path / "builds").is_dir() or (path / "manifest.json").is_file()):

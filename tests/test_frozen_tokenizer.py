@@ -44,3 +44,29 @@ def test_a_path_without_a_tokenizer_is_bad_input(reference_build: Path, tmp_path
     proc = run_cli("plan", "--version", "v6", "--sources", str(sources), "--out", str(tmp_path / "o"),
                    "--tokenizer", str(tmp_path), check=False)
     assert proc.returncode == 2 and "no cpp-data tokenizer there" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_broken_or_unsealed_frozen_tokenizer_is_refused_before_any_stage(reference_build: Path, tmp_path: Path):
+    """A tokenizer.json that does not load had failed the build at the tokenizer stage, naming the cache's copy;
+    a build without _COMPLETE was taken as a tokenizer source though no reader of builds reads one."""
+    import shutil
+
+    sources = reference_build.parent.parent.parent / "sources.toml"
+
+    def refused(given: Path) -> str:
+        proc = run_cli("plan", "--version", "v6", "--sources", str(sources), "--out", str(tmp_path / "o"),
+                       "--tokenizer", str(given), check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        return lines[0]
+
+    broken = tmp_path / "broken"
+    shutil.copytree(reference_build, broken)
+    (broken / "tokenizer" / "tokenizer.json").chmod(0o644)
+    (broken / "tokenizer" / "tokenizer.json").write_text("{")
+    assert f"{broken}/tokenizer/tokenizer.json: not a loadable tokenizer" in refused(broken)
+    unsealed = tmp_path / "unsealed"
+    shutil.copytree(reference_build, unsealed)
+    (unsealed / "_COMPLETE").unlink()
+    assert "no _COMPLETE marker" in refused(unsealed)
+    assert not (tmp_path / "o").exists()
