@@ -89,3 +89,17 @@ def test_verify_catches_a_packed_row_that_does_not_give_back_its_document(refere
     (build / "packed" / "cpp_packed_valid.bin").write_bytes(bytes(data))
     proc = run_cli("verify", str(build), "--no-train-step", check=False)
     assert proc.returncode == 1 and "FAIL  packed_binidx" in proc.stdout, proc.stdout
+
+
+def test_a_missing_idx_fails_its_gates_by_name_without_tracebacks(reference_build: Path, tmp_path: Path):
+    """megatron-core's IndexedDataset asserts on a missing file, then its __del__ prints an AttributeError
+    traceback for every gate that tried; verify names the missing file instead. Its stderr is the one
+    failure line: the 'Transformer Engine and Apex are not installed' warnings of megatron-core's optimizer
+    modules are not shown either."""
+    build = _copy_build(reference_build, tmp_path)
+    (build / "megatron" / "cpp_train.idx").unlink()
+    proc = run_cli("verify", str(build), "--no-train-step", check=False)
+    assert proc.returncode == 1
+    for gate in ("counts", "token_range", "decode", "megatron_read"):
+        assert f"FAIL  {gate:<16} {build / 'megatron'}: cpp_train.idx missing" in proc.stdout, proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
