@@ -629,9 +629,15 @@ def cmd_report(args) -> int:
 def cmd_diff(args) -> int:
     from cpp_data.pipeline.diff import diff_builds, render, write_tables
 
+    if args.tables and args.tables.exists() and not args.tables.is_dir():  # before the diff's work, not after
+        raise BadInput(f"--tables {args.tables}: is a file; give a directory (it is made if missing)")
     result = diff_builds(args.a, args.b)
     if args.tables:
-        for path in write_tables(result, args.tables):
+        try:
+            written = write_tables(result, args.tables)
+        except OSError as exc:
+            raise BadInput(f"--tables {exc.filename or args.tables}: {exc.strerror or exc}") from None
+        for path in written:
             print(f"wrote {path}", file=sys.stderr)
     result.pop("_rows")
     print(json.dumps(result, indent=2) if args.json else render(result))

@@ -68,3 +68,13 @@ def test_diff_refuses_an_incomplete_build(tmp_path):
     (tmp_path / "a" / "manifest.json").write_text("{}")  # a build whose _COMPLETE was never written
     proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "a"), check=False)
     assert proc.returncode == 2 and "_COMPLETE" in proc.stderr
+
+
+def test_diff_tables_into_a_file_is_a_one_line_error(tmp_path):
+    """--tables naming a file had ended in FileExistsError, after the diff's work; it is refused first."""
+    (tmp_path / "taken").write_text("mine")
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--tables", str(tmp_path / "taken"),
+                   check=False)
+    assert proc.returncode == 2 and proc.stderr.strip() == (f"cpp-data: error: --tables {tmp_path / 'taken'}: is a "
+                                                           f"file; give a directory (it is made if missing)")
+    assert (tmp_path / "taken").read_text() == "mine"
