@@ -70,10 +70,10 @@ def test_diff_refuses_an_incomplete_build(tmp_path):
     assert proc.returncode == 2 and "_COMPLETE" in proc.stderr
 
 
-def test_diff_tables_into_a_file_is_a_one_line_error(tmp_path):
+def test_diff_tables_into_a_file_is_a_one_line_error(reference_build, tmp_path):
     """--tables naming a file had ended in FileExistsError, after the diff's work; it is refused first."""
     (tmp_path / "taken").write_text("mine")
-    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--tables", str(tmp_path / "taken"),
+    proc = run_cli("diff", str(reference_build), str(reference_build), "--tables", str(tmp_path / "taken"),
                    check=False)
     assert proc.returncode == 2 and proc.stderr.strip() == (f"cpp-data: error: --tables {tmp_path / 'taken'}: is a "
                                                            f"file; give a directory (it is made if missing)")
