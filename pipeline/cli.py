@@ -766,17 +766,27 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
     started in: nothing below the CLI ever sees a relative path (datatrove and git resolve relative paths
     against other directories than the user's). BUILD arguments may name an output directory (its latest
     build)."""
+    from cpp_data.pipeline.outlock import hold_for_reading
     from cpp_data.schemas.reader import resolve_build
 
     for key, value in vars(args).items():
         if isinstance(value, Path):
             setattr(args, key, Path(os.path.abspath(os.path.expanduser(value))))
+    read: list[Path] = []  # the published builds this command reads: gc leaves them alone meanwhile
     if args.func in (cmd_validate, cmd_report, cmd_tokenizer_eval, cmd_verify, cmd_export, cmd_show):
         args.build = resolve_build(args.build)
+        read.append(args.build)
     if args.func is cmd_diff:
         args.a, args.b = resolve_build(args.a), resolve_build(args.b)
-    if args.func is cmd_train and args.launch_spec.is_dir() and not (args.launch_spec / "launch.json").is_file():
-        args.launch_spec = resolve_build(args.launch_spec)  # OUT: its latest build's launch.json
+        read += [args.a, args.b]
+    if args.func is cmd_train:
+        if args.launch_spec.is_dir() and not (args.launch_spec / "launch.json").is_file():
+            args.launch_spec = resolve_build(args.launch_spec)  # OUT: its latest build's launch.json
+        spec_dir = args.launch_spec if args.launch_spec.is_dir() else args.launch_spec.parent
+        if (spec_dir / "manifest.json").is_file():  # a build's own launch.json (an export's reads its build too)
+            read.append(spec_dir)
+    for build in read:
+        hold_for_reading(build)
     return args
 
 

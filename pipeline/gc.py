@@ -5,7 +5,8 @@ the newest `keep` builds of each schema generation (by creation time). Every oth
 exports, verify receipt and report. A cache entry (cache/<stage>/<fingerprint>/) stays when a kept build's
 manifest lists it among its stages, so rebuilding a kept build is still "nothing to do"; the rest go. Entries
 still being written (`.partial`, left by an interrupted build) stay: the next build resumes from them. The
-output lock is held throughout, so no build runs meanwhile. Nothing is removed with `dry_run`.
+output lock is held throughout, so no build runs meanwhile; a build another command is reading (verify,
+export, train, ...: outlock.hold_for_reading) is kept this time, and said so. Nothing is removed with `dry_run`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpp_data.pipeline.outlock import OutputLock
+from cpp_data.pipeline.outlock import OutputLock, lock_for_removal
 from cpp_data.schemas.manifest import sealed_builds
 
 
@@ -26,6 +27,7 @@ class GcResult:
     removed_builds: list[str] = field(default_factory=list)
     removed_entries: list[str] = field(default_factory=list)  # cache/<stage>/<fingerprint>
     removed_bytes: int = 0
+    in_use: list[str] = field(default_factory=list)  # builds a reader held: kept this time
 
 
 def _size(path: Path) -> int:
@@ -70,6 +72,15 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
             by_generation.setdefault(m.get("schema_generation", "?"), []).append((m.get("created_at", ""), d.name))
         for entries in by_generation.values():
             keep_names.update(name for _, name in sorted(entries, reverse=True)[:keep])
+        held: list[int] = []  # the exclusive locks of the builds about to go, released once they are gone
+        for d, _ in builds:
+            if d.name not in keep_names and not dry_run:
+                fd = lock_for_removal(d)
+                if fd is None:  # being read: kept, with what it needs
+                    result.in_use.append(d.name)
+                    keep_names.add(d.name)
+                else:
+                    held.append(fd)
         needed = set()
         for d, m in builds:
             if d.name in keep_names:
@@ -88,11 +99,15 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
                 if (stage_dir.name, entry.name) not in needed:
                     result.removed_entries.append(f"cache/{stage_dir.name}/{entry.name}")
                     doomed.append(entry)
-        for path in doomed:
-            if path.exists() or path.is_symlink():
-                result.removed_bytes += _size(path)
-                if not dry_run:
-                    _remove(path)
+        try:
+            for path in doomed:
+                if path.exists() or path.is_symlink():
+                    result.removed_bytes += _size(path)
+                    if not dry_run:
+                        _remove(path)
+        finally:
+            for fd in held:
+                os.close(fd)
     return result
 
 
@@ -102,4 +117,6 @@ def format_result(r: GcResult, dry_run: bool) -> str:
     lines.append(f"{verb} {len(r.removed_builds)} build(s) and {len(r.removed_entries)} cache entr"
                  f"{'y' if len(r.removed_entries) == 1 else 'ies'}: {r.removed_bytes / 1e6:.1f} MB")
     lines.append(f"kept {len(r.kept_builds)} build(s): {', '.join(r.kept_builds) or 'none'}")
+    if r.in_use:
+        lines.append(f"kept because another command is reading them (run gc again later): {', '.join(r.in_use)}")
     return "\n".join(lines)

@@ -4,6 +4,8 @@ never do; a kept build still validates and rebuilding it is still "nothing to do
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,20 @@ def test_gc_keeps_latest_and_promoted_and_what_they_need(reference_build: Path, 
     (out / "builds" / "PROMOTED").unlink()
     dry = run_cli("gc", "--out", str(out), "--keep", "1", "--dry-run")
     assert f"would remove build {old}" in dry.stdout and (out / "builds" / old).is_dir()
+    # a command reading the old build (verify, export, train ...) keeps it from this gc: it had been removed
+    # under a running verify, whose gates then failed on FileNotFoundError
+    reader = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from cpp_data.pipeline.outlock import hold_for_reading; "
+                               "hold_for_reading(Path(sys.argv[1])); print('reading', flush=True); time.sleep(120)",
+                               str(out / "builds" / old)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "reading"
+        proc = run_cli("gc", "--out", str(out), "--keep", "1")
+        assert "removed 0 build(s)" in proc.stdout and (out / "builds" / old).is_dir()
+        assert f"kept because another command is reading them (run gc again later): {old}" in proc.stdout
+    finally:
+        reader.kill()
+        reader.wait()
     proc = run_cli("gc", "--out", str(out), "--keep", "1")
     assert f"removed build {old}" in proc.stdout and not (out / "builds" / old).exists()
     assert (out / "builds" / new).is_dir()
@@ -44,3 +60,22 @@ def test_gc_refuses_what_is_not_an_output_directory(tmp_path: Path):
     assert proc.returncode == 2 and "not an output directory" in proc.stderr
     proc = run_cli("gc", "--out", str(tmp_path), "--keep", "0", check=False)
     assert proc.returncode == 2 and "--keep must be at least 1" in proc.stderr
+
+
+def test_reading_commands_hold_their_builds_against_gc(reference_build: Path):
+    """The CLI takes the reader's lock for every command that reads a published build (absolute_paths)."""
+    import os
+
+    from cpp_data.pipeline import outlock
+    from cpp_data.pipeline.cli import _parser, absolute_paths
+
+    before = len(outlock._READING)
+    for argv in (["verify", str(reference_build), "--no-train-step"], ["show", str(reference_build)],
+                 ["diff", str(reference_build), str(reference_build)]):
+        absolute_paths(_parser().parse_args(argv))
+        assert outlock.lock_for_removal(reference_build) is None, argv  # gc would keep it
+        while len(outlock._READING) > before:  # released, as the command's exit releases it
+            os.close(outlock._READING.pop())
+    fd = outlock.lock_for_removal(reference_build)
+    assert fd is not None
+    os.close(fd)
