@@ -62,20 +62,22 @@ def test_gc_refuses_what_is_not_an_output_directory(tmp_path: Path):
     assert proc.returncode == 2 and "--keep must be at least 1" in proc.stderr
 
 
-def test_reading_commands_hold_their_builds_against_gc(reference_build: Path):
-    """The CLI takes the reader's lock for every command that reads a published build (absolute_paths)."""
+def test_reading_commands_hold_their_builds_against_gc(reference_build: Path, tmp_path: Path):
+    """The CLI takes the reader's lock for every command that reads a published build (absolute_paths). On a
+    copy of the build: other tests read the shared one, and their locks would answer for these commands."""
     import os
 
     from cpp_data.pipeline import outlock
     from cpp_data.pipeline.cli import _parser, absolute_paths
 
+    build = tmp_path / "builds" / reference_build.name
+    shutil.copytree(reference_build, build)
     before = len(outlock._READING)
-    for argv in (["verify", str(reference_build), "--no-train-step"], ["show", str(reference_build)],
-                 ["diff", str(reference_build), str(reference_build)]):
+    for argv in (["verify", str(build), "--no-train-step"], ["show", str(build)], ["diff", str(build), str(build)]):
         absolute_paths(_parser().parse_args(argv))
-        assert outlock.lock_for_removal(reference_build) is None, argv  # gc would keep it
+        assert outlock.lock_for_removal(build) is None, argv  # gc would keep it
         while len(outlock._READING) > before:  # released, as the command's exit releases it
             os.close(outlock._READING.pop())
-    fd = outlock.lock_for_removal(reference_build)
+    fd = outlock.lock_for_removal(build)
     assert fd is not None
     os.close(fd)
