@@ -586,7 +586,11 @@ def test_decode_gives_the_normalized_size_and_refuses_what_is_not_text(raw):
     assert "\r" not in doc.text and not doc.text.startswith("\ufeff")
     assert doc.metadata["size_bytes"] == len(doc.text.encode("utf-8"))  # a license refusal's ledger size
     for bad, rule in ((raw + b"\0", "binary"), (b"\xff" + raw, "undecodable_utf8@0"),
-                      (b"\r\n \r", "empty_after_normalize")):
+                      (b"\r\n \r", "empty_after_normalize"),
+                      # a Windows editor's UTF-16 source had been refused as "binary" (its NULs)
+                      (raw.decode().encode("utf-16"), "not_utf8@utf-16le"),
+                      ("int x;\n".encode("utf-16-be").join([b"\xfe\xff", b""]), "not_utf8@utf-16be"),
+                      (raw.decode().encode("utf-32"), "not_utf8@utf-32le")):
         assert DecodeNormalize().filter(Document(text=bad, id="d", metadata={})) == (False, rule)
 
 

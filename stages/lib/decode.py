@@ -11,15 +11,24 @@ from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
 
+# Byte-order marks of the wide encodings (UTF-32's first: its little-endian mark starts with UTF-16's).
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32le"), (b"\x00\x00\xfe\xff", "utf-32be"), (b"\xff\xfe", "utf-16le"),
+              (b"\xfe\xff", "utf-16be"))
+
+
 class DecodeNormalize(BaseFilter):
     """Raw bytes -> UTF-8 text with LF line endings; binary and undecodable files are rejected (decision
-    `filtered`, rules `binary`, `undecodable_utf8@<offset>`, `empty_after_normalize`). Sets `size_bytes` to the
-    normalized text's size, which is what a document's size means from here on (collect's is the file's)."""
+    `filtered`, rules `binary`, `not_utf8@<encoding>` for a text whose byte-order mark names UTF-16 or UTF-32,
+    `undecodable_utf8@<offset>`, `empty_after_normalize`). Sets `size_bytes` to the normalized text's size,
+    which is what a document's size means from here on (collect's is the file's)."""
 
     name = "decode"
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         raw: bytes = doc.text
+        for bom, encoding in _WIDE_BOMS:  # before the NUL test, which every such text fails: not "binary"
+            if raw.startswith(bom):
+                return False, f"not_utf8@{encoding}"
         if b"\0" in raw:  # anywhere: a NUL after the first 8 KB is still not source text
             return False, "binary"
         try:
