@@ -589,7 +589,7 @@ def test_decode_gives_the_normalized_size_and_refuses_what_is_not_text(raw):
                       (b"\r\n \r", "empty_after_normalize"),
                       # a Windows editor's UTF-16 source had been refused as "binary" (its NULs)
                       (raw.decode().encode("utf-16"), "not_utf8@utf-16le"),
-                      ("int x;\n".encode("utf-16-be").join([b"\xfe\xff", b""]), "not_utf8@utf-16be"),
+                      (b"\xfe\xff" + "int x;\n".encode("utf-16-be"), "not_utf8@utf-16be"),
                       (raw.decode().encode("utf-32"), "not_utf8@utf-32le")):
         assert DecodeNormalize().filter(Document(text=bad, id="d", metadata={})) == (False, rule)
 
