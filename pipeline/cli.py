@@ -62,18 +62,18 @@ def recipe_arguments(p: argparse.ArgumentParser) -> None:
     """What chooses a build's stages and their fingerprints: shared by build and plan."""
     p.add_argument("--version", dest="recipe_version", default="v6",
                    help="schema generation whose recipe to run: v2..v6")
-    p.add_argument("--recipe", type=Path, help="a recipe file to use instead of the bundled one")
-    p.add_argument("--sources", type=Path, required=True,
+    p.add_argument("--recipe", type=_path, help="a recipe file to use instead of the bundled one")
+    p.add_argument("--sources", type=_path, required=True,
                    help="sources TOML; a relative local url in it is relative to the file's directory")
-    p.add_argument("--lock", type=Path,
+    p.add_argument("--lock", type=_path,
                    help="lock file with the pins (default: SOURCES.lock beside the sources file if present, "
                         "else every ref is resolved now)")
     p.add_argument("--relock", action="store_true",
                    help="resolve every ref again instead of using the lock (a directory edited since locking "
                         "otherwise stops the build)")
-    p.add_argument("--out", type=Path, required=True, help="output directory (cache, builds, status)")
+    p.add_argument("--out", type=_path, required=True, help="output directory (cache, builds, status)")
     p.add_argument("--seed", type=int, help="shuffle seed (default: the recipe's shards.seed)")
-    p.add_argument("--tokenizer", type=Path, metavar="BUILD_OR_DIR",
+    p.add_argument("--tokenizer", type=_path, metavar="BUILD_OR_DIR",
                    help="reuse this tokenizer instead of training one (a tokenizer/ directory, a build, or OUT): "
                         "token ids stay those of that build; recorded by SHA-256 in the manifest")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
@@ -92,6 +92,14 @@ def _int_at_least(least: int, most: int | None = None):
             raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {value}")
         return value
     return integer
+
+
+def _path(text: str) -> Path:
+    """An argparse type: a path that is not empty. `Path("")` is the working directory, so `--out "$OUT"` with
+    OUT unset built into whatever directory the scheduler ran in."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset variable?); give a path, or . for this directory")
+    return Path(text)
 
 
 def _number(lowest: float, highest: float | None = None, above: bool = False):
@@ -183,14 +191,14 @@ def _parser() -> argparse.ArgumentParser:
     v = leaf(sub, "validate", cmd_validate, help="check a build against its manifest and schemas",
              description="Check _COMPLETE, every checksum in the manifest and every shard against its generation's "
                          "schema. Exits 1 naming file, row group and column on the first problem.")
-    v.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+    v.add_argument("build", type=_path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
                                             "or OUT/builds/PROMOTED")
 
     s = leaf(sub, "status", cmd_status, help="summarize an output directory into OUT/status/",
              description="Write OUT/status/current.json and current.md (sources, pins, builds by date, stage cache) "
                          "atomically, append to changelog.jsonl when something changed, and print the Markdown. "
                          "A build whose manifest cannot be read is listed as broken.")
-    s.add_argument("--out", type=Path, required=True, help="the output directory of builds")
+    s.add_argument("--out", type=_path, required=True, help="the output directory of builds")
     s.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
 
     d = leaf(sub, "diff", cmd_diff, help="what changed between two builds",
@@ -201,18 +209,18 @@ def _parser() -> argparse.ArgumentParser:
              epilog="example: cpp-data diff out/builds/v6-20261101-1a2b3c4d out/builds/v6-20261130-5e6f7a8b "
                     "--tables diff/ && duckdb -c \"select change, count(*) from 'diff/documents.parquet' "
                     "group by 1\"")
-    d.add_argument("a", type=Path, help="the older build directory")
-    d.add_argument("b", type=Path, help="the newer build directory")
+    d.add_argument("a", type=_path, help="the older build directory")
+    d.add_argument("b", type=_path, help="the newer build directory")
     d.add_argument("--json", action="store_true", help="print JSON instead of text")
-    d.add_argument("--tables", type=Path, help="also write documents/refusals/licenses Parquet tables here")
+    d.add_argument("--tables", type=_path, help="also write documents/refusals/licenses Parquet tables here")
 
     rp = leaf(sub, "report", cmd_report, help="write a self-contained HTML report of a build",
               description="Write OUT/reports/BUILD.html (never into the sealed build): sources and pins, license "
                           "distribution by repo, refusal reasons, duplicate clusters, document and token lengths, "
                           "semantic coverage and stage times, as inline SVG plots (no scripts, no network).")
-    rp.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+    rp.add_argument("build", type=_path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
                                              "or OUT/builds/PROMOTED")
-    rp.add_argument("--output", type=Path, help="the HTML file to write (default OUT/reports/BUILD.html)")
+    rp.add_argument("--output", type=_path, help="the HTML file to write (default OUT/reports/BUILD.html)")
 
     tk = group("tokenizer", help="measure a build's tokenizer")
     te = leaf(tk, "eval", cmd_tokenizer_eval, help="bytes per token against a generic BPE, and C++ idioms",
@@ -221,8 +229,8 @@ def _parser() -> argparse.ArgumentParser:
                           "on the held-out set (the tokenizer's held-out training files plus the validation split), "
                           "per repo and overall, and the tokens of C++ idioms. Exits 1 when a target of "
                           "docs/DESIGN.md is not met (>= 8%% fewer tokens; std::vector<std::string> in <= 3).")
-    te.add_argument("build", type=Path, help="a build directory whose recipe has a tokenizer, or OUT")
-    te.add_argument("--json", type=Path, help="also write the full result as JSON here")
+    te.add_argument("build", type=_path, help="a build directory whose recipe has a tokenizer, or OUT")
+    te.add_argument("--json", type=_path, help="also write the full result as JSON here")
 
     vf = leaf(sub, "verify", cmd_verify, help="run the promotion gates on a build",
               description="Run every gate: files and checksums, counts across manifest/shards/bin-idx, "
@@ -230,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
                           "megatron-core IndexedDataset and GPTDataset over the export, packed rows, and one "
                           "training step of the bundled harness. Exits 1 naming each failed gate; on success writes "
                           "OUT/verify/BUILD.json and points OUT/builds/PROMOTED at the build.")
-    vf.add_argument("build", type=Path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+    vf.add_argument("build", type=_path, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
                                              "or OUT/builds/PROMOTED")
     vf.add_argument("--max-empty-ratio", type=_number(0, 1), default=0.001, help="largest share of empty documents")
     vf.add_argument("--no-train-step", action="store_true", help="skip the training-step gate")
@@ -243,8 +251,8 @@ def _parser() -> argparse.ArgumentParser:
                           "export.json with each file's SHA-256, arguments.json and a launch.json whose paths are "
                           "relative to it. A v6 build already holds this export under megatron/; use this for "
                           "other names or sequence lengths. Other arguments export into another directory.")
-    em.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
-    em.add_argument("--out", type=Path,
+    em.add_argument("build", type=_path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
+    em.add_argument("--out", type=_path,
                     help="export directory (default OUT/exports/BUILD/megatron-NAME-<hash of the arguments>)")
     em.add_argument("--name", default="cpp", help="file prefix of the bin/idx pairs")
     em.add_argument("--seq-length", type=_int_at_least(2, MAX_SEQ_LENGTH), default=2048,
@@ -257,7 +265,7 @@ def _parser() -> argparse.ArgumentParser:
                           "metadata columns; FIM on the training split; the same rows as a Megatron bin/idx "
                           "(cpp_packed_<split>) and a launch.json for them. Other arguments export into another "
                           "directory.")
-    ep.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
+    ep.add_argument("build", type=_path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
     ep.add_argument("--seq-length", type=_int_at_least(2, MAX_SEQ_LENGTH), default=4096, help="tokens per packed row")
     ep.add_argument("--fim-rate", type=_number(0, 1), default=0.5,
                     help="share of training documents made fill-in-the-middle")
@@ -265,7 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     ep.add_argument("--seed", type=int, default=42, help="seed of the FIM choices")
     ep.add_argument("--workers", type=_int_at_least(1), default=os.cpu_count() or 1,
                     help="parallel tasks (the CPU count)")
-    ep.add_argument("--out", type=Path,
+    ep.add_argument("--out", type=_path,
                     help="export directory (default OUT/exports/BUILD/packed-SEQ_LENGTH-<hash of the arguments>)")
 
     tr = leaf(sub, "train", cmd_train, help="train a small GPT on an export (bundled harness)",
@@ -279,11 +287,11 @@ def _parser() -> argparse.ArgumentParser:
                           "(--nproc-per-node N) it trains data parallel over N GPUs; --batch-size stays the global "
                           "batch.",
               epilog="example: cpp-data train --launch-spec out --out runs/tiny --model tiny --steps 50")
-    tr.add_argument("--launch-spec", type=Path, required=True,
+    tr.add_argument("--launch-spec", type=_path, required=True,
                     help="a launch.json, or a build (or OUT, its latest build) holding one")
     tr.add_argument("--data", choices=("packed", "documents"),
                     help="which dataset of the launch spec (default: its default_dataset, packed rows)")
-    tr.add_argument("--out", type=Path, required=True, help="run directory (log, checkpoints, summary)")
+    tr.add_argument("--out", type=_path, required=True, help="run directory (log, checkpoints, summary)")
     tr.add_argument("--model", default="tiny", help="tiny, small, gpt-125m or gpt-350m")
     tr.add_argument("--steps", type=_int_at_least(1), default=50, help="optimizer steps")
     tr.add_argument("--batch-size", type=_int_at_least(1), default=8, help="sequences per optimizer step")
@@ -317,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
                           "(coloured in a terminal, as line ranges otherwise). --json gives the same for scripts.",
               epilog="examples:\n  cpp-data show out --repo googletest --path '*/gtest.cc'\n"
                      "  cpp-data show out -n 20 --json | jq '.[].source_path'")
-    sh.add_argument("build", type=Path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
+    sh.add_argument("build", type=_path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
     sh.add_argument("--repo", help="only documents of this source")
     sh.add_argument("--path", dest="path_glob", metavar="GLOB", help="only paths matching this glob (fnmatch)")
     sh.add_argument("-n", type=_int_at_least(1), default=3, help="how many documents (default 3)")
@@ -332,7 +340,7 @@ def _parser() -> argparse.ArgumentParser:
                           "build stays 'nothing to do'. Entries of an interrupted build (.partial) stay for its "
                           "resume. Holds the output lock; prints what it removed and how much.",
               epilog="example: cpp-data gc --out out --keep 2 --dry-run")
-    gc.add_argument("--out", type=Path, required=True, help="output directory")
+    gc.add_argument("--out", type=_path, required=True, help="output directory")
     gc.add_argument("--keep", type=int, default=2, help="newest builds kept per schema generation (default 2)")
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc.add_argument("--wait", action="store_true", help="if a build holds OUT, wait for it instead of exiting 75")
@@ -353,8 +361,8 @@ def _parser() -> argparse.ArgumentParser:
     lk = leaf(src, "lock", cmd_sources_lock, help="resolve every ref to a commit and write a lock file",
               description="Resolve each source's ref (tag, branch or commit) to a commit SHA, or pin a plain "
                           "directory by its tree digest, and write SOURCES.lock (or -o).")
-    lk.add_argument("sources", type=Path, help="the sources TOML file")
-    lk.add_argument("-o", "--output", type=Path, help="lock file to write (default: SOURCES with .lock suffix)")
+    lk.add_argument("sources", type=_path, help="the sources TOML file")
+    lk.add_argument("-o", "--output", type=_path, help="lock file to write (default: SOURCES with .lock suffix)")
     return p
 
 

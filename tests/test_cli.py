@@ -29,6 +29,9 @@ def test_help_texts(args, words):
     (("export", "megatron", "x", "--seq-length", "-3"), "argument --seq-length: must be at least 2"),
     (("export", "packed", "x", "--fim-rate", "1.5"), "argument --fim-rate: must be at least 0 and at most 1"),
     (("build", "--sources", "s", "--out", "o", "--workers", "0"), "argument --workers: must be at least 1"),
+    # an empty path is the working directory to pathlib: `--out "$OUT"` with OUT unset built into the cwd
+    (("build", "--sources", "s", "--out", ""), "argument --out: is empty (an unset variable?)"),
+    (("validate", " "), "argument build: is empty"),
 ])
 def test_numeric_options_out_of_range_are_usage_errors(args, message):
     """A batch size of 0 had ended in ZeroDivisionError (exit 1) and a negative export length had been
