@@ -705,7 +705,11 @@ def cmd_export(args) -> int:
         if recorded == arguments:
             print(f"{out}: already exported with these arguments")
             return EXIT_NOTHING_TO_DO
+        if recorded is None:
+            raise BadInput(f"--out {out}: a sealed directory that is not an export (a build?); give a new or empty "
+                           f"directory")
         raise BadInput(f"{out}: holds an export with other arguments ({recorded}); choose another --out")
+    _check_export_target(out)
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     from cpp_data.schemas.launch_spec import dataset_entry, write_launch_spec
@@ -750,6 +754,19 @@ def cmd_export(args) -> int:
     seal(partial, out)
     print(f"wrote {out}")
     return EXIT_OK
+
+
+def _check_export_target(out: Path) -> None:
+    """An export replaces its directory whole (the sealed rename), so --out must be new or empty, and outside
+    every published build: `export --out OUT` had deleted a whole output directory (builds, cache and logs) and
+    `--out BUILD/packed` had replaced a promoted build's files, both with exit 0."""
+    for parent in [out, *out.parents]:
+        if (parent / "manifest.json").is_file() and (parent / "_COMPLETE").is_file():
+            raise BadInput(f"--out {out}: inside the published build {parent}, whose files its manifest fixes; "
+                           f"give a directory outside it (the default is OUT/exports/BUILD/...)")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInput(f"--out {out}: exists and holds other files, which the export would replace; give a new or "
+                       f"empty directory")
 
 
 def cmd_train(args) -> int:

@@ -141,3 +141,30 @@ def test_packed_export_is_deterministic(reference_build: Path, tmp_path: Path):
     rows = pq.read_table(tmp_path / "a" / "train-00000.parquet", columns=["input_ids"]).column(0).to_pylist()
     assert all(len(r) == 1024 for r in rows)
     shutil.rmtree(tmp_path / "b")
+
+
+def test_export_never_replaces_files_it_did_not_write(reference_build: Path, tmp_path: Path):
+    """An export is sealed by renaming its directory into place, replacing what was there: `--out DIR` had
+    deleted a user's files (and `--out OUT` a whole output directory) and `--out BUILD/packed` had rewritten a
+    promoted build, all with exit 0. Each is refused before any work, and the files stay."""
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("important")
+    out_dir = reference_build.parent.parent
+    for args, message in (
+            (["megatron", "--out", str(keep)], "exists and holds other files"),
+            (["packed", "--out", str(keep)], "exists and holds other files"),
+            (["megatron", "--out", str(out_dir)], "exists and holds other files"),
+            (["packed", "--out", str(reference_build / "packed")], f"inside the published build {reference_build}"),
+            (["megatron", "--out", str(reference_build / "new")], f"inside the published build {reference_build}"),
+            (["megatron", "--out", str(reference_build)], "a sealed directory that is not an export")):
+        proc = run_cli("export", args[0], str(reference_build), *args[1:], check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], (args, proc.stderr)
+    assert (keep / "notes.txt").read_text() == "important" and sorted(p.name for p in keep.iterdir()) == ["notes.txt"]
+    assert (out_dir / "builds").is_dir() and not (reference_build / "new").exists()
+    run_cli("validate", str(reference_build))
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty directory is a fine target
+    run_cli("export", "megatron", str(reference_build), "--out", str(empty))
+    assert (empty / "launch.json").is_file()
