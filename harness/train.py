@@ -194,6 +194,9 @@ def train(c: TrainConfig, log=print) -> dict:
     device = torch.device("cuda" if c.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if c.device == "auto" else c.device))
     if device.type == "cuda":
+        if not torch.cuda.is_available():  # else torch's own AttributeError about torch._C, exit 1
+            raise BadInput(f"--device {c.device}: this torch ({torch.__version__}) has no usable CUDA device; "
+                           f"use --device cpu (or auto)")
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -61,3 +61,16 @@ def test_data_parallel_over_two_ranks_makes_one_process_updates(reference_build:
         assert abs(one_process[step] - two[step]) < 2e-4, (step, one_process[step], two[step])
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["ranks"] == 2 and summary["tokens_seen"] == 4 * 4 * 128
+
+
+def test_a_cuda_device_without_cuda_is_a_one_line_usage_error(reference_build: Path, tmp_path: Path):
+    """On a CPU-only torch `--device cuda` had died in torch's own AttributeError about torch._C (exit 1)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: --device cuda is valid here")
+    proc = run_cli("train", "--launch-spec", str(reference_build), "--out", str(tmp_path / "run"),
+                   "--device", "cuda", "--steps", "1", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"cpp-data: error: train: --device cuda: this torch ({torch.__version__}) has no usable CUDA device; use "
+        f"--device cpu (or auto)"], proc.stderr
