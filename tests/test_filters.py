@@ -234,6 +234,16 @@ def test_policy_expressions():
     assert policy("GPL-2.0-only WITH Classpath-exception-2.0", ALLOW, False)[2] == "copyleft_not_opted_in"
     assert policy("LGPL-2.1-or-later", ALLOW, True) == (True, "weak_copyleft", "")
     assert policy("SSPL-1.0", ALLOW, True)[2] == "license_not_allowed"
+    # a key off the SPDX list is no permissive choice: CGAL's GPL-or-commercial, kept under the opt-in, is
+    # copyleft (it had been tagged permissive), and one the recipe allows by name is of unknown family
+    assert policy("GPL-3.0-or-later OR LicenseRef-scancode-commercial-license", ALLOW, True) == (True, "copyleft", "")
+    assert policy("LGPL-3.0-or-later OR LicenseRef-Commercial", ALLOW, True) == (True, "weak_copyleft", "")
+    assert policy("BUSL-1.1 OR GPL-2.0-only", ALLOW, True) == (True, "copyleft", "")
+    assert policy("MIT OR LicenseRef-Foo", ALLOW, False) == (True, "permissive", "")
+    assert policy("LicenseRef-Foo", ALLOW | {"LicenseRef-Foo"}, False) == (True, "unknown", "")
+    assert policy("LicenseRef-Proprietary", ALLOW, False) == (False, "unknown", "license_not_allowed")
+    assert policy("LicenseRef-scancode-public-domain", ALLOW | {"LicenseRef-scancode-public-domain"}, False) == \
+        (True, "permissive", "")
 
 
 COMMON = Path("/usr/share/common-licenses")

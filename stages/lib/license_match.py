@@ -356,7 +356,17 @@ def classify(text: str, repo_license: tuple[str, float, str] | None, declared: s
     return LicenseAnswer("NOASSERTION", "unknown", 0.0, "")
 
 
+# Keys on the SPDX list whose terms are not free to use (source-available, non-commercial): like a key off the
+# list, they say nothing permissive about a file
+_NOT_FREE_PREFIXES = ("SSPL-", "BUSL-", "Elastic-", "PolyForm-", "CC-BY-NC")
+
+
 def family(key: str) -> str:
+    """The family of one license key: copyleft and weak copyleft by prefix, an EULA proprietary, the public
+    domain and every other key of the SPDX list permissive; a key off the list (LicenseRef-..., terms nobody
+    here has read: a commercial license, a company's own) and a source-available one "unknown". It had been
+    permissive, so `GPL-3.0-or-later OR LicenseRef-scancode-commercial-license` (CGAL's), kept under the
+    copyleft opt-in, was tagged permissive: its best choice was the commercial license."""
     if key.startswith(WEAK_COPYLEFT_PREFIXES):
         return "weak_copyleft"
     if key.startswith(COPYLEFT_PREFIXES):
@@ -365,6 +375,8 @@ def family(key: str) -> str:
         return "proprietary"
     if key == "LicenseRef-scancode-public-domain":
         return "permissive"
+    if key.startswith(("LicenseRef-", "DocumentRef-")) or key.startswith(_NOT_FREE_PREFIXES):
+        return "unknown"
     return "permissive"
 
 
