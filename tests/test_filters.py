@@ -613,3 +613,24 @@ def test_an_unrecognized_spdx_tag_is_quoted_in_the_evidence_without_its_pii():
     assert answer.evidence.startswith("unrecognized SPDX-License-Identifier: Acme-Internal, ask <redacted-email>")
     assert "jane" not in answer.evidence and "jdoe" not in answer.evidence and token not in answer.evidence
     assert policy(answer.spdx, ("MIT",), False)[0] is False  # still refused
+
+
+@pytest.mark.parametrize("header,expected", [
+    # spdlog's every file (Debian's libspdlog-dev; its DEP-5 copyright file says Expat)
+    ("// Copyright(c) 2015-present, Gabi Melman & spdlog contributors.\n"
+     "// Distributed under the MIT License (http://opensource.org/licenses/MIT)\n", "MIT"),
+    ("/* Released under the terms of the MIT license. */\n", "MIT"),
+    # tzfile.h as abseil ships it (time/internal/cctz/src/tzfile.h)
+    ("/*\n** This file is in the public domain, so clarified as of\n** 1996-06-05 by Arthur David Olson.\n*/\n",
+     "LicenseRef-scancode-public-domain"),
+    # look-alikes: no license for the file
+    ("// The algorithm is in the public domain; this implementation is not.\n", None),
+    ("// See the MIT license discussion in docs/.\n", None),
+])
+def test_notices_of_real_headers(header: str, expected: str | None):
+    """Notices the table missed on real packages (a probe against Debian's DEP-5 files): spdlog's 86 files
+    were refused as no_license, as was abseil's tzfile.h."""
+    from cpp_data.stages.lib.license_match import match_notices
+
+    found = match_notices(header)
+    assert (found[0] if found else None) == expected

@@ -132,7 +132,11 @@ NOTICES: tuple[_Notice, ...] = (
        r"Licensed under the Apache License,?\s+(Version\s+)?2\.0", "Apache-2.0"),
     _n("mit_text", ("permission is hereby granted",),
        r"Permission is hereby granted,\s+free of charge,\s+to any person obtaining a copy", "MIT"),
-    _n("mit_notice", ("the mit",), r"(Licensed under|released under|subject to) the MIT\s+License", "MIT"),
+    # "Licensed under the MIT License", "Distributed under the MIT License" (spdlog's every file), "released
+    # under the terms of the MIT license", "subject to the MIT License"
+    _n("mit_notice", ("the mit",),
+       r"(?:(?:licensed|released|distributed|available|provided)\s+under|subject\s+to)\s+(?:the\s+terms\s+of\s+)?"
+       r"the\s+MIT\s+Licen[cs]e", "MIT"),
     # "Neither the name" anywhere after the first "Redistribution ..." (the atomic group takes the first one only:
     # a search from each of many repetitions to the end of the header was quadratic, 0.54 s on 100 lines of them)
     _n("bsd3_text", _BSD, r"\A(?>.*?Redistribution and use in source and binary forms).*Neither the name",
@@ -182,8 +186,11 @@ NOTICES: tuple[_Notice, ...] = (
     _n("proprietary_notice", ("proprietary and confidential", "confidential and proprietary", "copying of this file"),
        r"proprietary and confidential|confidential and proprietary|unauthori[sz]ed copying of this file",
        "LicenseRef-Proprietary"),
-    _n("public_domain", ("the public domain",), r"(placed|released|dedicated) (in|into|to) the public domain",
-       "LicenseRef-scancode-public-domain"),
+    # "placed in the public domain", and "This file is in the public domain" (tzfile.h's, as absl ships it)
+    _n("public_domain", ("the public domain",),
+       r"(?:placed|released|dedicated) (?:in|into|to) the public domain|"
+       r"\b(?:this|the) (?:file|code|software|source(?: code)?|header|work|library|program) (?:is|are) (?:hereby )?"
+       r"(?:placed )?in the public domain", "LicenseRef-scancode-public-domain"),
 )
 
 
