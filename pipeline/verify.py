@@ -64,6 +64,17 @@ class Verifier:
         if not _files(self.manifest, "megatron_bin"):
             raise GateFailed("the build has no Megatron export (its recipe lacks megatron_export)")
 
+    def _need_both_splits(self) -> None:
+        """A split without documents fails the gate with this line: megatron-core's readers fail on its empty
+        files with 'cannot mmap an empty file' or 'GPTDataset failed to build as a mock data generator', and
+        print AttributeError tracebacks from their __del__."""
+        s = self.shard_stats
+        empty = [split for split in ("train", "valid") if s[split]["rows"] == 0]
+        if empty:
+            raise GateFailed(f"the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty: the "
+                             f"build has {self.manifest['totals']['documents']} document(s); a build needs at "
+                             f"least 2 (one per split), so add files or sources")
+
     def _prefixes(self, split: str) -> list[Path]:
         """The split's Megatron prefixes: one, or (training, with source weights) one per weight group. A pair
         with a file missing fails the gate here: megatron-core's IndexedDataset asserts on it and then prints
@@ -74,6 +85,9 @@ class Verifier:
                        if not prefix.with_name(prefix.name + ext).is_file()]
             if missing:
                 raise GateFailed(f"{prefix.parent}: {' and '.join(missing)} missing")
+            if prefix.with_name(prefix.name + ".bin").stat().st_size == 0:  # megatron-core cannot map it either
+                raise GateFailed(f"{prefix}.bin: empty, the {split} split has no documents (a build needs at "
+                                 f"least 2, one per split: add files or sources)")
         return prefixes
 
     def _prefix_sources(self) -> dict[str, list[str] | None]:
@@ -117,11 +131,7 @@ class Verifier:
 
         s = self.shard_stats
         totals = self.manifest["totals"]
-        empty = [split for split in ("train", "valid") if s[split]["rows"] == 0]
-        if empty:  # GPTDataset and the train step would fail later with less telling errors
-            raise GateFailed(f"the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty: the "
-                             f"build has {totals['documents']} document(s); a build needs at least 2 (one per "
-                             f"split), so add files or sources")
+        self._need_both_splits()
         if s["train"]["rows"] + s["valid"]["rows"] != totals["documents"]:
             raise GateFailed(f"shards hold {s['train']['rows'] + s['valid']['rows']} documents, manifest says "
                              f"{totals['documents']}")
@@ -193,7 +203,9 @@ class Verifier:
         rows = s["train"]["rows"] + s["valid"]["rows"]
         empty = s["train"]["empty"] + s["valid"]["empty"]
         ratio = empty / rows if rows else 1.0
-        if not rows or ratio > self.max_empty_ratio:
+        if not rows:
+            raise GateFailed("the build has no documents")
+        if ratio > self.max_empty_ratio:
             raise GateFailed(f"{empty} of {rows} documents are empty ({ratio:.2%} > {self.max_empty_ratio:.2%})")
         return f"{empty} empty of {rows:,}"
 
@@ -214,6 +226,7 @@ class Verifier:
 
     def gpt_dataset(self) -> str:
         self._need_export()
+        self._need_both_splits()
         from cpp_data.harness.train import _close_distributed, _init_distributed
         from cpp_data.schemas.launch_spec import load_launch_spec
 
@@ -248,6 +261,8 @@ class Verifier:
     def packed(self) -> str:
         entries = _files(self.manifest, "packed")
         if not entries:
+            if not self.manifest.get("totals", {}).get("documents"):
+                raise GateFailed("the build has no documents, so no packed rows")
             raise GateFailed("the build has no packed rows (its recipe lacks packed_rows)")
         rows = 0
         for e in entries:
@@ -271,6 +286,7 @@ class Verifier:
 
         if not _files(self.manifest, "packed_bin"):
             raise GateFailed("the build has no packed bin/idx (built by a cpp-data before they existed)")
+        self._need_both_splits()
         roles = tokenizer_info(self.build / "tokenizer")["roles"]
         eod = np.array([roles["eos"]])
         checked = 0
@@ -298,6 +314,7 @@ class Verifier:
         import sys
 
         self._need_export()
+        self._need_both_splits()
         with tempfile.TemporaryDirectory() as tmp:
             proc = subprocess.run([sys.executable, "-m", "cpp_data.pipeline.cli", "train", "--launch-spec",
                                    str(self.spec_path), "--out", tmp, "--model", "tiny", "--steps", "1",

@@ -103,3 +103,24 @@ def test_a_missing_idx_fails_its_gates_by_name_without_tracebacks(reference_buil
     for gate in ("counts", "token_range", "decode", "megatron_read"):
         assert f"FAIL  {gate:<16} {build / 'megatron'}: cpp_train.idx missing" in proc.stdout, proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_build_without_documents_fails_verify_in_words_not_tracebacks(tmp_path: Path):
+    """A build whose only file is refused still publishes (with a warning); verify had printed megatron-core's
+    'cannot mmap an empty file' and 'GPTDataset failed to build as a mock data generator' with six tracebacks
+    from its readers' __del__, and said the v6 recipe lacked packed_rows. Each gate now says the splits are
+    empty, and stderr is the one failure line."""
+    from conftest import build, write_sources
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "only.cpp").write_text("int f() { return 1; }\n" * 30)  # no license anywhere: refused
+    sources = write_sources(tmp_path / "s.toml", [{"name": "a", "url": str(src)}])
+    assert "the build has no documents" in build(sources, tmp_path / "out").stderr
+    proc = run_cli("verify", str(tmp_path / "out"), "--no-train-step", check=False)
+    assert proc.returncode == 1
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for gate in ("counts", "gpt_dataset", "packed_binidx"):
+        assert f"FAIL  {gate:<16} the train and valid splits are empty" in proc.stdout, proc.stdout
+    assert "FAIL  packed           the build has no documents, so no packed rows" in proc.stdout
+    assert "FAIL  empty_documents  the build has no documents" in proc.stdout
