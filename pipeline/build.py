@@ -56,6 +56,7 @@ SUMMARY_FIELDS: dict[str, Any] = {
     "tokenizer_vocab_size": None, "tokenizer_learned_ids": None, "tokenizer_padding_ids": None,
     "tokenizer_sha256": None, "tokenizer_requested_vocab_size": None, "semantic_coverage": {},
     "packed_seq_length": None, "packing": None, "seq_length": None, "skipped": {}, "retrieved_at": {},
+    "files_seen_by_source": {}, "documents_after_filters": {},
 }
 
 
@@ -120,6 +121,11 @@ def _warnings(s: dict[str, Any]) -> list[str]:
             out.append(f"{n} file(s) or directories {what}: skipped, each with a ledger row (reason {reason})")
     if s["documents"] == 0:
         out.append("the build has no documents; see provenance/ledger.parquet for why")
+    for name, kept in sorted((s.get("documents_after_filters") or {}).items()):
+        seen = (s.get("files_seen_by_source") or {}).get(name)
+        if kept == 0 and seen:  # GSL's extensionless headers had all been skipped without a word
+            out.append(f"source {printable(name)}: none of its {seen:,} file(s) passed collect, the license policy "
+                       f"and the filters; provenance/ledger.parquet gives each one's reason")
     valid = s["valid_documents"]
     if s["documents"] and valid < 10:
         out.append(f"only {valid} validation document(s); validation loss will be noisy (a larger corpus or a "

@@ -31,8 +31,8 @@ from cpp_data.pipeline.sources import TreeDigest, file_sha256, is_undecodable, p
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
 from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
-from cpp_data.stages.lib.repo_files import (DEFAULT_EXTENSIONS, BlobReader, fetch_commit, is_cpp, is_lfs_pointer,
-                                            tree_entries)
+from cpp_data.stages.lib.repo_files import (DEFAULT_EXTENSIONS, HEAD_BYTES, BlobReader, fetch_commit, is_cpp,
+                                            is_lfs_pointer, tree_entries)
 
 
 
@@ -79,7 +79,7 @@ class Collect(Stage):
 
     summary_counts = {"files_seen": "files_seen", "cpp_files_collected": "files_collected",
                       "cpp_bytes_collected": "bytes_collected", "skipped": "skipped",
-                      "retrieved_at": "per_source:retrieved_at"}
+                      "retrieved_at": "per_source:retrieved_at", "files_seen_by_source": "per_source:files_seen"}
 
     def run(self, ctx: StageContext) -> dict:
         p: CollectParams = self.params
@@ -112,7 +112,7 @@ class Collect(Stage):
                 return
             if LICENSE_NAME.match(name) and len(data) <= p.max_license_file_bytes:
                 licenses.append({"source_repo": src.name, "source_path": path, "content": data})
-            if not is_cpp(path, data[:256], p.extensions):
+            if not is_cpp(path, data[:HEAD_BYTES], p.extensions):
                 skip(path, len(data), sha, "not_cpp")
             elif not data:
                 skip(path, 0, sha, "empty_file")

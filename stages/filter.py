@@ -112,6 +112,7 @@ class Filter(Stage):
     inputs = ("license",)
     Params = FilterParams
     resumable_tasks = True
+    summary_counts = {"documents_after_filters": "per_source:documents_out"}  # a source left with none is warned of
 
     def run(self, ctx: StageContext) -> dict:
         return self.source_tasks(ctx).run(ctx.executor, ctx.label)

@@ -445,3 +445,37 @@ def test_packed_files_written_by_row_group_are_one_writers_bytes(chain, tmp_path
     assert pa.concat_tables(pq.read_table(f, columns=["pack_id"]) for f in files if f.name.startswith("train-")) \
         .column("pack_id").to_pylist() == list(range(sum(pq.ParquetFile(f).metadata.num_rows
                                                          for f in files if f.name.startswith("train-"))))
+
+
+@pytest.mark.parametrize("path,head,taken", [
+    # GSL's span and Eigen's Core, as Debian ships them: no extension, a banner, then an include guard
+    ("gsl/span", b"///////////////\n// Copyright (c) 2015 Microsoft Corporation. All rights reserved.\n//\n"
+                 b"///////////////\n\n#ifndef GSL_SPAN_H\n#define GSL_SPAN_H\n\n#include <gsl/assert>\n", True),
+    ("Eigen/Core", b"// This file is part of Eigen, a lightweight C++ template library\n\n"
+                   b"#ifndef EIGEN_CORE_H\n#define EIGEN_CORE_H\n", True),
+    ("c++/12/vector", b"// <vector> -*- C++ -*-\n\n// Copyright (C) 2001-2022 Free Software Foundation, Inc.\n", True),
+    ("absl/x.inc", b"// generated table\n#include <cstdint>\nconstexpr int kT[] = {1};\n", True),
+    ("bits/stl_algo.tcc", b"", True),
+    # not C/C++: a license text, a Makefile, a NASM include, a shell script mentioning #include
+    ("LICENSE", b"Permission is hereby granted, free of charge, to any person obtaining a copy\n", False),
+    ("Makefile", b"include ../config.mk\nall:\n\tcc -o x x.c\n", False),
+    ("x86/x86inc.inc", b"%include \"config.asm\"\n%macro cglobal 1\n", False),
+    ("tools/gen", b"#!/bin/sh\n#include <x>\n", False),
+    ("notes", b"#ifndef is how guards start\n#define something else\n", False),  # a guard defines its own name
+])
+def test_which_files_are_cpp(path: str, head: bytes, taken: bool):
+    from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, is_cpp
+
+    assert is_cpp(path, head, DEFAULT_EXTENSIONS) is taken
+
+
+def test_a_source_left_without_documents_is_warned_of():
+    """GSL's headers had all been skipped and the build said nothing about the source; the summary now names a
+    source whose files all failed collect, the license policy or the filters (not one with no files at all)."""
+    from cpp_data.pipeline.build import SUMMARY_FIELDS, _warnings
+
+    summary = {**SUMMARY_FIELDS, "documents": 40, "valid_documents": 12,
+               "files_seen_by_source": {"gsl": 15, "fmt": 30, "empty": 0},
+               "documents_after_filters": {"gsl": 0, "fmt": 28, "empty": 0}}
+    assert _warnings(summary) == ["source gsl: none of its 15 file(s) passed collect, the license policy and the "
+                                  "filters; provenance/ledger.parquet gives each one's reason"]
