@@ -393,6 +393,8 @@ def test_or_later_notices_stay_as_written():
     assert classify(later, None, None).spdx == "GPL-2.0-or-later"
     only = later.replace(", or (at your option) any later version", "")
     assert classify(only, None, None).spdx == "GPL-2.0-only"
+    # libstdc++'s bits/fs_ops.h, whose reserved-identifier renaming reached the notice's words
+    assert classify(later.replace("(at your option)", "(at your __option)"), None, None).spdx == "GPL-2.0-or-later"
     lgpl21 = ("// This library is free software; you can redistribute it and/or modify it under the terms of the GNU\n"
               "// Lesser General Public License as published by the Free Software Foundation; either version 2.1 of\n"
               "// the License, or (at your option) any later version.\nint x;\n")

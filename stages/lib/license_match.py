@@ -58,7 +58,9 @@ _CHOICE = re.compile(r"dual[- ]licen[cs]|licen[cs]ed under (the terms of )?eithe
 # searched from every tag of a line repeating them, the pattern was quadratic (200 KB: 1.1 s).
 _SPDX_OR = re.compile(r"^(?>[^\n]*?SPDX-License-Identifier:)[^\n]* OR ", re.M)
 _AT_OPTION = re.compile(r"at your (own )?(option|choice|discretion)", re.I)
-_LATER = re.compile(r"or\s*\(?\s*at your (own )?option\s*\)?\s*any later version|or any later version|"
+# `_*option`: libstdc++ renames identifiers to reserved ones across its headers, its license notices' words
+# too ("or (at your __option) any later version" in bits/fs_ops.h), which had read as GPL-3.0-only
+_LATER = re.compile(r"or\s*\(?\s*at your (own )?_*option\s*\)?\s*any later version|or any later version|"
                     r"\bGPL\s*v?[23](\.0)?\s*\+|\bv?[23](\.[01])? or later\b", re.I)
 
 
