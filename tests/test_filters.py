@@ -625,6 +625,15 @@ def test_an_unrecognized_spdx_tag_is_quoted_in_the_evidence_without_its_pii():
     # tzfile.h as abseil ships it (time/internal/cctz/src/tzfile.h)
     ("/*\n** This file is in the public domain, so clarified as of\n** 1996-06-05 by Arthur David Olson.\n*/\n",
      "LicenseRef-scancode-public-domain"),
+    # libstdc++'s headers (<vector> as GCC 12 ships it): the runtime exception had been dropped
+    ("// Copyright (C) 2001-2022 Free Software Foundation, Inc.\n//\n"
+     "// This file is part of the GNU ISO C++ Library.  This library is free\n"
+     "// software; you can redistribute it and/or modify it under the\n"
+     "// terms of the GNU General Public License as published by the\n"
+     "// Free Software Foundation; either version 3, or (at your option)\n// any later version.\n\n"
+     "// Under Section 7 of GPL version 3, you are granted additional\n"
+     "// permissions described in the GCC Runtime Library Exception, version\n"
+     "// 3.1, as published by the Free Software Foundation.\n", "GPL-3.0-or-later WITH GCC-exception-3.1"),
     # look-alikes: no license for the file
     ("// The algorithm is in the public domain; this implementation is not.\n", None),
     ("// See the MIT license discussion in docs/.\n", None),

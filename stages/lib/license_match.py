@@ -270,10 +270,22 @@ def match_notices(block: str) -> tuple[str, str] | None:
         if expr not in exprs:
             exprs.append(expr)
             names.append(name)
+    for pattern, base, exception in _EXCEPTIONS:  # "X WITH E": an exception granted by the notice's words
+        if pattern.search(block) and any(e.startswith(base) for e in exprs):
+            exprs = [f"{e} WITH {exception}" if e.startswith(base) and " WITH " not in e else e for e in exprs]
+            names = [*names[:-1], names[-1] + f"+{exception}"]
     if len(exprs) == 1:
         return exprs[0], names[0]
     op = " OR " if offers_choice(block) else " AND "
     return op.join(exprs), "+".join(names)
+
+
+# Exceptions a header grants in words, to the license it names: (its words, the licenses it applies to, its
+# SPDX id). libstdc++'s 760 headers grant the GCC Runtime Library Exception, recorded as plain GPL before.
+_EXCEPTIONS = (
+    (re.compile(r"GCC Runtime Library Exception,?\s+version\s+3\.1", re.I), "GPL-3.0", "GCC-exception-3.1"),
+    (re.compile(r"\bClasspath exception\b", re.I), "GPL-2.0", "Classpath-exception-2.0"),
+)
 
 
 _LICENSE_WORDS = ("licen", "warrant", "permission", "redistribut", "copyright")
