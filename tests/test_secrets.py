@@ -110,3 +110,16 @@ def test_an_aws_secret_key_after_its_name_is_redacted_quoted_or_not(text: str):
     id on the line above and published the secret (secret_plugins.AwsSecretKeyByNameDetector)."""
     out = scrub(_document(text)).text
     assert "wJalrXUtnFEMI" not in out and "EXAMPLEKEY" not in out and SECRET in out
+
+
+@pytest.mark.parametrize("line,kept", [
+    # numbered sections and versions of real headers, redacted as addresses before (abseil, CGAL)
+    ("// C++11 standard [17.6.3.5]", True),
+    ("// Section: 20.15.4.3", True),
+    ("// Intel Compiler 2019 (19.0.0.117)", True),
+    # addresses still go
+    ('const char* kHost = "93.184.216.34";  // example.com', False),
+    ("// connect to 8.8.8.8 port 53", False),
+])
+def test_section_and_version_numbers_are_not_addresses(line: str, kept: bool):
+    assert (scrub(_document(line)).text == _document(line)) is kept
