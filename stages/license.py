@@ -62,8 +62,10 @@ class LicenseParams:
             spelled = parse_spdx(entry)
             if spelled is None:
                 return f"allow: {entry!r} is not an SPDX license id (for example Apache-2.0, BSD-3-Clause)"
-            if spelled != entry:
-                return f"allow: write {entry!r} as {spelled!r}, as the SPDX list spells it"
+            if spelled != entry:  # a case slip of an SPDX id, or a LicenseRef- alias license-expression knows
+                how = ("license-expression's name for that alias" if entry.lower().startswith("licenseref-")
+                       else "as the SPDX list spells it")
+                return f"allow: write {entry!r} as {spelled!r}, {how} (files' expressions are recorded so)"
             if " AND " in spelled or " OR " in spelled:
                 return f"allow: {entry!r} is an expression; list each license on its own"
         return None

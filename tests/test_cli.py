@@ -129,7 +129,11 @@ def test_recipes_list_and_show():
     ("near_dedup.bands=32", "bands x rows = 256 exceeds num_perm = 128"),
     ("filter.min_bytes=2000000", "min_bytes (2000000) is above max_bytes (1000000)"),
     ('license.allow=["MIT", "Apache 2.0"]', "allow: 'Apache 2.0' is not an SPDX license id"),
-    ('license.allow=["apache-2.0"]', "allow: write 'apache-2.0' as 'Apache-2.0'"),
+    ('license.allow=["apache-2.0"]', "allow: write 'apache-2.0' as 'Apache-2.0', as the SPDX list spells it"),
+    # a LicenseRef- alias of license-expression (CGAL's tags): not the SPDX list's spelling, which has neither
+    ('license.allow=["LicenseRef-Commercial"]', "allow: write 'LicenseRef-Commercial' as "
+                                                 "'LicenseRef-scancode-commercial-license', license-expression's name "
+                                                 "for that alias"),
     ('license.allow=["MIT OR Apache-2.0"]', "is an expression; list each license on its own"),
     ("tokenizer.vocab_size=500", "vocab_size 500 is smaller than the tokenizer's fixed band with its merge chains "
                                  "(2874 ids)"),
