@@ -4,9 +4,11 @@ for the history generations (v2, v3), whose documents are versions, by (repo, pa
 - documents: added (only in B), removed (only in A), changed (same repo and path, other text),
   same_text_new_pin (same text, but the source's pin moved), unchanged, from the shards of each build (read
   through the tolerant reader);
-- refusals: files whose ledger decision moved from kept (or absent) in A to a refusal in B, by decision and rule;
+- refusals: files whose ledger decision moved from kept (or absent) in A to a refusal in B, by decision and rule,
+  and files refused in both under another rule in B (`refused_under_another_rule`, "A's -> B's");
 - distributions: documents and text bytes per license and per repo, in A and in B;
-- schema: generation of each build and shard columns added, removed or retyped.
+- schema: generation of each build and shard columns added, removed or retyped (a build without shards, having
+  no documents, has no columns to compare).
 The per-document table and the others can be written as Parquet (`--tables DIR`) for DuckDB or pandas.
 Memory holds one (repo, path) -> (commit, text_sha256) map per build: bounded by document count, not text.
 Builds of an earlier schema revision are read under today's column names (schemas/reader.py).
@@ -84,10 +86,13 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
                      "bytes_a": old[3] if old else None, "bytes_b": new[3] if new else None})
     la, lb = _ledger(a, versions), _ledger(b, versions)
     refused: Counter = Counter()
+    moved: Counter = Counter()  # refused in both builds, under another rule in B
     for key, (decision, reason) in lb.items():
-        before = la.get(key, ("absent", ""))[0]
+        before, why = la.get(key, ("absent", ""))
         if decision != "kept" and before in ("kept", "absent"):
             refused[f"{decision}:{rule_of(reason)}"] += 1
+        elif decision != "kept" and (before, rule_of(why)) != (decision, rule_of(reason)):
+            moved[f"{before}:{rule_of(why)} -> {decision}:{rule_of(reason)}"] += 1
 
     def dist(docs: dict, field: int) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -99,12 +104,15 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
         return dict(sorted(out.items()))
 
     sa, sb = _schema(a, ma), _schema(b, mb)
+    if not sa or not sb:  # a build without shards (no documents) has no columns to compare: not "all added"
+        sa = sb = sa or sb
     return {
         "a": {"build": ma["build"], "generation": ma["schema_generation"], "documents": len(da)},
         "b": {"build": mb["build"], "generation": mb["schema_generation"], "documents": len(db)},
         "documents": {k: kinds.get(k, 0) for k in ("added", "removed", "changed", "same_text_new_pin",
                                                         "unchanged")},
         "newly_refused": dict(sorted(refused.items())),
+        "refused_under_another_rule": dict(sorted(moved.items())),
         "licenses": {"a": dist(da, 2), "b": dist(db, 2)},
         "repos": {"a": dist(da, -1), "b": dist(db, -1)},
         "text_bytes": {"a": sum(v[3] or 0 for v in da.values()), "b": sum(v[3] or 0 for v in db.values())},
@@ -130,7 +138,7 @@ def write_tables(result: dict[str, Any], directory: Path) -> list[Path]:
         ("license_a", pa.string()), ("license_b", pa.string()), ("bytes_a", pa.int64()), ("bytes_b", pa.int64()),
     ])), docs)
     refusals = directory / "refusals.parquet"
-    pq.write_table(pa.table({"rule": list(result["newly_refused"]),
+    pq.write_table(pa.table({"rule": pa.array(list(result["newly_refused"]), pa.string()),  # typed when empty too
                              "files": pa.array(list(result["newly_refused"].values()), pa.int64())}), refusals)
     lic_rows = [{"license": lic, "side": side, **v} for side in ("a", "b")
                 for lic, v in result["licenses"][side].items()]
@@ -148,6 +156,9 @@ def render(result: dict[str, Any]) -> str:
              f"documents: +{d['added']:,} added, -{d['removed']:,} removed, ~{d['changed']:,} changed, "
              f"{d['same_text_new_pin']:,} same text under a new pin, {d['unchanged']:,} unchanged",
              f"text bytes: {result['text_bytes']['a']:,} -> {result['text_bytes']['b']:,}"]
+    if result["refused_under_another_rule"]:
+        lines.append("refused in both, under another rule in B:")
+        lines += [f"  {change:<60} {n:,}" for change, n in result["refused_under_another_rule"].items()]
     if result["newly_refused"]:
         lines.append("newly refused in B:")
         lines += [f"  {rule:<40} {n:,}" for rule, n in result["newly_refused"].items()]

@@ -78,3 +78,30 @@ def test_diff_tables_into_a_file_is_a_one_line_error(reference_build, tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip() == (f"cpp-data: error: --tables {tmp_path / 'taken'}: is a "
                                                            f"file; give a directory (it is made if missing)")
     assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_diff_names_files_refused_in_both_under_another_rule(reference_build, tmp_path):
+    """A file refused in A as mostly_comments and in B for its license had appeared in no count of the diff."""
+    import json
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    b = tmp_path / "b"
+    shutil.copytree(reference_build, b)
+    ledger = b / "provenance" / "ledger.parquet"
+    ledger.chmod(0o644)
+    t = pq.read_table(ledger)
+    pairs = list(zip(t.column("decision").to_pylist(), t.column("reason").to_pylist()))
+    i = next(k for k, (d, r) in enumerate(pairs)  # a refused file, to be refused in B under another rule
+             if d not in ("kept", "license_refused"))
+    was = f"{t.column('decision')[i].as_py()}:{t.column('reason')[i].as_py().split('@')[0]}"
+    decision = [("license_refused" if k == i else d) for k, d in enumerate(t.column("decision").to_pylist())]
+    reason = [("no_license" if k == i else r) for k, r in enumerate(t.column("reason").to_pylist())]
+    t = t.set_column(t.schema.get_field_index("decision"), "decision", pa.array(decision, pa.string()))
+    t = t.set_column(t.schema.get_field_index("reason"), "reason", pa.array(reason, pa.string()))
+    pq.write_table(t, ledger)
+    out = json.loads(run_cli("diff", str(reference_build), str(b), "--json").stdout)
+    assert out["refused_under_another_rule"] == {f"{was} -> license_refused:no_license": 1}
+    assert out["newly_refused"] == {} and out["schema"]["columns_added"] == []
