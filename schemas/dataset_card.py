@@ -9,6 +9,8 @@ it. Written by pipeline/build.py before the manifest, and listed in it (kind "ca
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -93,12 +95,24 @@ def _scalar(v: Any) -> str:
         '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def license_keys(spdx: str | None) -> list[str]:
+    """The licenses an SPDX expression names, for the card's `license:` list: every term of an AND or OR (an
+    expression of several had been left out, so `(... OR ...) AND MIT` listed no MIT), a `WITH`'s license,
+    keys off the SPDX list (`LicenseRef-...`) and NOASSERTION left out."""
+    if not spdx:
+        return []
+    terms = re.split(r"\s+(?:AND|OR)\s+|[()]", spdx)
+    keys = [t.split(" WITH ")[0].strip() for t in terms]
+    return [k for k in keys if k and k != "NOASSERTION" and not k.startswith(("LicenseRef-", "DocumentRef-"))]
+
+
 def dataset_card(build: Path, manifest: dict, summary: dict) -> str:
     """README.md for a build whose files (manifest["files"]) are already in `build`."""
     files = manifest["files"]
     licenses = license_counts(build, files)
-    hub_licenses = sorted({spdx.lower() for spdx in licenses if spdx and " " not in spdx
-                           and spdx not in ("NOASSERTION",)})
+    hub_licenses = sorted({key.lower() for spdx in licenses for key in license_keys(spdx)})
+    if any(re.search(r"\b(?:LicenseRef|DocumentRef)-", spdx or "") for spdx in licenses):
+        hub_licenses.append("other")  # the Hub's tag for licenses off its list (the public domain, a company's)
     front = {
         "pretty_name": f"cpp-data build {manifest['build']}",
         "language": ["code"],

@@ -73,3 +73,14 @@ def test_load_build_reads_an_output_directory(reference_build: Path):
 
     with pytest.raises(BadInput, match="unknown config"):
         cpp_data.load_build(reference_build, "tokens")
+
+
+def test_card_license_list_names_every_term_of_every_expression():
+    """The card's `license:` had left out every expression of several terms, so a build whose one MIT file was
+    `(GPL-3.0-or-later OR LicenseRef-...) AND MIT` listed no MIT; keys off the SPDX list become the Hub's other."""
+    from cpp_data.schemas.dataset_card import license_keys
+
+    assert license_keys("(GPL-3.0-or-later OR LicenseRef-scancode-commercial-license) AND MIT") == \
+        ["GPL-3.0-or-later", "MIT"]
+    assert license_keys("Apache-2.0 WITH LLVM-exception") == ["Apache-2.0"]
+    assert license_keys("NOASSERTION") == [] and license_keys("LicenseRef-scancode-public-domain") == []
