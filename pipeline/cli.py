@@ -808,11 +808,24 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
         if args.launch_spec.is_dir() and not (args.launch_spec / "launch.json").is_file():
             args.launch_spec = resolve_build(args.launch_spec)  # OUT: its latest build's launch.json
         spec_dir = args.launch_spec if args.launch_spec.is_dir() else args.launch_spec.parent
-        if (spec_dir / "manifest.json").is_file():  # a build's own launch.json (an export's reads its build too)
+        if (spec_dir / "manifest.json").is_file():  # a build's own launch.json
             read.append(spec_dir)
+        else:  # an export's: it reads its build's tokenizer, and gc removes a build's exports with it
+            read += _build_of_launch_spec(spec_dir)
     for build in read:
         hold_for_reading(build)
     return args
+
+
+def _build_of_launch_spec(spec_dir: Path) -> list[Path]:
+    """The build whose tokenizer an export's launch.json names ([] if none can be read): `train` on an export
+    holds that build against gc too."""
+    try:
+        spec = json.loads((spec_dir / "launch.json").read_text())
+        build = (spec_dir / spec["tokenizer"]["model"]).resolve().parent
+    except (OSError, ValueError, KeyError, TypeError):  # train's own checks name what is wrong with the spec
+        return []
+    return [build] if (build / "manifest.json").is_file() else []
 
 
 def main(argv: list[str] | None = None) -> int:

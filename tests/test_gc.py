@@ -72,8 +72,12 @@ def test_reading_commands_hold_their_builds_against_gc(reference_build: Path, tm
 
     build = tmp_path / "builds" / reference_build.name
     shutil.copytree(reference_build, build)
+    export = tmp_path / "exported"
+    run_cli("export", "megatron", str(build), "--out", str(export))  # train on it reads the build's tokenizer
     before = len(outlock._READING)
-    for argv in (["verify", str(build), "--no-train-step"], ["show", str(build)], ["diff", str(build), str(build)]):
+    for argv in (["verify", str(build), "--no-train-step"], ["show", str(build)], ["diff", str(build), str(build)],
+                 ["train", "--launch-spec", str(build), "--out", str(tmp_path / "run")],
+                 ["train", "--launch-spec", str(export / "launch.json"), "--out", str(tmp_path / "run")]):
         absolute_paths(_parser().parse_args(argv))
         assert outlock.lock_for_removal(build) is None, argv  # gc would keep it
         while len(outlock._READING) > before:  # released, as the command's exit releases it
