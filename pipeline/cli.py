@@ -760,8 +760,10 @@ def _check_export_target(out: Path) -> None:
     """An export replaces its directory whole (the sealed rename), so --out must be new or empty, and outside
     every published build: `export --out OUT` had deleted a whole output directory (builds, cache and logs) and
     `--out BUILD/packed` had replaced a promoted build's files, both with exit 0."""
+    from cpp_data.pipeline.fsutil import is_sealed
+
     for parent in [out, *out.parents]:
-        if (parent / "manifest.json").is_file() and (parent / "_COMPLETE").is_file():
+        if is_sealed(parent) and (parent / "manifest.json").is_file():
             raise BadInput(f"--out {out}: inside the published build {parent}, whose files its manifest fixes; "
                            f"give a directory outside it (the default is OUT/exports/BUILD/...)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cpp_data.pipeline.errors import Locked
+from cpp_data.pipeline.errors import BadInput, Locked
 
 
 class BuildLocked(Locked):
@@ -76,8 +76,6 @@ def hold_for_reading(build: Path) -> None:
     build verify was reading, and eight gates failed on FileNotFoundError. flock, not lockf: a directory
     opens read-only, and lockf's locks need a writable file. BadInput when gc removed the build while this
     waited for its lock."""
-    from cpp_data.pipeline.errors import BadInput
-
     try:
         fd = os.open(build, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:  # not a directory this can open: the command's own checks say what is wrong with it

@@ -76,9 +76,11 @@ class Verifier:
                              f"least 2 (one per split), so add files or sources")
 
     def _prefixes(self, split: str) -> list[Path]:
-        """The split's Megatron prefixes: one, or (training, with source weights) one per weight group. A pair
-        with a file missing fails the gate here: megatron-core's IndexedDataset asserts on it and then prints
-        an AttributeError traceback from its __del__ for each one it failed to open."""
+        """The split's Megatron prefixes: one, or (training, with source weights) one per weight group. An empty
+        split, or a pair with a file missing or an empty .bin, fails the gate here: megatron-core's
+        IndexedDataset asserts on it and then prints an AttributeError traceback from its __del__ for each one
+        it failed to open."""
+        self._need_both_splits()
         prefixes = [self.build / e["path"][: -len(".bin")] for e in _files(self.manifest, "megatron_bin", split)]
         for prefix in prefixes:
             missing = [prefix.name + ext for ext in (".bin", ".idx")
@@ -86,8 +88,7 @@ class Verifier:
             if missing:
                 raise GateFailed(f"{prefix.parent}: {' and '.join(missing)} missing")
             if prefix.with_name(prefix.name + ".bin").stat().st_size == 0:  # megatron-core cannot map it either
-                raise GateFailed(f"{prefix}.bin: empty, the {split} split has no documents (a build needs at "
-                                 f"least 2, one per split: add files or sources)")
+                raise GateFailed(f"{prefix}.bin: empty, though the {split} split's shards hold documents")
         return prefixes
 
     def _prefix_sources(self) -> dict[str, list[str] | None]:

@@ -30,8 +30,10 @@ def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
     not_cpp."""
     name = PurePosixPath(path).name
     suffix = PurePosixPath(name).suffix.lower()
-    if suffix and not (suffix in SNIFFED_EXTENSIONS and suffix not in extensions):
-        return suffix in extensions
+    if suffix in extensions:
+        return True
+    if suffix and suffix not in SNIFFED_EXTENSIONS:
+        return False
     first = head.split(b"\n", 1)[0]
     if first.startswith(b"#!"):
         return any(h in first for h in _SHEBANG_HINTS)
