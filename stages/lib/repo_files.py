@@ -20,7 +20,8 @@ HEAD_BYTES = 4096  # what collect passes as `head`: a license banner can fill th
 # The preprocessor lines a C/C++ header opens with: an #include of <...> or "...", #pragma once, or an include
 # guard (#ifndef X then #define X). A LICENSE text, a Makefile or a NASM include has none of them.
 _CPP_HEAD = re.compile(rb'^[ \t]*#[ \t]*(?:include[ \t]*[<"]|pragma[ \t]+once\b|'
-                       rb"ifndef[ \t]+(\w+)[ \t]*\r?\n(?:[ \t]*(?://[^\n]*)?\r?\n)*[ \t]*#[ \t]*define[ \t]+\1\b)", re.M)
+                       rb"ifndef[ \t]+(\w+)[ \t]*\r?\n(?:[ \t]*(?://[^\n]*)?\r?\n)*[ \t]*#[ \t]*define[ \t]+\1\b)",
+                       re.M)
 
 
 def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
