@@ -563,6 +563,9 @@ def cmd_build(args) -> int:
     sources = _pins(args)
     if args.out.exists() and not args.out.is_dir():
         raise BadInput(f"{args.out}: --out is a file; give a directory (it is made if missing)")
+    if args.out.is_symlink() and not args.out.exists():
+        raise BadInput(f"{args.out}: --out is a symlink to {os.readlink(args.out)}, which does not exist; "
+                       "make that directory or give another --out")
     problem = _executor_problem(args.executor)
     if problem:
         raise BadInput(problem)

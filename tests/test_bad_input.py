@@ -132,6 +132,12 @@ def test_out_that_is_a_file_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2 and len(err.splitlines()) == 1, (proc.returncode, err)
     assert str(out) in err and "is a file" in err and "Traceback" not in err
     assert out.read_text() == "not a directory"  # left as it was
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone" / "out")  # a mount or volume that is not there today
+    proc = run_cli("build", "--sources", str(sources), "--out", str(dangling), check=False)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, (proc.returncode, err)
+    assert "symlink to" in err and str(tmp_path / "gone" / "out") in err and "does not exist" in err, err
 
 
 def test_empty_git_repository_is_a_clear_error(tmp_path):
