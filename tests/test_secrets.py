@@ -54,6 +54,21 @@ def test_planted_secrets_are_scrubbed_whole():
         assert SECRET in by_kind[kind].text, kind
 
 
+def test_passwords_are_found_by_the_name_they_are_given():
+    """Typed passwords have no format and little entropy: KeywordDetector finds `db_password = "..."`, ours
+    the `#define` and the connection string's `Pwd=`; every planted one is gone, each by the plugin meant."""
+    rows = [r for r in PLANTED if r["kind"] in ("hardcoded_password", "connection_string_pwd")]
+    assert len(rows) == 6
+    types = set()
+    for r in rows:
+        text = scrub(_document(r["line"])).text
+        assert r["secret"] not in text and SECRET in text, r["line"]
+        types |= {f.type for f in find_secrets(_document(r["line"]))}
+    assert {"Secret Keyword", "Defined Password", "Connection String Password"} <= types
+    labels = [r["line"] for r in LOOKALIKES if r["kind"] == "credential_label"]
+    assert labels and all(scrub(_document(line)).text == _document(line) for line in labels)
+
+
 def test_lookalikes_survive():
     changed = [r for r in LOOKALIKES if scrub(_document(r["line"])).text != _document(r["line"])]
     assert len(changed) <= 0.02 * len(LOOKALIKES), [(r["kind"], r["line"]) for r in changed]

@@ -5,9 +5,14 @@ through the same steps as its `scan_file` (line filters, each plugin's `analyze_
 filters), on the lines of a document. Two choices, both measured on the labelled set in tests/fixtures/secrets:
 - Three formats detect-secrets has no plugin for (GitHub fine-grained tokens, Google API keys, Anthropic keys)
   are added as detect-secrets plugins (secret_plugins.py), loaded through its custom-plugin setting.
-- KeywordDetector is off. On C++ it flags every quoted value assigned to a name holding `token`, `key` or
-  `password` (a lexer's `token = "int"`), so it rewrites code; passwords in connection strings are
-  BasicAuthDetector's, and high-entropy values under such names the entropy plugins'.
+- KeywordDetector is on, in its C++ mode (a quoted value assigned to, compared with or passed to a name from
+  its denylist: `db_password = "..."`, `std::string secret("...")`), for hardcoded passwords, which no
+  format and no entropy limit catches. One filter of ours (`keyword_value_is_a_label`) drops its findings
+  whose value is a message (`kPasswordPrompt = "Enter password: "`) or a name holding a credential word
+  (`kPasswordField = "password"`, POCO's documented `password = "secret"`): labels, not credentials. Over
+  the 31,210 C/C++ files under this machine's /usr/include and /usr/src, KeywordDetector and the two plugins
+  of ours report nothing (`bench/secrets_scan.py /usr/include /usr/src`, findings by type). Passwords in URLs are
+  BasicAuthDetector's, in `#define`s and ODBC-style connection strings two plugins of ours (secret_plugins).
 - The entropy plugins (Base64, Hex) count only on lines that name a key, token, secret, password or
   credential (filter `entropy_without_secret_name`): hash test vectors, base64 test data and colour tables are
   high-entropy strings too, and they are not secrets. detect-secrets' `is_indirect_reference` filter is off: it
@@ -86,11 +91,19 @@ _PREFILTER = {
     "TelegramBotTokenDetector": [r":[0-9A-Za-z_-]{35}"],
     "Base64HighEntropyString": ["name"],
     "HexHighEntropyString": ["name"],
+    # "keyword": every pattern of the plugin needs a word of KeywordDetector's denylist on the line
+    "KeywordDetector": ["keyword"],
+    "DefinedPasswordDetector": ["keyword"],
+    "ConnectionStringPasswordDetector": ["keyword"],
 }
-# KeywordDetector: see above. IPPublicDetector: addresses are PII, replaced below with its pattern (inside the
-# scanner its findings never survive detect-secrets' is_not_alphanumeric_string filter: they hold no letter).
-_EXCLUDED_PLUGINS = frozenset({"KeywordDetector", "IPPublicDetector"})
+# IPPublicDetector: addresses are PII, replaced below with its pattern (inside the scanner its findings never
+# survive detect-secrets' is_not_alphanumeric_string filter: they hold no letter).
+_EXCLUDED_PLUGINS = frozenset({"IPPublicDetector"})
+# The "keyword" plugins' lines: those holding a secret name (_NAMES) or this word, ASCII-lowercase (each of
+# KeywordDetector's denylist entries holds one of them), then the denylist itself found on the line.
+_KEYWORD_ONLY = ("contrase",)
 _ENTROPY_TYPES = frozenset({"Base64 High Entropy String", "Hex High Entropy String"})
+_KEYWORD_TYPES = frozenset({"Secret Keyword", "Defined Password", "Connection String Password"})
 _FILENAME = "document.cpp"  # what the plugins and filename filters see: C++ source
 _ROUNDS = 3
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -115,6 +128,19 @@ def _ip_patterns() -> tuple:
     from detect_secrets.plugins.ip_public import IPPublicDetector
 
     return tuple(IPPublicDetector().denylist)
+
+
+def keyword_value_is_a_label(secret: str, plugin) -> bool:
+    """A detect-secrets filter (True: drop the finding): a password-by-name finding whose value is a label, not
+    a credential: a message (a space in it, or a colon at its end: `kPasswordPrompt = "Enter password: "`), or
+    a name that holds a credential word itself (a config field, a header: `kPasswordField = "password"`,
+    `kApiKeyHeader = "X-Api-Key"`)."""
+    if plugin.secret_type not in _KEYWORD_TYPES:
+        return False
+    if any(c.isspace() for c in secret) or secret.endswith(":"):
+        return True
+    label = secret.translate(_ASCII_LOWER).replace("-", "_")  # X-Api-Key spells api_key with a dash
+    return bool(_keyword_denylist().search(label))
 
 
 def entropy_without_secret_name(secret: str, plugin, line: str) -> bool:
@@ -157,57 +183,91 @@ def _settings(entropy_limit: float) -> None:
     get_mapping_from_secret_type_to_class.cache_clear()  # so that it reads the custom plugins' file
     settings.disable_filters("detect_secrets.filters.heuristic.is_indirect_reference")
     settings.filters[f"{__name__}.entropy_without_secret_name"] = {}
+    settings.filters[f"{__name__}.keyword_value_is_a_label"] = {}
     get_plugins.cache_clear()  # not detect-secrets' cache_bust: that also drops the settings just made
     get_filters.cache_clear()
 
 
 @functools.lru_cache(maxsize=1)
-def _prefilter_patterns() -> tuple[tuple[tuple[re.Pattern, frozenset[str]], ...], frozenset[str]]:
+def _prefilter_patterns() -> tuple[tuple[tuple[re.Pattern, frozenset[str]], ...], frozenset[str], frozenset[str]]:
     """The prefilter's patterns for the enabled plugins (the same plugins whatever the limit), each with the
-    plugins it stands for, and the plugins prefiltered by a secret name ("name")."""
+    plugins it stands for, the plugins prefiltered by a secret name ("name") and those by a word of
+    KeywordDetector's denylist ("keyword")."""
     from detect_secrets.settings import get_plugins
 
     owners: dict[str, set[str]] = {}
     named: set[str] = set()
+    keyword: set[str] = set()
     for plugin in get_plugins():
         name = type(plugin).__name__
         for p in _PREFILTER.get(name) or [x.pattern for x in getattr(plugin, "denylist", ())]:
             if p == "name":
                 named.add(name)
+            elif p == "keyword":
+                keyword.add(name)
             else:
                 owners.setdefault(p, set()).add(name)
-    return tuple((re.compile(p, re.MULTILINE), frozenset(o)) for p, o in owners.items()), frozenset(named)
+    patterns = tuple((re.compile(p, re.MULTILINE), frozenset(o)) for p, o in owners.items())
+    return patterns, frozenset(named), frozenset(keyword)
+
+
+@functools.lru_cache(maxsize=1)
+def _keyword_denylist() -> re.Pattern:
+    """KeywordDetector's denylist (detect-secrets' own list) as one pattern for ASCII-lowercased text, each
+    entry cut at its first non-ASCII letter (`contraseña`: an ASCII lowering leaves `Ñ` as it is)."""
+    from detect_secrets.plugins.keyword import DENYLIST
+
+    return re.compile("|".join(re.match(r"[\x00-\x7f]*", entry).group() for entry in DENYLIST))
+
+
+def _lines_holding(lower: str, starts: list[int], words: tuple[str, ...]) -> set[int]:
+    """The lines (1-based) of `lower` (ASCII-lowercased text) holding any of `words` (str.find runs at memchr
+    speed; a regex alternation of the words does not)."""
+    import bisect
+
+    lines: set[int] = set()
+    for word in words:
+        i = lower.find(word)
+        while i >= 0:
+            n = bisect.bisect_right(starts, i)
+            lines.add(n)
+            i = lower.find(word, starts[n] if n < len(starts) else len(lower))
+    return lines
 
 
 def candidate_plugins(text: str, entropy_limit: float = 4.5) -> dict[int, frozenset[str]]:
     """The lines the scanner must see (1-based, in order) and, for each, the plugins that must scan it: those
     whose prefilter pattern matches there (a match spanning lines marks each), and on lines naming a secret
-    that hold a long run (`_LONG_RUN`), the plugins prefiltered by a name. A plugin can only report on a line
-    its own prefilter marks, so the others are not run there: the scanner's per-line, per-plugin calls were
-    most of the scrub's time."""
+    that hold a long run (`_LONG_RUN`), the plugins prefiltered by a name, and on lines holding a word of
+    KeywordDetector's denylist, the plugins prefiltered by one. A plugin can only report on a line its own
+    prefilter marks, so the others are not run there: the scanner's per-line, per-plugin calls were most of
+    the scrub's time."""
     import bisect
 
     starts = [0] + [m.end() for m in re.finditer("\n", text)]
     configure(entropy_limit)
-    patterns, by_name = _prefilter_patterns()
+    patterns, by_name, by_keyword = _prefilter_patterns()
     found: dict[int, set[str]] = {}
     for pattern, owners in patterns:
         for m in pattern.finditer(text):
             first = bisect.bisect_right(starts, m.start())
             for n in range(first, bisect.bisect_right(starts, max(m.start(), m.end() - 1)) + 1):
                 found.setdefault(n, set()).update(owners)
-    lower, named = text.translate(_ASCII_LOWER), set()  # ASCII only: str.lower() can change lengths (İ)
-    for word in _NAMES:  # str.find runs at memchr speed; a regex alternation of the names does not
-        i = lower.find(word)
-        while i >= 0:
-            n = bisect.bisect_right(starts, i)
-            named.add(n)
-            i = lower.find(word, starts[n] if n < len(starts) else len(lower))
+    lower = text.translate(_ASCII_LOWER)  # ASCII only: str.lower() can change lengths (İ)
+
+    def line(n: int) -> tuple[int, int]:
+        return starts[n - 1], starts[n] - 1 if n < len(starts) else len(text)
+
+    named = _lines_holding(lower, starts, _NAMES)
     if by_name:
         for n in named:
-            end = starts[n] - 1 if n < len(starts) else len(text)
-            if _LONG_RUN.search(text, starts[n - 1], end):
+            if _LONG_RUN.search(text, *line(n)):
                 found.setdefault(n, set()).update(by_name)
+    if by_keyword:  # every denylist word but the Spanish one holds a name ("key", "pass", "pw", "secret")
+        denylist = _keyword_denylist()
+        for n in named | _lines_holding(lower, starts, _KEYWORD_ONLY):
+            if denylist.search(lower, *line(n)):
+                found.setdefault(n, set()).update(by_keyword)
     return {n: frozenset(found[n]) for n in sorted(found)}
 
 

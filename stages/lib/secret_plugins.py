@@ -12,7 +12,12 @@ C++ is a credential, not code:
   ...`) or a shell export (`AWS_SECRET_ACCESS_KEY=...`), pasted into a comment or a raw string: 40 characters
   of `[A-Za-z0-9/+]`. detect-secrets' AWS plugin wants the value quoted, so the key id on the line above was
   redacted and the secret beside it published. The name is the prefix here, not the value.
-Written by hand because no kept library has them; the formats are the providers' published ones.
+- Passwords in two places detect-secrets' KeywordDetector (on, for `password = "..."`, `secret("...")`) does
+  not look: a `#define` whose name holds a credential word (`#define SMTP_PASSWORD "..."`: no `=` sign), and
+  the `Password=` or `Pwd=` pair of an ODBC/ADO.NET connection string (`"Server=db;Uid=sa;Pwd=...;"`), taken
+  only beside another of that string's usual keys, so C++'s own `pwd=buf;` is left alone.
+Written by hand because no kept library has them; the formats are the providers' published ones (for the two
+password forms, the C preprocessor's and the connection strings' syntax).
 """
 
 from __future__ import annotations
@@ -51,4 +56,37 @@ class AwsSecretKeyByNameDetector(RegexBasedDetector):
                            r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")]
 
 
-PLUGINS = (GitHubFineGrainedTokenDetector, GoogleApiKeyDetector, AnthropicKeyDetector, AwsSecretKeyByNameDetector)
+# A name that holds a credential, as detect-secrets' KeywordDetector spells them (entries of its DENYLIST, which
+# scrub's prefilter looks for on a line before this plugin sees it).
+_CREDENTIAL_WORD = r"(?:api_?key|auth_?key|priv(?:ate)?_?key|client_?key|passw(?:or)?d|pwd|secret)"
+
+
+class DefinedPasswordDetector(RegexBasedDetector):
+    """A string macro named for a credential: `#define DB_PASSWORD "..."`, `#define API_SECRET "..."`.
+    KeywordDetector's C++ patterns want an `=` or a call, which a #define has neither of. Over /usr/include,
+    such macros are mostly protocol names (OpenSSL's `OSSL_KDF_PARAM_PASSWORD "pass"`, `TLS_MD_MASTER_SECRET_CONST
+    "\\x6d..."`, tweetnacl's `crypto_secretbox_PRIMITIVE`), so the word must be a whole part of the name (between
+    underscores or at an end) and the value a password's shape: 6 or more characters with no space or escape,
+    letters and something else."""
+
+    secret_type = "Defined Password"
+    denylist = [re.compile(r"(?i)^\s*#\s*define\s+(?:\w*_)?" + _CREDENTIAL_WORD + r"(?:_\w*)?\s+(?:[LuU]8?)?"
+                           r"\"((?=[^\"\s\\]*[A-Za-z])(?=[^\"\s\\]*[^A-Za-z\"\s\\])[^\"\s\\]{6,})\"")]
+
+
+# The keys a connection string's password sits among (ODBC, ADO.NET, OLE DB, JDBC-style pairs)
+_CONNECTION_KEY = (r"(?:server|data\s?source|host|address|uid|user\s?id|user(?:name)?|database|initial\s?catalog|driver"
+                   r"|dsn|provider|port)")
+
+
+class ConnectionStringPasswordDetector(RegexBasedDetector):
+    """The password of a `key=value;` connection string (`Server=db;Uid=sa;Pwd=...;`), after or before
+    another of its keys."""
+
+    secret_type = "Connection String Password"
+    denylist = [re.compile(r"(?i)\b" + _CONNECTION_KEY + r"\s*=[^;\"'\n]*;\s*(?:password|pwd)\s*=\s*([^;\"'\s]+)"),
+                re.compile(r"(?i)\b(?:password|pwd)\s*=\s*([^;\"'\s]+)\s*;\s*" + _CONNECTION_KEY + r"\s*=")]
+
+
+PLUGINS = (GitHubFineGrainedTokenDetector, GoogleApiKeyDetector, AnthropicKeyDetector, AwsSecretKeyByNameDetector,
+           DefinedPasswordDetector, ConnectionStringPasswordDetector)
