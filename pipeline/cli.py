@@ -577,6 +577,7 @@ def cmd_build(args) -> int:
 
         check_ray_cluster(executor)
     from cpp_data.pipeline.buildlog import BuildLog
+    from cpp_data.pipeline.sources import uncommitted_files
 
     try:
         log = BuildLog(args.out, args.log_format, live=not args.no_progress and sys.stderr.isatty())
@@ -586,8 +587,13 @@ def cmd_build(args) -> int:
         log(f"cpp-data {__version__}: recipe {recipe.version} (schema {recipe.schema_generation}), "
             f"{len(sources)} source(s), executor {args.executor} x{args.workers}", event="start",
             recipe=recipe.version, sources={s.name: s.commit for s in sources}, log_file=str(log.path))
+        unread = []
         for s in sources:
             log(f"  {s.name:<24} {s.commit[:17]}  {s.url}", event="source", source=s.name)
+            if n := uncommitted_files(s):
+                unread.append(f"source {s.name}: {n} file(s) of {s.url} are modified or untracked and not read "
+                              f"(the build reads commit {s.commit[:12]}); commit them to build them")
+                log(f"  warning: {unread[-1]}", event="warning", source=s.name)
         try:
             result = run_build(args.out, recipe, sources, executor, only=args.only, from_stage=args.from_stage,
                                force=args.force, wait=args.wait, log=log)
@@ -600,7 +606,7 @@ def cmd_build(args) -> int:
                     format_summary(result.summary, result.build_dir, result.new_build))
     finally:
         log.close()
-    for warning in result.summary.get("warnings", []):
+    for warning in unread + result.summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return EXIT_OK if result.new_build else EXIT_NOTHING_TO_DO
 

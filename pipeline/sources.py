@@ -355,6 +355,18 @@ def _resolve_ref(spec: SourceSpec) -> LockedSource:
     raise SourcesError(f"{where}: ref {spec.ref!r} not found on the remote")
 
 
+def uncommitted_files(pin: LockedSource) -> int:
+    """How many files of a local git source's working tree are modified, staged or untracked (0 for any other
+    source): the build reads the pinned commit, so a user's edits there are not in it until committed."""
+    if pin.kind != "git" or not _is_local(pin.url):
+        return 0
+    try:
+        status = _git("status", "--porcelain", "--untracked-files=all", cwd=pin.url)
+    except (RuntimeError, OSError):  # a bare or vanished repository: collect reads the commit and says what is wrong
+        return 0
+    return sum(1 for line in status.splitlines() if line.strip())
+
+
 def lock_path_for(sources_path: Path) -> Path:
     return Path(sources_path).with_suffix(".lock")
 

@@ -44,8 +44,12 @@ def test_build_records_pins_and_moves_only_changed_sources(tmp_path):
         {"name": "moving", "url": f"file://{repo}", "ref": "main"},
         {"name": "steady", "url": str(other), "ref": "main"},
     ])
+    (other / "x" / "draft.cc").write_text("int draft();\n")  # a user's edit, not committed
     out = tmp_path / "out"
-    provenance_build(sources, out, stages=("semantics",))
+    first_build = provenance_build(sources, out, stages=("semantics",))
+    warning = next(ln for ln in first_build.stderr.splitlines() if ln.startswith("warning: source steady"))
+    assert "1 file(s)" in warning and str(other) in warning and "not read" in warning, warning
+    assert "source moving" not in first_build.stderr  # a file:// remote has no working tree of ours to look at
     manifest = json.loads((build_dir(out) / "manifest.json").read_text())
     pins = {s["name"]: s for s in manifest["sources"]}
     assert pins["moving"]["commit"] == first and pins["moving"]["requested_ref"] == "main"
