@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -100,6 +101,15 @@ def _path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty (an unset variable?); give a path, or . for this directory")
     return Path(text)
+
+
+def _file_prefix(text: str) -> str:
+    """An argparse type: a file name prefix, with no path in it (`--name ../../evil` had written bin/idx files
+    outside the export directory)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file prefix: use letters, digits, '.', '_' and '-', "
+                                         f"starting with a letter or digit")
+    return text
 
 
 def _number(lowest: float, highest: float | None = None, above: bool = False):
@@ -228,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
                           "tokenizer's vocabulary size on the same training documents, then compare bytes per token "
                           "on the held-out set (the tokenizer's held-out training files plus the validation split), "
                           "per repo and overall, and the tokens of C++ idioms. Exits 1 when a target of "
-                          "docs/DESIGN.md is not met (>= 8%% fewer tokens; std::vector<std::string> in <= 3).")
+                          "docs/DESIGN.md is not met (>= 8% fewer tokens; std::vector<std::string> in <= 3).")
     te.add_argument("build", type=_path, help="a build directory whose recipe has a tokenizer, or OUT")
     te.add_argument("--json", type=_path, help="also write the full result as JSON here")
 
@@ -254,7 +264,8 @@ def _parser() -> argparse.ArgumentParser:
     em.add_argument("build", type=_path, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
     em.add_argument("--out", type=_path,
                     help="export directory (default OUT/exports/BUILD/megatron-NAME-<hash of the arguments>)")
-    em.add_argument("--name", default="cpp", help="file prefix of the bin/idx pairs")
+    em.add_argument("--name", type=_file_prefix, default="cpp",
+                    help="file prefix of the bin/idx pairs (letters, digits, '.', '_', '-')")
     em.add_argument("--seq-length", type=_int_at_least(2, MAX_SEQ_LENGTH), default=2048,
                     help="sequence length written into its launch.json")
     em.add_argument("--workers", type=_int_at_least(1), default=os.cpu_count() or 1,
@@ -638,6 +649,8 @@ def cmd_status(args) -> int:
 def cmd_report(args) -> int:
     from cpp_data.pipeline.report import build_report, default_report_path
 
+    if args.output is not None:
+        _outside_published_builds(args.output, "--output", "OUT/reports/BUILD.html")
     out = build_report(args.build, args.output or default_report_path(args.build))
     print(f"wrote {out}")
     return EXIT_OK
@@ -648,6 +661,8 @@ def cmd_diff(args) -> int:
 
     if args.tables and args.tables.exists() and not args.tables.is_dir():  # before the diff's work, not after
         raise BadInput(f"--tables {args.tables}: is a file; give a directory (it is made if missing)")
+    if args.tables:
+        _outside_published_builds(args.tables, "--tables", "a directory of its own")
     result = diff_builds(args.a, args.b)
     if args.tables:
         try:
@@ -701,6 +716,9 @@ def cmd_export(args) -> int:
     from cpp_data.schemas.reader import require_complete
 
     require_complete(args.build)
+    if not (args.build / "tokenizer" / "cpp_tokenizer.json").is_file():
+        raise BadInput(f"{args.build}: this build has no tokenizer (its recipe, schema generation v2 to v5, has no "
+                       f"tokenizer stage), so it has no token ids to export; export a v6 build")
     if args.export_command == "megatron":
         os.environ["RAYON_NUM_THREADS"] = str(args.workers)
         arguments = {"format": "megatron", "name": args.name, "seq_length": args.seq_length}
@@ -765,16 +783,22 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
+def _outside_published_builds(path: Path, option: str, default: str) -> None:
+    """Refuse a path a command would write inside a published build: its manifest fixes every file there
+    (`report --output BUILD/reports/summary.json` had replaced the summary with HTML, exit 0)."""
+    from cpp_data.pipeline.fsutil import is_sealed
+
+    for parent in [path, *path.parents]:
+        if is_sealed(parent) and (parent / "manifest.json").is_file():
+            raise BadInput(f"{option} {path}: inside the published build {parent}, whose files its manifest fixes; "
+                           f"give a path outside it (the default is {default})")
+
+
 def _check_export_target(out: Path) -> None:
     """An export replaces its directory whole (the sealed rename), so --out must be new or empty, and outside
     every published build: `export --out OUT` had deleted a whole output directory (builds, cache and logs) and
     `--out BUILD/packed` had replaced a promoted build's files, both with exit 0."""
-    from cpp_data.pipeline.fsutil import is_sealed
-
-    for parent in [out, *out.parents]:
-        if is_sealed(parent) and (parent / "manifest.json").is_file():
-            raise BadInput(f"--out {out}: inside the published build {parent}, whose files its manifest fixes; "
-                           f"give a directory outside it (the default is OUT/exports/BUILD/...)")
+    _outside_published_builds(out, "--out", "OUT/exports/BUILD/...")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out {out}: exists and holds other files, which the export would replace; give a new or "
                        f"empty directory")

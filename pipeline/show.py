@@ -53,7 +53,7 @@ def sample_documents(build: Path, repo: str | None = None, path_glob: str | None
         import pyarrow.parquet as pq
 
         have = set(pq.read_schema(build / shard["path"]).names)
-    wanted = BASE_COLUMNS + [c for c in OPTIONAL if c in have] + [c for c in (columns or []) if c not in BASE_COLUMNS]
+    wanted = list(dict.fromkeys(BASE_COLUMNS + [c for c in OPTIONAL if c in have] + list(columns or [])))  # once each
     unknown = [c for c in (columns or []) if c not in have]
     if unknown:
         from cpp_data.pipeline.errors import BadInput

@@ -168,3 +168,21 @@ def test_export_never_replaces_files_it_did_not_write(reference_build: Path, tmp
     empty.mkdir()  # an empty directory is a fine target
     run_cli("export", "megatron", str(reference_build), "--out", str(empty))
     assert (empty / "launch.json").is_file()
+
+
+def test_commands_never_write_inside_a_published_build(reference_build: Path):
+    """`report --output BUILD/reports/summary.json` had replaced a sealed build's summary with HTML, `diff --tables
+    BUILD/shards` added Parquet files to it, and `export megatron --name ../../evil` wrote bin/idx files outside
+    the export directory, all with exit 0. Each is refused in one line before any work."""
+    b = str(reference_build)
+    for args, message in (
+            (["report", b, "--output", f"{b}/reports/summary.json"], f"inside the published build {b}"),
+            (["report", b, "--output", f"{b}/x.html"], f"inside the published build {b}"),
+            (["diff", b, b, "--tables", f"{b}/shards"], f"inside the published build {b}"),
+            (["export", "megatron", b, "--name", "../../evil"], "is not a file prefix"),
+            (["export", "megatron", b, "--name", ""], "is not a file prefix")):
+        proc = run_cli(*args, check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], (args, proc.stderr)
+    run_cli("validate", b)
+    assert not list(reference_build.parent.parent.rglob("*evil*"))

@@ -29,6 +29,9 @@ def test_show_filters_by_repo_and_glob(reference_build: Path):
     assert docs and all(d["source_repo"] == "googletest" and d["source_path"].endswith(".cc") for d in docs)
     proc = run_cli("show", str(reference_build), "--repo", "no-such-repo", check=False)
     assert proc.returncode == 2 and "no document matches --repo no-such-repo" in proc.stderr
+    again = json.loads(run_cli("show", str(reference_build), "-n", "1", "--json", "--columns", "token_ids",
+                               "source_path").stdout)  # columns shown anyway: asked again, once each
+    assert len(again) == 1 and again[0]["token_ids"]
 
 
 def test_show_colours_structure_in_a_terminal_only(reference_build: Path):
