@@ -3,7 +3,7 @@
 Snapshot: builds/<version>-<YYYYMMDD>-<fp8>/ where fp8 starts the build fingerprint (the hash of every stage
 instance's fingerprint). Shards, the ledger and the exports are copies out of the sealed cache (never links:
 pipeline/cache.py says why), read-only;
-manifest.json and reports/summary.json are written, then `_COMPLETE`, then the directory is renamed into place.
+reports/summary.json and manifest.json (which holds the summary's SHA-256) are written, then `_COMPLETE`, then the directory is renamed into place.
 A build whose fingerprint already has a snapshot publishes nothing new ("nothing to do").
 """
 
@@ -321,8 +321,11 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     card.chmod(card.stat().st_mode & ~0o222)
     files.append({"path": "README.md", "kind": "card", "split": None, "rows": None, "bytes": card.stat().st_size,
                   "sha256": sha256_file(card)})
-    atomic_write_json(partial / "manifest.json", manifest)
+    # the summary holds this run's timings, so it is no file of the build's bytes; its digest in the manifest
+    # still lets validate tell a damaged or replaced one (it had passed validate and verify as garbage)
     atomic_write_json(partial / "reports" / "summary.json", summary)
+    manifest["summary_sha256"] = sha256_file(partial / "reports" / "summary.json")
+    atomic_write_json(partial / "manifest.json", manifest)
     seal(partial, final)
     return final, True
 

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 
+from cpp_data.pipeline.errors import BadInput
 from cpp_data.pipeline.fsutil import atomic_write_text
 from cpp_data.pipeline.terminal_text import printable
 from cpp_data.schemas.artifacts import rule_of
@@ -243,7 +244,10 @@ def build_report(build: Path, out: Path | None = None) -> Path:
     build = require_complete(Path(build))
     manifest = load_manifest(build)
     summary_file = build / "reports" / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    try:
+        summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{summary_file}: not valid JSON ({exc}); `cpp-data validate` checks the build") from None
     ledger = read_ledger(build / "provenance" / "ledger.parquet").to_pylist()
     kept = [r for r in ledger if r["decision"] == "kept"]
     lic_counts = Counter((r["source_repo"], r["license_spdx"] or "none") for r in kept)

@@ -22,6 +22,7 @@ A passing build is promoted: OUT/builds/PROMOTED names it, and OUT/verify/<build
 from __future__ import annotations
 
 import functools
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -108,14 +109,21 @@ class Verifier:
             rows = tokens = empty = 0
             max_id = -1
             for e in _files(self.manifest, "shard", split):
-                t = pq.read_table(self.build / e["path"], columns=["text", "token_ids"])
-                lengths = pc.list_value_length(t.column("token_ids"))
+                path = self.build / e["path"]
+                tokenized = "token_ids" in pq.read_schema(path).names  # v2..v5 shards hold text only
+                t = pq.read_table(path, columns=["text", "token_ids"] if tokenized else ["text"])
+                empty_doc = pc.equal(pc.utf8_length(t.column("text")), 0)
                 rows += t.num_rows
-                tokens += int(pc.sum(lengths).as_py() or 0)
-                empty += int(pc.sum(pc.or_(pc.equal(pc.utf8_length(t.column("text")), 0),
-                                           pc.equal(lengths, 0))).as_py() or 0)
-                m = pc.max(pc.list_flatten(t.column("token_ids"))).as_py()
-                max_id = max(max_id, -1 if m is None else m)
+                if tokenized:
+                    lengths = pc.list_value_length(t.column("token_ids"))
+                    file_tokens = int(pc.sum(lengths).as_py() or 0)
+                    if e.get("tokens") is not None and e["tokens"] != file_tokens:
+                        raise GateFailed(f"{path}: {file_tokens:,} tokens, manifest.json says {e['tokens']:,}")
+                    tokens += file_tokens
+                    empty_doc = pc.or_(empty_doc, pc.equal(lengths, 0))
+                    m = pc.max(pc.list_flatten(t.column("token_ids"))).as_py()
+                    max_id = max(max_id, -1 if m is None else m)
+                empty += int(pc.sum(empty_doc).as_py() or 0)
             stats[split] = {"rows": rows, "tokens": tokens, "empty": empty, "max_id": max_id}
         return stats
 
@@ -128,7 +136,6 @@ class Verifier:
 
     def counts(self) -> str:
         self._need_export()
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
 
         s = self.shard_stats
         totals = self.manifest["totals"]
@@ -140,7 +147,7 @@ class Verifier:
             raise GateFailed(f"shards hold {s['train']['tokens'] + s['valid']['tokens']} tokens, manifest says "
                              f"{totals['tokens']}")
         for split in ("train", "valid"):
-            sets = [IndexedDataset(str(p)) for p in self._prefixes(split)]
+            sets = [_indexed(p) for p in self._prefixes(split)]
             names = " + ".join(p.name for p in self._prefixes(split))
             sequences = sum(len(ds) for ds in sets)
             if sequences != s[split]["rows"]:
@@ -154,12 +161,11 @@ class Verifier:
 
     def token_range(self) -> str:
         self._need_export()
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
 
         vocab = self.manifest["tokenizer"]["vocab_size"]
         found = {f"shards/{k}": v["max_id"] for k, v in self.shard_stats.items()}
         for prefix in self._prefixes("train") + self._prefixes("valid"):
-            ids = _bin_array(IndexedDataset(str(prefix)))  # uint16 under 65,500 ids (megatron-core's rule)
+            ids = _bin_array(_indexed(prefix))  # uint16 under 65,500 ids (megatron-core's rule)
             found[f"{prefix.name}.bin"] = int(ids.max()) if ids.size else -1
         for e in _files(self.manifest, "packed"):
             m = pc.max(pc.list_flatten(pq.read_table(self.build / e["path"], columns=["input_ids"])
@@ -172,7 +178,6 @@ class Verifier:
 
     def decode(self) -> str:
         self._need_export()
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
 
         from cpp_data.tokenizer.files import load_tokenizer
 
@@ -189,7 +194,7 @@ class Verifier:
                 members = groups.get(prefix.name)
                 texts = [t for t, r in zip(first.column("text").to_pylist(), first.column("source_repo").to_pylist())
                          if members is None or r in members][: self.first_docs]
-                ds = IndexedDataset(str(prefix))
+                ds = _indexed(prefix)
                 for i, text in enumerate(texts):
                     ids = ds[i].tolist()
                     if ids[-1] != eod:
@@ -212,18 +217,37 @@ class Verifier:
 
     def megatron_read(self) -> str:
         self._need_export()
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
 
         out = []
-        for prefix in self._prefixes("train") + self._prefixes("valid"):
-            ds = IndexedDataset(str(prefix))
-            if not np.array_equal(ds.document_indices, np.arange(len(ds) + 1)):
-                raise GateFailed(f"{prefix}.idx: document index is not one sequence per document")
-            for i in range(len(ds)):
-                if len(ds[i]) != ds.sequence_lengths[i]:
-                    raise GateFailed(f"{prefix}: sequence {i} length differs from the index")
-            out.append(f"{prefix.name} {len(ds):,} sequences ({ds.index.dtype.__name__})")
-        return ", ".join(out)
+        eod = np.array([self.manifest_eod()])
+        groups = self._prefix_sources()
+        for split in ("train", "valid"):
+            sets = {}
+            for prefix in self._prefixes(split):
+                ds = _indexed(prefix)
+                if not np.array_equal(ds.document_indices, np.arange(len(ds) + 1)):
+                    raise GateFailed(f"{prefix}.idx: document index is not one sequence per document")
+                sets[prefix] = [ds, 0]
+                out.append(f"{prefix.name} {len(ds):,} sequences ({ds.index.dtype.__name__})")
+            # every sequence is its shard document's token_ids and EOD, in shard order (per weight group)
+            for e in _files(self.manifest, "shard", split):
+                t = pq.read_table(self.build / e["path"], columns=["token_ids", "source_repo"])
+                for ids, repo in zip(t.column("token_ids").to_numpy(zero_copy_only=False),
+                                     t.column("source_repo").to_pylist()):
+                    prefix = next((p for p in sets if groups.get(p.name) is None or repo in groups[p.name]), None)
+                    if prefix is None:
+                        raise GateFailed(f"{e['path']}: a document of {repo} belongs to no prefix of launch.json")
+                    ds, i = sets[prefix]
+                    if i >= len(ds) or not np.array_equal(ds[i], np.concatenate([ids, eod])):
+                        raise GateFailed(f"{prefix}.bin: sequence {i} is not document {i} of the {split} shards' "
+                                         f"token_ids and EOD")
+                    sets[prefix][1] = i + 1
+        return ", ".join(out) + "; every sequence equals its shard document's token_ids + EOD"
+
+    def manifest_eod(self) -> int:
+        from cpp_data.tokenizer.files import tokenizer_info
+
+        return tokenizer_info(self.build / "tokenizer")["roles"]["eos"]
 
     def gpt_dataset(self) -> str:
         self._need_export()
@@ -260,11 +284,17 @@ class Verifier:
         return "; ".join(out)
 
     def packed(self) -> str:
+        import json
+
         entries = _files(self.manifest, "packed")
         if not entries:
             if not self.manifest.get("totals", {}).get("documents"):
                 raise GateFailed("the build has no documents, so no packed rows")
             raise GateFailed("the build has no packed rows (its recipe lacks packed_rows)")
+        seq = self.manifest.get("seq_length")
+        spec_seq = json.loads(self.spec_path.read_text()).get("seq_length") if self.spec_path.is_file() else seq
+        if seq != spec_seq:
+            raise GateFailed(f"{self.build / 'manifest.json'}: seq_length {seq}, launch.json says {spec_seq}")
         rows = 0
         for e in entries:
             t = pq.read_table(self.build / e["path"])
@@ -272,6 +302,8 @@ class Verifier:
                 n = len(r["input_ids"])
                 doc_ids = r["doc_ids"]
                 valid = sum(1 for d in doc_ids if d)
+                if n != seq:
+                    raise GateFailed(f"{e['path']}: row {r['pack_id']} holds {n} ids, the build's seq_length is {seq}")
                 if n != len(r["target_ids"]) or n != len(r["loss_mask"]) or n != len(doc_ids):
                     raise GateFailed(f"{e['path']}: row {r['pack_id']} has columns of different lengths")
                 if valid != r["valid_token_count"] or max(doc_ids) != r["num_docs"]:
@@ -286,6 +318,8 @@ class Verifier:
         from cpp_data.tokenizer.files import tokenizer_info
 
         if not _files(self.manifest, "packed_bin"):
+            if not _files(self.manifest, "packed"):
+                raise GateFailed("the build has no packed rows (its recipe lacks packed_rows)")
             raise GateFailed("the build has no packed bin/idx (built by a cpp-data before they existed)")
         self._need_both_splits()
         roles = tokenizer_info(self.build / "tokenizer")["roles"]
@@ -340,6 +374,19 @@ class Verifier:
         return g
 
 
+def _indexed(prefix: Path):
+    """megatron-core's IndexedDataset over `prefix`; a pair it cannot open fails the gate naming the files
+    (its own assertions carry no message: a damaged .idx read 'AssertionError: ')."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    try:
+        return IndexedDataset(str(prefix))
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} in megatron-core's reader"
+        raise GateFailed(f"{prefix}.idx/.bin: megatron-core cannot open them ({reason}); the pair is damaged "
+                         f"(`cpp-data validate` names the file)") from None
+
+
 def _bin_array(ds) -> np.ndarray:
     """All token ids of an IndexedDataset as one memory-mapped array (no copy)."""
     prefix = ds.path_prefix
@@ -352,21 +399,40 @@ def verify(build: Path, log=print, **kw) -> tuple[bool, list[Gate]]:
     # megatron-core's optimizer modules, imported on the way to GPTDataset, warn four times that Transformer
     # Engine and Apex are absent: true of every CPU machine, and nothing verify's user can act on
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
-    v = Verifier(build, **kw)
+    from cpp_data.pipeline.errors import CheckFailed
+
+    try:
+        v = Verifier(build, **kw)
+    except ValueError as exc:  # a damaged manifest is a failed check, as `validate` says it (exit 1, not 2)
+        raise CheckFailed(str(exc)) from None
     results = []
-    for name, fn in v.gates():
-        t0 = time.monotonic()
-        try:
-            results.append(Gate(name, True, fn()))
-        except GateFailed as exc:
-            results.append(Gate(name, False, str(exc)))
-        except Exception as exc:  # a gate that crashes is a failed gate, with its reason
-            results.append(Gate(name, False, f"{type(exc).__name__}: {exc}"))
-        results[-1].seconds = round(time.monotonic() - t0, 2)
-        g = results[-1]
-        log(f"  {'PASS' if g.ok else 'FAIL'}  {g.name:<16} {g.detail}")
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_quiet_reader_teardown, previous_hook)
+    try:
+        for name, fn in v.gates():
+            t0 = time.monotonic()
+            try:
+                results.append(Gate(name, True, fn()))
+            except GateFailed as exc:
+                results.append(Gate(name, False, str(exc)))
+            except Exception as exc:  # a gate that crashes is a failed gate, with its reason, in one line
+                first = (str(exc).strip().splitlines() or [""])[0]  # pyarrow's errors go on with the whole schema
+                results.append(Gate(name, False, f"{type(exc).__name__}: {first}"))
+            results[-1].seconds = round(time.monotonic() - t0, 2)
+            g = results[-1]
+            log(f"  {'PASS' if g.ok else 'FAIL'}  {g.name:<16} {g.detail}")
+    finally:
+        sys.unraisablehook = previous_hook
     ok = all(g.ok for g in results)
     return ok, results
+
+
+def _quiet_reader_teardown(previous, unraisable) -> None:
+    """Drop the AttributeError that megatron-core's IndexedDataset.__del__ raises after its __init__ failed on a
+    damaged pair (a 13- to 31-line traceback on stderr); the gate has already said which pair, in one line."""
+    if getattr(unraisable.object, "__qualname__", "").startswith("IndexedDataset."):
+        return
+    previous(unraisable)
 
 
 def promote(build: Path, gates: list[Gate]) -> Path:

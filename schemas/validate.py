@@ -19,7 +19,8 @@ from cpp_data.schemas.manifest import load_manifest, sha256_file
 from cpp_data.schemas.reader import ShardError, read_row_group, require_complete, struct_fields_renamed
 
 # The files of a build that its manifest does not list: the manifest itself, the seal, and the build summary
-# (it holds this run's timings, so it is not part of the build's bytes; pipeline/build.py writes all three).
+# (it holds this run's timings, so it is not part of the build's bytes, but the manifest's `summary_sha256`
+# fixes it; pipeline/build.py writes all three).
 BUILD_FILES = frozenset({"manifest.json", "_COMPLETE", "reports/summary.json"})
 
 
@@ -106,6 +107,13 @@ def validate_build(build_dir: Path) -> dict:
             check_shard(path, generation, entry.get("rows"))
             shards += 1
             rows += entry.get("rows") or 0
+    summary = build_dir / "reports" / "summary.json"
+    if manifest.get("summary_sha256") is not None:  # builds before 2026-12-05 did not record it
+        if not summary.is_file():
+            raise ShardError(f"{summary}: missing (the manifest records its SHA-256)")
+        digest = sha256_file(summary)
+        if digest != manifest["summary_sha256"]:
+            raise ShardError(f"{summary}: SHA-256 {digest[:16]}..., manifest says {manifest['summary_sha256'][:16]}...")
     listed = {Path(e["path"]).as_posix() for e in manifest["files"]} | BUILD_FILES
     for path in sorted(p for p in build_dir.rglob("*") if not p.is_dir()):
         rel = path.relative_to(build_dir).as_posix()

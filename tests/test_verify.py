@@ -124,3 +124,74 @@ def test_a_build_without_documents_fails_verify_in_words_not_tracebacks(tmp_path
         assert f"FAIL  {gate:<16} the train and valid splits are empty" in proc.stdout, proc.stdout
     assert "FAIL  packed           the build has no documents, so no packed rows" in proc.stdout
     assert "FAIL  empty_documents  the build has no documents" in proc.stdout
+
+
+def _edit_manifest(build: Path, edit) -> None:
+    manifest = json.loads((build / "manifest.json").read_text())
+    edit(manifest)
+    (build / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_verify_holds_the_manifest_to_the_files_it_describes(reference_build: Path, tmp_path: Path):
+    """A manifest that disagrees with its files had passed every gate and been promoted: a shard's token count
+    raised, seq_length changed, a .bin token changed with only the manifest's checksum updated, the summary
+    replaced. Each now fails the gate that reads the disagreeing file, naming it."""
+    from cpp_data.schemas.manifest import sha256_file
+
+    def first_shard(m: dict) -> dict:
+        return next(e for e in m["files"] if e.get("kind") == "shard")
+
+    def more_tokens(m: dict) -> None:
+        first_shard(m)["tokens"] += 7
+
+    def other_seq_length(m: dict) -> None:
+        m["seq_length"] = 2048
+
+    cases = [("tokens", more_tokens, "counts", "manifest.json says"),
+             ("seq", other_seq_length, "packed", "launch.json says 4096")]
+    for name, edit, gate, words in cases:
+        build = _copy_build(reference_build, tmp_path / name)
+        _edit_manifest(build, edit)
+        proc = run_cli("verify", str(build), "--no-train-step", check=False)
+        assert proc.returncode == 1 and f"FAIL  {gate}" in proc.stdout and words in proc.stdout, (name, proc.stdout)
+        assert not (tmp_path / name / "builds" / "PROMOTED").exists()
+    # one token of the last training document, the manifest's checksum brought along (a forged or half-redone
+    # export): only the full comparison with the shards' token_ids sees it
+    build = _copy_build(reference_build, tmp_path / "bin")
+    from cpp_data.schemas.indexed import read_sequences
+
+    sequences = read_sequences(build / "megatron" / "cpp_train")
+    data = bytearray((build / "megatron" / "cpp_train.bin").read_bytes())
+    at = len(data) - 2 * sequences[0].dtype.itemsize  # the token before the last document's EOD
+    data[at] ^= 0x01
+    (build / "megatron" / "cpp_train.bin").write_bytes(bytes(data))
+    digest = sha256_file(build / "megatron" / "cpp_train.bin")
+    _edit_manifest(build, lambda m: next(e for e in m["files"] if e["path"] == "megatron/cpp_train.bin")
+                   .update(sha256=digest))
+    proc = run_cli("verify", str(build), "--no-train-step", check=False)
+    assert proc.returncode == 1 and "FAIL  megatron_read" in proc.stdout and "is not document" in proc.stdout, \
+        proc.stdout
+    # the summary: garbage in it fails validate (and so the files gate), and report names the file
+    build = _copy_build(reference_build, tmp_path / "summary")
+    (build / "reports" / "summary.json").write_text("garbage")
+    proc = run_cli("validate", str(build), check=False)
+    assert proc.returncode == 1 and "summary.json: SHA-256" in proc.stderr, proc.stderr
+    proc = run_cli("report", str(build), "--output", str(tmp_path / "r.html"), check=False)
+    assert proc.returncode == 2 and "summary.json: not valid JSON" in proc.stderr, proc.stderr
+
+
+def test_a_damaged_idx_or_manifest_fails_in_one_line_with_the_exit_code_validate_gives(reference_build: Path,
+                                                                                       tmp_path: Path):
+    """An emptied .idx had printed megatron-core's __del__ traceback (31 lines) and an 'AssertionError: ' with
+    no file; an empty manifest gave verify exit 2 where validate gives 1."""
+    build = _copy_build(reference_build, tmp_path / "idx")
+    (build / "megatron" / "cpp_train.idx").write_bytes(b"")
+    proc = run_cli("verify", str(build), "--no-train-step", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "FAIL  megatron_read" in proc.stdout and "cpp_train.idx" in proc.stdout, proc.stdout
+    build = _copy_build(reference_build, tmp_path / "manifest")
+    (build / "manifest.json").write_text("")
+    codes = {cmd: run_cli(cmd, str(build), check=False) for cmd in ("validate", "verify")}
+    assert {cmd: p.returncode for cmd, p in codes.items()} == {"validate": 1, "verify": 1}
+    assert all("manifest.json" in p.stderr and len(p.stderr.strip().splitlines()) == 1 for p in codes.values())
