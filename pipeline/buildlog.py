@@ -52,7 +52,20 @@ class BuildLog:
             self._live(record)
             self._write(line)
         else:
-            print(line, file=self.stream, flush=True)
+            self._print(line)
+
+    def _print(self, text: str) -> None:
+        """Print to the stream; if its reader has gone (`build ... | head`), go on without it: the build is not
+        the reader's, and the log file under OUT/logs/ still gets every line."""
+        try:
+            print(text, file=self.stream, flush=True)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.stream.fileno())  # so the interpreter's last flush does not fail either
+            except (OSError, ValueError):
+                pass
+            os.close(devnull)
 
     def _write(self, line: str) -> None:
         from tqdm import tqdm
@@ -82,10 +95,10 @@ class BuildLog:
         if self.fmt == "json":
             line = json.dumps({"time": _now(), "event": "summary", "summary": summary}, ensure_ascii=False,
                               default=str)
-            print(line, file=self.stream, flush=True)
+            self._print(line)
             self.file.write(line + "\n")
         else:
-            print(text, file=self.stream, flush=True)
+            self._print(text)
             self.file.write(text + "\n")
         self.file.flush()
 

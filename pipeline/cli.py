@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from cpp_data import __version__
 from cpp_data.pipeline.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_TERMINATED,
-                                      EXIT_USAGE, BadInput, CppDataError, Terminated)
+                                      EXIT_USAGE, BadInput, CheckFailed, CppDataError, Terminated)
 from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 
 MAIN_HELP = """\
@@ -574,6 +575,7 @@ def cmd_build(args) -> int:
     sources = _pins(args)
     if args.out.exists() and not args.out.is_dir():
         raise BadInput(f"{args.out}: --out is a file; give a directory (it is made if missing)")
+    _fsspec_safe(args.out, "--out")
     if args.out.is_symlink() and not args.out.exists():
         raise BadInput(f"{args.out}: --out is a symlink to {os.readlink(args.out)}, which does not exist; "
                        "make that directory or give another --out")
@@ -609,6 +611,10 @@ def cmd_build(args) -> int:
             result = run_build(args.out, recipe, sources, executor, only=args.only, from_stage=args.from_stage,
                                force=args.force, wait=args.wait, log=log)
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the machine's, not the user's input: exit 1, retry
+                raise CheckFailed(f"{args.out}: no space left on its device (writing {exc.filename or 'the build'});"
+                                  f" free space and run the same command again: the build resumes from its "
+                                  f"finished stages") from exc
             raise BadInput(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
         if result.build_dir is None:
             log("stages done; not every stage is sealed yet, so no build was published", event="unpublished")
@@ -623,7 +629,6 @@ def cmd_build(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from cpp_data.pipeline.errors import CheckFailed
     from cpp_data.schemas.reader import IncompleteBuild
     from cpp_data.schemas.validate import validate_build
 
@@ -783,6 +788,20 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
+_FSSPEC_SPECIAL = re.compile(r"[*\[\]]|::|[\x00-\x1f\x7f]")
+
+
+def _fsspec_safe(path: Path, option: str) -> None:
+    """Refuse a path datatrove cannot name: its file listing goes through fsspec, which reads `*`, `[` and `]` as
+    a glob, `::` as a chain of filesystems, and cuts at a newline, so such an --out failed a stage later with
+    'No files found on ...'."""
+    m = _FSSPEC_SPECIAL.search(str(path))
+    if m:
+        raise BadInput(f"{option} {str(path)!r}: holds {m.group()!r}, which the datatrove tasks' file listing "
+                       f"(fsspec) reads as a pattern or a separator; give a path without * [ ] :: or control "
+                       f"characters")
+
+
 def _outside_published_builds(path: Path, option: str, default: str) -> None:
     """Refuse a path a command would write inside a published build: its manifest fixes every file there
     (`report --output BUILD/reports/summary.json` had replaced the summary with HTML, exit 0)."""
@@ -799,6 +818,7 @@ def _check_export_target(out: Path) -> None:
     every published build: `export --out OUT` had deleted a whole output directory (builds, cache and logs) and
     `--out BUILD/packed` had replaced a promoted build's files, both with exit 0."""
     _outside_published_builds(out, "--out", "OUT/exports/BUILD/...")
+    _fsspec_safe(out, "--out")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out {out}: exists and holds other files, which the export would replace; give a new or "
                        f"empty directory")

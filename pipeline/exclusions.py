@@ -80,6 +80,8 @@ def _read_opt_out(table: dict, where: str, base: Path, seen: set[Path]) -> tuple
         if path in seen:
             continue
         seen.add(path)
+        if path.exists() and not path.is_file():  # a FIFO would block the read forever, /dev/zero fill memory
+            raise BadInput(f"{where}: opt-out file {path} is not a regular file")
         try:
             more = tomllib.loads(path.read_text())
         except FileNotFoundError:
@@ -164,6 +166,9 @@ def load_exclusions(data: dict, sources_file: Path) -> Exclusions:
     missing = [str(p) for p in given if not p.exists()]
     if missing:
         raise BadInput(f"{where}: {missing[0]} does not exist")
+    special = [str(p) for p in given if not p.is_dir() and not p.is_file()]  # a FIFO, a socket, /dev/zero
+    if special:
+        raise BadInput(f"{where}: {special[0]} is not a regular file or a directory")
     files = reference_files(given)
     if given and not files:
         raise BadInput(f"{where}: {', '.join(map(str, given))} hold no file to decontaminate against")

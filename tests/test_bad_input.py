@@ -138,6 +138,11 @@ def test_out_that_is_a_file_is_a_one_line_error(tmp_path):
     err = proc.stderr.strip()
     assert proc.returncode == 2 and len(err.splitlines()) == 1, (proc.returncode, err)
     assert "symlink to" in err and str(tmp_path / "gone" / "out") in err and "does not exist" in err, err
+    for name in ("st*ar", "a[1]", "a::b", "we\nird"):  # datatrove's fsspec listing reads these as patterns
+        proc = run_cli("build", "--sources", str(sources), "--out", str(tmp_path / name), check=False)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and len(err.splitlines()) == 1 and "without * [ ] ::" in err, (name, err)
+        assert not (tmp_path / name).exists()
 
 
 def test_empty_git_repository_is_a_clear_error(tmp_path):
@@ -362,3 +367,63 @@ def test_a_full_disk_is_named_with_what_to_do(tmp_path):
         assert "run the same command again" in msg and len(msg.splitlines()) == 1, msg
     other = str(stage_failed("stage shards", PermissionError(errno.EACCES, "Permission denied"), tmp_path))
     assert other == "stage shards: PermissionError: [Errno 13] Permission denied", other
+
+
+def test_special_files_named_in_the_sources_file_are_refused_not_read(tmp_path):
+    """A FIFO as a decontamination reference or an opt-out list had hung the build (even --dry-run), and
+    /dev/zero grew it to 24 GB until the kernel killed it: each is refused in one line, before any read."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text("int main() { return 0; }\n" * 20)
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    for table, value in (("decontaminate", f"paths = ['{fifo}']"), ("decontaminate", "paths = ['/dev/zero']"),
+                         ("opt_out", f"files = ['{fifo}']")):
+        sources = tmp_path / "sources.toml"
+        sources.write_text(f"[[source]]\nname = 'a'\nurl = '{src}'\nlicense = 'MIT'\n\n[{table}]\n{value}\n")
+        proc = run_cli("build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--dry-run", check=False,
+                       timeout=60)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and len(err.splitlines()) == 1 and "not a regular file" in err, (value, err)
+
+
+def test_a_reader_that_leaves_does_not_stop_the_build(tmp_path):
+    """`cpp-data build ... | head -1`: the pipe closing had aborted the build with exit 2, blaming --out. The
+    build goes on without its reader (every line is still in OUT/logs/) and publishes."""
+    import shlex
+
+    from conftest import CLI
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"f{i}.cpp").write_text(f"// SPDX-License-Identifier: MIT\nint f{i}(int x) {{ return x * {i}; }}\n" * 8)
+    sources = write_sources(tmp_path / "s.toml", [{"name": "a", "url": str(src)}])
+    out = tmp_path / "o"
+    command = shlex.join([*CLI, "build", "--sources", str(sources), "--out", str(out), "--no-progress", "--recipe",
+                          str(provenance_recipe(tmp_path / "recipe"))])
+    proc = run_bounded(["bash", "-c", f"{command} | head -1; exit ${{PIPESTATUS[0]}}"])
+    assert proc.returncode == 0, proc.stderr
+    assert (build_dir(out) / "_COMPLETE").is_file()
+    assert "build summary" in next((out / "logs").glob("build-*.log")).read_text()
+
+
+def test_a_full_disk_while_publishing_is_a_failure_to_retry_not_bad_input(tmp_path, monkeypatch, capsys):
+    """ENOSPC outside a stage (publishing copies the cache into the build) had exited 2, 'bad input, do not
+    retry', naming a cache file; it is exit 1 with what to do."""
+    import errno
+
+    import cpp_data.pipeline.build as build_module
+    from cpp_data.pipeline.cli import main
+
+    def full(*args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "o" / "cache" / "x.parquet"))
+
+    monkeypatch.setattr(build_module, "run_build", full)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text("int main() { return 0; }\n")
+    sources = write_sources(tmp_path / "s.toml", [{"name": "a", "url": str(src), "license": "MIT"}])
+    assert main(["build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no space left" in err[0] and "run the same command again" in err[0], err
