@@ -13,6 +13,7 @@ into the data (bytes stay reproducible).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -246,13 +247,20 @@ class Collect(Stage):
 
 
 def _symlink_reason(root: Path, link: Path) -> str:
+    """Why a symlink is skipped, from the tree alone, so that the same tree digest gives the same ledger: an
+    absolute link, or one whose path leaves the tree, is `symlink_outside_tree` whether or not its target
+    exists on this machine (a dangling absolute link had become outside_tree once its target appeared, changing
+    the build's name); inside the tree, a link is a loop, dangling, or a plain `symlink` to a file read under
+    its own path."""
+    if os.path.isabs(os.readlink(link)):
+        return "symlink_outside_tree"
     try:
-        target = Path(os.path.realpath(link, strict=True))
-    except OSError as exc:
-        return "symlink_loop" if exc.errno == 40 else "symlink_dangling"
-    try:
-        target.relative_to(root.resolve())
+        Path(os.path.realpath(link)).relative_to(root.resolve())  # not strict: where the path leads, as far as it goes
     except ValueError:
         return "symlink_outside_tree"
+    try:
+        os.path.realpath(link, strict=True)
+    except OSError as exc:
+        return "symlink_loop" if exc.errno == errno.ELOOP else "symlink_dangling"
     return "symlink"
 

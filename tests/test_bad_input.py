@@ -45,6 +45,9 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
     outside.write_text("int secret_value = 42;\n" * 20)
     os.symlink(outside, tree / "src" / "escape.h")
     os.symlink(tmp_path, tree / "src" / "dir_escape")
+    os.symlink(tmp_path / "appears_later.h", tree / "src" / "abs_dangling.h")  # its reason must not depend on it
+    os.symlink("../../elsewhere.h", tree / "src" / "rel_escape.h")
+    os.symlink("missing.h", tree / "src" / "rel_dangling.h")
     (tree / "CMakeLists.txt").write_text("project(x)\n")
     sources = write_sources(tmp_path / "s.toml", [{"name": "messy", "url": str(tree), "license": "BSD-3-Clause"}])
     out = tmp_path / "out"
@@ -61,6 +64,9 @@ def test_bad_files_are_recorded_with_reasons(tmp_path):
         "src/loop_a.h": ("skipped", "symlink_loop"),
         "src/escape.h": ("skipped", "symlink_outside_tree"),
         "src/dir_escape": ("skipped", "symlink_outside_tree"),
+        "src/abs_dangling.h": ("skipped", "symlink_outside_tree"),
+        "src/rel_escape.h": ("skipped", "symlink_outside_tree"),
+        "src/rel_dangling.h": ("skipped", "symlink_dangling"),
         "CMakeLists.txt": ("skipped", "not_cpp"),
     }
     for path, (decision, reason) in expect.items():
