@@ -56,16 +56,29 @@ class SemanticsParams:
     max_rss_mb: int = 4096  # per TU worker (address space)
 
 
-def _materialize(src, into: Path) -> Path:
-    """The source's files on disk at its pin: a plain directory as it is, a git source via git archive."""
+def _materialize(src, into: Path) -> tuple[Path, str | None]:
+    """The source's files on disk at its pin (a plain directory as it is, a git source via git archive), and
+    what could not be written out, if anything. One odd path of an upstream repository (longer than PATH_MAX,
+    or a tree entry git archive calls invalid) had failed the whole build with tar's or git's exit status; the
+    semantic layer is an addition, so the files that could be written are indexed, the others go to
+    tree-sitter, and the coverage line says why."""
     if src.kind != "git":
-        return Path(src.url)
+        return Path(src.url), None
     repo = fetch_commit(src.url, src.commit, src.requested_ref, into / "repo.git")
     tree = into / "tree"
     tree.mkdir()
-    archive = subprocess.run(["git", "archive", src.commit], cwd=repo, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    return tree
+    archive = subprocess.run(["git", "archive", src.commit], cwd=repo, capture_output=True)
+    if archive.returncode != 0:
+        why = (archive.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit {archive.returncode}"])[-1]
+        return tree, f"git archive could not write the tree out ({why[:200]}), so libclang indexed none of it"
+    tar = subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, capture_output=True)
+    if tar.returncode != 0:  # GNU tar goes on past a member it cannot write and exits 2 at the end
+        errors = [line for line in tar.stderr.decode("utf-8", "replace").splitlines()
+                  if line.strip() and "Exiting with failure status" not in line]
+        first = errors[0] if errors else f"exit {tar.returncode}"
+        return tree, (f"tar could not write {len(errors)} path(s) of the tree out (first: "
+                      f"{first[:120]}{'...' if len(first) > 120 else ''}); those go to tree-sitter")
+    return tree, None
 
 
 def _write(rows: list[dict], path: Path) -> None:
@@ -196,10 +209,13 @@ class Semantics(Stage):
         find_resource_dir()  # both fail loudly, before any work
         tmp = ctx.out / WORK  # on the output's filesystem, which executors on other nodes share
         _clear_work(tmp)
-        root = _materialize(ctx.source, Path(tmp)).resolve()
+        root, unwritten = _materialize(ctx.source, Path(tmp))
+        root = root.resolve()
         found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.source.configure,
                          cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
                          allow_unsandboxed=p.allow_unsandboxed_configure)
+        if unwritten:
+            found.reason += f"; {unwritten}"
         files = source_files(root)
         sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
         commands = load_compile_commands(found.path) if found.path else []

@@ -433,3 +433,51 @@ def test_a_full_disk_while_publishing_is_a_failure_to_retry_not_bad_input(tmp_pa
     assert main(["build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no space left" in err[0] and "run the same command again" in err[0], err
+
+
+def _git_tree_with(repo, extra: list[tuple[str, str]]) -> str:
+    """A commit of `repo` whose root tree is its HEAD's plus `extra` (name, tree or blob entry line for git
+    mktree): trees git stores but no checkout can write out."""
+    import subprocess
+
+    def git(*args, stdin=None):
+        return subprocess.run(["git", *args], cwd=repo, input=stdin, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    entries = git("ls-tree", "HEAD").splitlines() + [line for _, line in extra]
+    tree = git("mktree", stdin="\n".join(entries) + "\n")
+    commit = git("-c", "user.name=t", "-c", "user.email=t@e.org", "commit-tree", tree, "-p", "HEAD", "-m", "odd")
+    git("update-ref", "refs/heads/main", commit)
+    return commit
+
+
+def test_a_tree_no_checkout_can_write_out_degrades_the_semantic_layer_not_the_build(tmp_path):
+    """A path longer than PATH_MAX, or a tree entry named '..', both of which git stores, had failed the whole
+    build in the semantics stage (tar's or git archive's exit status, 130 KB of tar errors); collect reads
+    such trees. The build now finishes, and the coverage line says what libclang could not see."""
+    import subprocess
+
+    code = "// SPDX-License-Identifier: MIT\nint twice(int x) { return 2 * x; }\n" * 6
+    long_repo, dots_repo = tmp_path / "long", tmp_path / "dots"
+    for repo in (long_repo, dots_repo):
+        make_git_repo(repo, {"LICENSE": "MIT License\n", "src/a.cpp": code})
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=long_repo, input=code, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    entry = f"100644 blob {blob}\tdeep.cpp"
+    for level in range(25):  # 25 directories of 200 characters: a path of about 5,000, past Linux's 4,096
+        tree = subprocess.run(["git", "mktree"], cwd=long_repo, input=entry + "\n", capture_output=True, text=True,
+                              check=True).stdout.strip()
+        entry = f"040000 tree {tree}\t{'d' * 199}{level % 10}"
+    _git_tree_with(long_repo, [("deep", entry)])
+    inner = subprocess.run(["git", "mktree"], cwd=dots_repo, input=f"100644 blob {blob}\tx.cpp\n",
+                           capture_output=True, text=True, check=True).stdout.strip()
+    _git_tree_with(dots_repo, [("dots", f"040000 tree {inner}\t..")])
+    sources = write_sources(tmp_path / "s.toml", [{"name": "long", "url": str(long_repo), "ref": "main"},
+                                                  {"name": "dots", "url": str(dots_repo), "ref": "main"}])
+    out = tmp_path / "out"
+    proc = provenance_build(sources, out, stages=("semantics",), check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(proc.stderr) < 5000, proc.stderr[:2000]  # tar's errors stay out of the user's terminal
+    coverage = json.loads((build_dir(out) / "manifest.json").read_text())["semantic_coverage"]
+    assert "tar could not write" in coverage["long"]["database_reason"], coverage["long"]
+    assert "git archive could not write the tree out" in coverage["dots"]["database_reason"], coverage["dots"]
