@@ -646,6 +646,8 @@ def cmd_status(args) -> int:
 
     if not args.out.is_dir():
         raise BadInput(f"{args.out}: no such output directory")
+    if not (args.out / "builds").is_dir() and not (args.out / "cache").is_dir():  # it writes OUT/status/
+        raise BadInput(f"{args.out}: not an output directory (no builds/ or cache/); give the --out of a build")
     status = write_status(args.out)
     print(json.dumps(status, indent=2) if args.json else render_md(status))
     return EXIT_OK

@@ -100,6 +100,10 @@ def test_status_writes_current_and_changelog(reference_build, tmp_path):
     run_cli("status", "--out", str(out))
     lines = (out / "status" / "changelog.jsonl").read_text().splitlines()
     assert len(lines) == 1  # unchanged status appends nothing
+    source = tmp_path / "a-source"  # any other directory (a source tree, say) is refused, not written into
+    source.mkdir()
+    proc = run_cli("status", "--out", str(source), check=False)
+    assert proc.returncode == 2 and "not an output directory" in proc.stderr and not (source / "status").exists()
 
 
 def test_recipes_list_and_show():
