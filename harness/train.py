@@ -91,6 +91,18 @@ def _segments(position_ids: torch.Tensor, device: torch.device):
     return PackedSeqParams(qkv_format="sbhd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=s, max_seqlen_kv=s)
 
 
+def _check_resume(ckpt: Path, state: dict, now: dict) -> None:
+    """A run resumes only as it started: another batch size had been taken silently (the sample order and the
+    token count went wrong: 196,608 tokens at step 6, 114,688 at step 7), another vocabulary failed in
+    load_state_dict with a bare RuntimeError. Checkpoints from before a key was recorded skip that key."""
+    from cpp_data.pipeline.errors import BadInput
+
+    differ = [f"{k} {state[k]} (now {v})" for k, v in now.items() if k in state and state[k] != v]
+    if differ:
+        raise BadInput(f"{ckpt}: this run was trained with {', '.join(differ)}; resume it with the same "
+                       f"arguments and launch spec, or give a new --out")
+
+
 def _forward_loss(model, tokens, position_ids, attention_mask, labels, loss_mask, segments, autocast: bool):
     """Mean next-token cross-entropy over loss_mask: the model's logits, then the loss here rather than in
     megatron-core, so that torch.compile fuses the bf16-to-fp32 cast and the log-softmax into one pass over the
@@ -235,6 +247,8 @@ def train(c: TrainConfig, log=print) -> dict:
     ckpt = _latest_checkpoint(out / "checkpoints")
     if ckpt:
         state = torch.load(ckpt, map_location=device, weights_only=False)
+        _check_resume(ckpt, state, {"model_size": c.model, "seq_length": seq, "batch_size": c.batch_size,
+                                    "vocab_size": spec["vocab_size"]})
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
@@ -270,7 +284,8 @@ def train(c: TrainConfig, log=print) -> dict:
         if lead:
             _save(out / "checkpoints" / f"step-{step:07d}.pt",
                   {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                   "rng": torch.get_rng_state(), "model_size": c.model, "seq_length": seq})
+                   "rng": torch.get_rng_state(), "model_size": c.model, "seq_length": seq,
+                   "batch_size": c.batch_size, "vocab_size": spec["vocab_size"]})
             for old in sorted((out / "checkpoints").glob("step-*.pt"))[:-2]:
                 old.unlink()
         if world > 1:

@@ -827,7 +827,13 @@ def _check_export_target(out: Path) -> None:
 
 
 def cmd_train(args) -> int:
+    import warnings
+
     from cpp_data.harness.train import TrainConfig, train
+
+    # as in verify: megatron-core's optimizer modules warn four times that Transformer Engine and Apex are
+    # absent, true of every CPU machine and nothing to act on
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
 
     c = TrainConfig(launch_spec=args.launch_spec, out=args.out, model=args.model, steps=args.steps,
                     batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seq_length=args.seq_length,

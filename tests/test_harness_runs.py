@@ -35,6 +35,12 @@ def one_process(reference_build: Path, tmp_path_factory) -> dict[int, float]:
 def test_stopped_run_resumes_to_the_same_losses(reference_build: Path, one_process: dict, tmp_path: Path):
     _run(reference_build, tmp_path / "split", "--stop-after", "2")
     assert sorted(_log(tmp_path / "split")) == [1, 2]
+    # another batch size would take other samples and count tokens wrong: refused, naming the checkpoint
+    proc = run_cli("train", "--launch-spec", str(reference_build / "launch.json"), *ARGS, "--out",
+                   str(tmp_path / "split"), "--batch-size", "2", check=False)
+    last = proc.stderr.strip().splitlines()[-1]  # after megatron-core's import-time warnings (Apex, ...)
+    assert proc.returncode == 2 and last.startswith("cpp-data: error: train: ") and "Traceback" not in proc.stderr
+    assert "step-0000002.pt" in last and "batch_size 4 (now 2)" in last, proc.stderr
     resumed = _run(reference_build, tmp_path / "split")
     assert "resumed from" in resumed.stdout
     split = _log(tmp_path / "split")
