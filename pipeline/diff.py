@@ -82,8 +82,8 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
         rows.append({"source_repo": key[0], "source_path": key[1], "version": key[2], "change": kind,
                      "source_commit_a": old[0] if old else None, "source_commit_b": new[0] if new else None,
                      "text_sha256_a": old[1] if old else None, "text_sha256_b": new[1] if new else None,
-                     "license_a": old[2] if old else None, "license_b": new[2] if new else None,
-                     "bytes_a": old[3] if old else None, "bytes_b": new[3] if new else None})
+                     "license_spdx_a": old[2] if old else None, "license_spdx_b": new[2] if new else None,
+                     "size_bytes_a": old[3] if old else None, "size_bytes_b": new[3] if new else None})
     la, lb = _ledger(a, versions), _ledger(b, versions)
     refused: Counter = Counter()
     moved: Counter = Counter()  # refused in both builds, under another rule in B
@@ -128,23 +128,25 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
 
 
 def write_tables(result: dict[str, Any], directory: Path) -> list[Path]:
-    """documents.parquet, refusals.parquet, licenses.parquet: query them with DuckDB or pandas."""
+    """documents.parquet, refusals.parquet, licenses.parquet: query them with DuckDB or pandas. Columns take the
+    build's names (source_commit, text_sha256, license_spdx, size_bytes), with _a and _b for the two sides."""
     directory.mkdir(parents=True, exist_ok=True)
     docs = directory / "documents.parquet"
     pq.write_table(pa.Table.from_pylist(result["_rows"], schema=pa.schema([
         ("source_repo", pa.string()), ("source_path", pa.string()), ("version", pa.string()),
         ("change", pa.string()), ("source_commit_a", pa.string()), ("source_commit_b", pa.string()),
         ("text_sha256_a", pa.string()), ("text_sha256_b", pa.string()),
-        ("license_a", pa.string()), ("license_b", pa.string()), ("bytes_a", pa.int64()), ("bytes_b", pa.int64()),
+        ("license_spdx_a", pa.string()), ("license_spdx_b", pa.string()), ("size_bytes_a", pa.int64()),
+        ("size_bytes_b", pa.int64()),
     ])), docs)
     refusals = directory / "refusals.parquet"
     pq.write_table(pa.table({"rule": pa.array(list(result["newly_refused"]), pa.string()),  # typed when empty too
                              "files": pa.array(list(result["newly_refused"].values()), pa.int64())}), refusals)
-    lic_rows = [{"license": lic, "side": side, **v} for side in ("a", "b")
-                for lic, v in result["licenses"][side].items()]
+    lic_rows = [{"license_spdx": lic, "side": side, "documents": v["documents"], "size_bytes": v["bytes"]}
+                for side in ("a", "b") for lic, v in result["licenses"][side].items()]
     licenses = directory / "licenses.parquet"
     pq.write_table(pa.Table.from_pylist(lic_rows, schema=pa.schema([
-        ("license", pa.string()), ("side", pa.string()), ("documents", pa.int64()), ("bytes", pa.int64())])),
+        ("license_spdx", pa.string()), ("side", pa.string()), ("documents", pa.int64()), ("size_bytes", pa.int64())])),
         licenses)
     return [docs, refusals, licenses]
 

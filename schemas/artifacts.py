@@ -60,7 +60,7 @@ REJECTION = pa.schema(
         ("reason", pa.string()),  # rule name, e.g. "max_line_length" or "license_not_allowed"
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
-        ("confidence", pa.float32()),
+        ("license_confidence", pa.float32()),
         ("license_evidence", pa.string()),  # the file(s) or rule that decided the license, and how they combined
     ]
 )
@@ -103,7 +103,7 @@ DUPLICATE = pa.schema(
         ("size_bytes", pa.int64()),
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
-        ("confidence", pa.float32()),
+        ("license_confidence", pa.float32()),
         ("keeper_repo", pa.string()),
         ("keeper_path", pa.string()),
         ("cluster_size", pa.int32()),
@@ -123,7 +123,7 @@ LEDGER = pa.schema(
         ("size_bytes", pa.int64()),
         ("license_spdx", pa.string()),
         ("license_source", pa.string()),
-        ("confidence", pa.float32()),
+        ("license_confidence", pa.float32()),
         ("decision", pa.string()),  # kept | skipped | filtered | license_refused | exact_duplicate | near_duplicate
         ("reason", pa.string()),
         ("keeper_repo", pa.string()),
@@ -136,7 +136,7 @@ LEDGER = pa.schema(
 
 # What LEDGER's columns were called before schema revision 2.
 LEDGER_RENAMED = {"repo": "source_repo", "commit": "source_commit", "path": "source_path", "sha256": "raw_sha256",
-                  "size": "size_bytes"}
+                  "size": "size_bytes", "confidence": "license_confidence"}
 
 
 def rule_of(reason: str) -> str:
@@ -159,6 +159,6 @@ def rejection_row(doc_meta: dict, decision: str, reason: str) -> dict:
         "reason": reason,
         "license_spdx": doc_meta.get("license_spdx"),
         "license_source": doc_meta.get("license_source"),
-        "confidence": doc_meta.get("license_confidence"),
+        "license_confidence": doc_meta.get("license_confidence"),
         "license_evidence": doc_meta.get("license_evidence"),
     }

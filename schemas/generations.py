@@ -10,7 +10,8 @@ it reads an older shard:
   1: the first revision (no `schema_revision` in the manifest);
   2: `sha256` (the normalized text's) became `text_sha256`, and `raw_sha256` (the file's bytes at the commit)
      joined it; the `constituents` structs of v4-v6 name their fields source_repo, source_commit, source_path
-     (were repo, commit, path), as the ledger does (schemas/artifacts.LEDGER).
+     (were repo, commit, path), as the ledger does (schemas/artifacts.LEDGER);
+  3: the ledger's `confidence` became `license_confidence`, the shards' name for it (the shards are unchanged).
 
 Per-character columns (``per_char=True``) are filled with one value per character of ``text``; per-token
 columns (``per_token=True``) with one value per entry of ``token_ids`` (none when it is absent).
@@ -35,7 +36,7 @@ class Column:
     formerly: str | None = None  # the name an earlier schema revision gave this column
 
 
-SCHEMA_REVISION = 2
+SCHEMA_REVISION = 3
 
 
 _EDGE = pa.struct([("from", pa.int32()), ("to", pa.int32())])

@@ -97,7 +97,7 @@ class Collect(Stage):
             skipped.append({"source_repo": src.name, "source_commit": src.commit, "source_path": printable_path(path),
                             "size_bytes": size, "raw_sha256": sha,
                             "decision": "skipped", "reason": reason, "license_spdx": None,
-                            "license_source": None, "confidence": None})
+                            "license_source": None, "license_confidence": None})
 
         if p.history:
             return self._history(ctx, p, parts, skipped, licenses, reasons, retrieved_at)
@@ -232,7 +232,7 @@ class Collect(Stage):
             reasons[reason] += 1
             skipped.append({"source_repo": src.name, "source_commit": commit, "source_path": printable_path(path),
                             "size_bytes": size, "raw_sha256": sha, "decision": "skipped", "reason": reason, "license_spdx": None,
-                            "license_source": None, "confidence": None})
+                            "license_source": None, "license_confidence": None})
 
         def add_license(path: str, data: bytes, state: str) -> None:
             licenses.append({"source_repo": src.name, "source_path": printable_path(path), "content": data, "state": state})

@@ -52,7 +52,7 @@ NEAR_DUPLICATE = pa.schema([
     ("source_repo", pa.string()), ("source_commit", pa.string()), ("source_path", pa.string()),
     ("text_sha256", pa.string()), ("raw_sha256", pa.string()),
     ("size_bytes", pa.int64()), ("license_spdx", pa.string()), ("license_source", pa.string()),
-    ("confidence", pa.float32()), ("keeper_repo", pa.string()), ("keeper_path", pa.string()),
+    ("license_confidence", pa.float32()), ("keeper_repo", pa.string()), ("keeper_path", pa.string()),
     ("cluster_id", pa.string()), ("similarity", pa.float32()), ("cluster_size", pa.int32()),
 ])
 _DOC_COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "is_vendored",
@@ -391,7 +391,7 @@ def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[lis
                 rows.append({"source_repo": m["source_repo"], "source_commit": m["source_commit"],
                              "source_path": m["source_path"], "text_sha256": m["text_sha256"],
                              "raw_sha256": m["raw_sha256"], "size_bytes": m["size_bytes"], "license_spdx": m["license_spdx"],
-                             "license_source": m["license_source"], "confidence": m["license_confidence"],
+                             "license_source": m["license_source"], "license_confidence": m["license_confidence"],
                              "keeper_repo": k["source_repo"], "keeper_path": k["source_path"], "cluster_id": cluster_id,
                              "similarity": round(float(s), 4), "cluster_size": size})
             if size > 1:

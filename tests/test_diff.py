@@ -61,6 +61,17 @@ def test_diff_reports_documents_refusals_licenses_and_tables(tmp_path):
     assert dict(rows) == {k: v for k, v in docs.items() if v}
     refused = duckdb.sql(f"select rule, files from '{tmp_path}/t/refusals.parquet'").fetchall()
     assert refused == [("license_refused:copyleft_not_opted_in", 1)]
+    # one field, one name: the tables take the build's names (a side's with _a or _b), the ledger the shards'
+    import pyarrow.parquet as pq
+
+    assert {"source_commit_a", "text_sha256_b", "license_spdx_a", "size_bytes_b"} <= set(
+        pq.read_schema(tmp_path / "t" / "documents.parquet").names)
+    assert pq.read_schema(tmp_path / "t" / "licenses.parquet").names == ["license_spdx", "side", "documents",
+                                                                         "size_bytes"]
+    shared = {"source_repo", "source_commit", "source_path", "raw_sha256", "text_sha256", "size_bytes",
+              "license_spdx", "license_source", "license_confidence"}
+    assert shared <= set(pq.read_schema(b / "provenance" / "ledger.parquet").names)
+    assert shared <= set(pq.read_schema(next((b / "shards").glob("*.parquet"))).names)
 
 
 def test_diff_refuses_an_incomplete_build(tmp_path):
