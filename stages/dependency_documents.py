@@ -63,6 +63,22 @@ def _rows(path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
+def _file_to_move_to_valid(arts: list, licenses: dict, valid_fraction: float) -> tuple[str, str] | None:
+    """The (repo, file) whose roots go to the validation split when the hash split gives it none: the file
+    nearest the split line, as the shards stage moves one over (docs/DESIGN.md section 9), decided before any
+    document is made so that no training document takes a dependency from it. None when some file is on the
+    validation side already, or fewer than two files have roots (moving the only one would empty training)."""
+    files = set()
+    for art in arts:
+        table = pq.read_table(art.path / "functions.parquet")
+        if "file" in table.column_names:  # a source without functions writes an empty table
+            kept = licenses[art.source]
+            files |= {(art.source, f) for f in table.column("file").to_pylist() if (art.source, f) in kept}
+    if len(files) < 2 or any(keys.is_valid_split(repo, f, valid_fraction) for repo, f in files):
+        return None
+    return min(files, key=lambda rf: (keys.split_hash(*rf), rf))
+
+
 def reachable(root: str, callees: dict, max_depth: int) -> set[str]:
     seen, frontier = {root}, [root]
     for _ in range(max_depth):
@@ -118,11 +134,20 @@ class DependencyDocuments(Stage):
         sp = ShardParams(generation=p.generation, docs_per_shard=p.docs_per_shard, row_group_size=p.row_group_size)
         writers = {s: ShardWriter(out, s, schema, sp) for s in SPLITS}
         pending = {s: [] for s in SPLITS}
-        counts = {"roots": 0, "documents": 0, "trimmed": 0, "text_bytes": 0}
-        for art in sorted(ctx.inputs["semantics"], key=lambda a: a.source):
+        counts = {"roots": 0, "documents": 0, "trimmed": 0, "text_bytes": 0, "moved_to_valid": None}
+        arts = sorted(ctx.inputs["semantics"], key=lambda a: a.source)
+        licenses = {art.source: kept_licenses(ctx, art.source, removed) for art in arts}
+        moved = _file_to_move_to_valid(arts, licenses, p.valid_fraction)
+        if moved is not None:
+            counts["moved_to_valid"] = f"{moved[0]}:{moved[1]}"
+
+        def is_valid(repo: str, file: str) -> bool:
+            return keys.is_valid_split(repo, file, p.valid_fraction) or (repo, file) == moved
+
+        for art in arts:
             repo = art.source
             commit = next(s.commit for s in ctx.sources if s.name == repo)
-            license_of = kept_licenses(ctx, repo, removed)
+            license_of = licenses[repo]
             functions = [f for f in _rows(art.path / "functions.parquet") if (repo, f["file"]) in license_of]
             by_usr = {f["usr"]: f for f in functions}
             callees = defaultdict(list)
@@ -137,9 +162,9 @@ class DependencyDocuments(Stage):
                     "license_of": license_of}
             for f in functions:
                 counts["roots"] += 1
-                split = "valid" if keys.is_valid_split(repo, f["file"], p.valid_fraction) else "train"
+                split = "valid" if is_valid(repo, f["file"]) else "train"
                 deps = [by_usr[u] for u in sorted(reachable(f["usr"], callees, p.max_depth))
-                        if keys.is_valid_split(repo, by_usr[u]["file"], p.valid_fraction) == (split == "valid")]
+                        if is_valid(repo, by_usr[u]["file"]) == (split == "valid")]
                 doc = build_document(f, deps, preamble.get(f["file"], []), meta, p.budget_bytes)
                 counts["trimmed"] += len(doc["constituents"]) - 1 < len(deps)
                 tu_row = tus.get(f.get("tu", ""), {})

@@ -231,6 +231,8 @@ def test_v5_dependency_documents_from_the_fixture(tmp_path):
             "--no-progress")
     build = build_dir(tmp_path / "out")
     run_cli("validate", str(build))
+    totals = json.loads((build / "manifest.json").read_text())["totals"]  # the hash split chose no file here:
+    assert totals["valid_documents"] >= 1 and totals["train_documents"] >= 1, totals  # one is moved over
     rows = {r["target_name"]: r for f in sorted((build / "shards").glob("*.parquet")) for r in pq.read_table(f).to_pylist()}
     assert {"main", "fx::leaf", "fx::ping", "c_entry"} <= set(rows)
     main = rows["main"]
