@@ -378,8 +378,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_LAST_ERROR: list[str] = []  # the line _err printed last: a JSON log's closing `error` event repeats it
+
+
 def _err(msg: str) -> None:
+    _LAST_ERROR[:] = [msg]
     print(f"cpp-data: error: {msg}", file=sys.stderr)
+
+
+def _json_error_event(rc: int) -> None:
+    """With --log-format json, a build that fails says so on stdout too, as its last event (a scheduler reading
+    the JSON lines had seen the stream stop with no word of why)."""
+    from datetime import datetime, timezone
+
+    record = {"time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "event": "error",
+              "exit_code": rc, "message": _LAST_ERROR[0] if _LAST_ERROR else ""}
+    try:
+        print(json.dumps(record, ensure_ascii=False), flush=True)
+    except (BrokenPipeError, ValueError, OSError):
+        pass
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict]:
@@ -899,6 +916,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is None:  # `cpp-data` or a command group alone: show what there is to run
         args.group.print_help()
         return EXIT_USAGE
+    _LAST_ERROR.clear()
+    rc = _run(args, parser)
+    if getattr(args, "log_format", None) == "json" and rc not in (EXIT_OK, EXIT_NOTHING_TO_DO):
+        _json_error_event(rc)
+    return rc
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The command, with every error turned into its exit code and one line on stderr."""
     previous = _raise_on_sigterm()
     try:
         return args.func(absolute_paths(args))

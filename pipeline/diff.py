@@ -1,9 +1,9 @@
 """`cpp-data diff A B`: what changed between two builds, keyed by (repo, path) with the commit each side saw;
-for the history generations (v2, v3), whose documents are versions, by (repo, path, commit read at).
+when either is of a history generation (v2, v3), whose documents are versions, by (repo, path, commit read at).
 
 - documents: added (only in B), removed (only in A), changed (same repo and path, other text),
-  same_text_new_pin (same text, but the source's pin moved), unchanged, from the shards of each build (read
-  through the tolerant reader);
+  license_changed (same text, another license decision), same_text_new_pin (same text, but the source's pin
+  moved), unchanged, from the shards of each build (read through the tolerant reader);
 - refusals: files whose ledger decision moved from kept (or absent) in A to a refusal in B, by decision and rule,
   and files refused in both under another rule in B (`refused_under_another_rule`, "A's -> B's");
 - distributions: documents and text bytes per license and per repo, in A and in B;
@@ -33,12 +33,15 @@ _COLS = ["source_repo", "source_path", "source_commit", "text_sha256", "license_
 HISTORY_GENERATIONS = ("v2", "v3")
 
 
-def _documents(build: Path, versions: bool) -> dict[tuple[str, str, str], tuple[str, str, str, int]]:
+def _documents(build: Path, versions: bool, history: bool) -> dict[tuple[str, str, str], tuple[str, str, str, int]]:
+    """(repo, path, version) -> (source_commit, text_sha256, license_spdx, size_bytes). With `versions`, the
+    version is the commit the text was read at: a history build's text_commit (a v2 "before" row reads at the
+    parent, while its source_commit is the commit it belongs to), another build's source_commit."""
     docs = {}
-    cols = _COLS + (["text_commit"] if versions else [])
+    cols = _COLS + (["text_commit"] if versions and history else [])
     for table in iter_build_shards(build, columns_wanted=cols):
         for r, p, c, s, lic, n, *at in zip(*(table.column(x).to_pylist() for x in cols)):
-            docs[(r, p, at[0] if versions else "")] = (c, s, lic, n)
+            docs[(r, p, (at[0] if history else c) if versions else "")] = (c, s, lic, n)
     return docs
 
 
@@ -62,8 +65,10 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
     """Compare two sealed builds; returns the summary and the per-document rows."""
     a, b = require_complete(Path(a)), require_complete(Path(b))
     ma, mb = load_manifest(a), load_manifest(b)
-    versions = ma["schema_generation"] in HISTORY_GENERATIONS and mb["schema_generation"] in HISTORY_GENERATIONS
-    da, db = _documents(a, versions), _documents(b, versions)
+    history_a = ma["schema_generation"] in HISTORY_GENERATIONS
+    history_b = mb["schema_generation"] in HISTORY_GENERATIONS
+    versions = history_a or history_b  # a history build holds several versions of a path: never fold them
+    da, db = _documents(a, versions, history_a), _documents(b, versions, history_b)
     rows = []
     kinds: Counter = Counter()
     for key in sorted(da.keys() | db.keys()):
@@ -74,6 +79,8 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
             kind = "removed"
         elif old[1] != new[1]:
             kind = "changed"
+        elif old[2] != new[2]:
+            kind = "license_changed"  # the same text under another license decision
         elif old[0] != new[0]:
             kind = "same_text_new_pin"  # the source's pin moved, this document's text did not
         else:
@@ -109,8 +116,8 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
     return {
         "a": {"build": ma["build"], "generation": ma["schema_generation"], "documents": len(da)},
         "b": {"build": mb["build"], "generation": mb["schema_generation"], "documents": len(db)},
-        "documents": {k: kinds.get(k, 0) for k in ("added", "removed", "changed", "same_text_new_pin",
-                                                        "unchanged")},
+        "documents": {k: kinds.get(k, 0) for k in ("added", "removed", "changed", "license_changed",
+                                                        "same_text_new_pin", "unchanged")},
         "newly_refused": dict(sorted(refused.items())),
         "refused_under_another_rule": dict(sorted(moved.items())),
         "licenses": {"a": dist(da, 2), "b": dist(db, 2)},
@@ -156,6 +163,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"A {a['build']} ({a['generation']}, {a['documents']:,} documents)",
              f"B {b['build']} ({b['generation']}, {b['documents']:,} documents)", "",
              f"documents: +{d['added']:,} added, -{d['removed']:,} removed, ~{d['changed']:,} changed, "
+             f"{d['license_changed']:,} same text under another license, "
              f"{d['same_text_new_pin']:,} same text under a new pin, {d['unchanged']:,} unchanged",
              f"text bytes: {result['text_bytes']['a']:,} -> {result['text_bytes']['b']:,}"]
     if result["refused_under_another_rule"]:

@@ -6,7 +6,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import GOOGLETEST, make_git_repo, need, provenance_build, run_cli, write_sources
+from conftest import GOOGLETEST, build_dir, make_git_repo, need, provenance_build, run_cli, write_sources
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -116,3 +116,21 @@ def test_diff_names_files_refused_in_both_under_another_rule(reference_build, tm
     out = json.loads(run_cli("diff", str(reference_build), str(b), "--json").stdout)
     assert out["refused_under_another_rule"] == {f"{was} -> license_refused:no_license": 1}
     assert out["newly_refused"] == {} and out["schema"]["columns_added"] == []
+
+
+def test_a_license_change_under_the_same_text_is_named(tmp_path):
+    """The declared license of a source moved (MIT -> Apache-2.0) while no text changed: diff had called every
+    document unchanged; the license table alone showed it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"f{i}.cpp").write_text("".join(f"int f{i}_{k}(int x) {{\n  return x * {k + 2} + {i};\n}}\n"
+                                               for k in range(8)))
+    builds = []
+    for n, lic in enumerate(("MIT", "Apache-2.0")):
+        sources = write_sources(tmp_path / f"s{n}.toml", [{"name": "a", "url": str(src), "license": lic}])
+        provenance_build(sources, tmp_path / f"out{n}")
+        builds.append(build_dir(tmp_path / f"out{n}"))
+    result = json.loads(run_cli("diff", str(builds[0]), str(builds[1]), "--json").stdout)
+    assert result["documents"]["license_changed"] == result["b"]["documents"] == 4, result["documents"]
+    assert "4 same text under another license" in run_cli("diff", str(builds[0]), str(builds[1])).stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import GOOGLETEST, build_dir, need, run_cli, write_sources
+from conftest import GOOGLETEST, build_dir, need, provenance_build, run_cli, write_sources
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
@@ -207,6 +207,13 @@ def test_diff_of_two_history_builds_goes_by_version(history, tmp_path):
     assert ("src/sample2.cc", c["merge"]) in added
     assert not any(d["change"] == "removed" for d in docs)
     assert result["documents"]["added"] == len(added) > 0
+    # against a build of another generation every version stays a document of its own (a v2 "before" and
+    # the "after" of the same commit had been folded into one, and the v2 build counted short)
+    plain = tmp_path / "plain"
+    provenance_build(history["sources"], plain)
+    rows = sum(pq.read_metadata(f).num_rows for f in (b / "shards").glob("*.parquet"))
+    across = json.loads(run_cli("diff", str(b), str(build_dir(plain)), "--json").stdout)
+    assert across["a"]["documents"] == rows and across["schema"]["generation"] == ["v2", "v6"], across["a"]
 
 
 def test_history_of_a_plain_directory_is_refused_clearly(tmp_path):

@@ -51,3 +51,10 @@ def test_without_a_terminal_plain_lines_and_json_for_schedulers(reference_build:
     logs = sorted((out / "logs").glob("build-*.log"))
     assert len(logs) >= 2
     assert json.loads(logs[-1].read_text().splitlines()[-1])["event"] == "summary"
+    # a failed build's last JSON line says so (a scheduler had seen the stream end with no word of why)
+    proc = subprocess.run([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
+                           "--set", "packed_rows.seq_length=1", "--log-format", "json"],
+                          capture_output=True, text=True, timeout=300)
+    last = json.loads(proc.stdout.splitlines()[-1])
+    assert proc.returncode == 2 and last["event"] == "error" and last["exit_code"] == 2, proc.stdout
+    assert last["message"] in proc.stderr and "seq_length" in last["message"]
