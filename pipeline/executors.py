@@ -78,7 +78,10 @@ def task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
     _add_terminal_handler("ERROR")
     prefix = f"[NODE {node_rank}] " if node_rank != -1 else ""
-    logger.add(logfile, colorize=False, level="DEBUG", format=prefix + _TASK_LOG_FORMAT)
+    # catch=False: a write that fails (a full disk) raises in the task, which then fails as the stage's one
+    # line ("no space left ... run again"); loguru's default printed 'Logging error in Loguru Handler' with a
+    # traceback for every record, up to 228 lines on the user's terminal
+    logger.add(logfile, colorize=False, level="DEBUG", format=prefix + _TASK_LOG_FORMAT, catch=False)
     logger.info(f"Launching pipeline for {rank=}")
     return logfile
 

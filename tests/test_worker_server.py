@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import json, os, sys
 from pathlib import Path
@@ -175,3 +177,31 @@ def test_every_task_runs_a_fresh_copy_of_the_pipeline_and_completed_tasks_are_sk
         assert run["per_task"] == [1] * 7, (workers, run)
         assert run["first"]["count: count.runs_of_this_copy"] == 7 and run["completions"] == 7 and run["stats_json"], run
         assert run["again"]["count: count.runs_of_this_copy"] == 7, run  # nothing ran again: the stats of the finished tasks
+
+
+def test_a_task_log_that_cannot_be_written_fails_the_task_without_loguru_tracebacks(capfd):
+    """A full disk under a task's log file: loguru's default handler printed 'Logging error in Loguru Handler'
+    and a traceback for every record (30 to 228 lines); the write's OSError now reaches the task instead."""
+    import errno
+
+    from loguru import logger
+
+    from cpp_data.pipeline.executors import task_logger
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    class Folder:
+        def open(self, path, mode):
+            return FullDisk()
+
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            task_logger(Folder(), rank=0)
+    finally:
+        logger.remove()
+    assert "Logging error" not in capfd.readouterr().err
