@@ -188,9 +188,11 @@ class Collect(Stage):
                         else:
                             take(path, data, raw.hex())
                 if digest.hexdigest() != src.commit:
-                    raise RuntimeError(f"source {src.name!r}: {root} changed since it was locked "
-                                       f"({src.commit[:17]}... -> {digest.hexdigest()[:17]}...); "
-                                       f"run `cpp-data sources lock`")
+                    raise RuntimeError(f"source {src.name!r}: {root} is not the tree its pin names (pinned "
+                                       f"{src.commit[:17]}..., read {digest.hexdigest()[:17]}...): it changed "
+                                       f"after the pin was taken or while it was read; once it is still, run the "
+                                       f"build again with --relock (or `cpp-data sources lock` if a lock file "
+                                       f"pins it)")
         parts.flush()
         pq.write_table(pa.Table.from_pylist(skipped, schema=REJECTION), ctx.out / "skipped.parquet")
         pq.write_table(pa.Table.from_pylist(licenses, schema=LICENSE_FILE), ctx.out / "license_files.parquet")
