@@ -714,6 +714,11 @@ def cmd_tokenizer_eval(args) -> int:
 def cmd_verify(args) -> int:
     from cpp_data.pipeline.verify import promote, record_failure, verify
 
+    out = args.build.parent.parent  # the receipt goes to OUT/verify/, PROMOTED to OUT/builds/: say so before the gates
+    for place in (out, args.build.parent):
+        if not os.access(place, os.W_OK):
+            raise BadInput(f"{place}: not writable, and verify writes its receipt under OUT/verify/ and "
+                           f"OUT/builds/PROMOTED; run it where the output directory can be written")
     print(f"verify {args.build}")
     ok, gates = verify(args.build, max_empty_ratio=args.max_empty_ratio, train_step=not args.no_train_step)
     if not ok:
@@ -943,6 +948,20 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except BrokenPipeError:  # `cpp-data recipes show v6 | head`: the reader left; stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except OSError as exc:  # the file system said no: name the path, and whether to fix the input or retry
+        if _SIGTERM_SEEN:
+            return _terminated()
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            _err(f"{where}{exc.strerror} (give a path this user can write, or change its permissions)")
+            return EXIT_USAGE
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            _err(f"{where}no space left on its device; free space and run the same command again")
+            return EXIT_FAILED
+        _err(f"{where}{exc.strerror or exc} (run again with --debug for the traceback)".splitlines()[0])
+        return EXIT_FAILED
     except Exception as exc:  # a bug or an unexpected environment: one line, the traceback on request
         if _SIGTERM_SEEN:
             return _terminated()

@@ -259,3 +259,25 @@ def test_set_override_reaches_the_fingerprint_and_the_manifest(reference_build, 
                           .read_text())
     assert manifest["recipe"]["overrides"] == {"packed_rows": {"seq_length": 256}}
     assert manifest["recipe"]["params"]["packed_rows"]["seq_length"] == 256 and manifest["seq_length"] == 256
+
+
+@pytest.mark.parametrize("code,rc,words", [(13, 2, "change its permissions"), (30, 2, "change its permissions"),
+                                           (28, 1, "free space and run the same command again")])
+def test_a_file_system_refusal_is_one_line_with_the_right_exit_code(tmp_path, monkeypatch, capsys, code, rc, words):
+    """A read-only or full output directory: status, gc, report and export had all exited 1 with the generic
+    'OSError: [Errno 30] ...' line; a path the user must change is exit 2, a full disk exit 1, both say which."""
+    import os
+
+    import cpp_data.pipeline.status as status
+    from cpp_data.pipeline.cli import main
+
+    target = str(tmp_path / "out" / "status" / "current.json")
+
+    def refuse(out):
+        raise OSError(code, os.strerror(code), target)
+
+    monkeypatch.setattr(status, "write_status", refuse)
+    (tmp_path / "out" / "builds").mkdir(parents=True)
+    assert main(["status", "--out", str(tmp_path / "out")]) == rc
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and target in err[0] and words in err[0], err
