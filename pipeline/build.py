@@ -326,7 +326,10 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     atomic_write_json(partial / "reports" / "summary.json", summary)
     manifest["summary_sha256"] = sha256_file(partial / "reports" / "summary.json")
     atomic_write_json(partial / "manifest.json", manifest)
+    for written in (partial / "reports" / "summary.json", partial / "manifest.json"):  # read-only, as the rest
+        written.chmod(written.stat().st_mode & ~0o222)
     seal(partial, final)
+    (final / "_COMPLETE").chmod((final / "_COMPLETE").stat().st_mode & ~0o222)
     return final, True
 
 

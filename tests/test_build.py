@@ -108,6 +108,8 @@ def test_validate_catches_corruption(reference_build, tmp_path):
     assert ok.stdout.startswith("ok:")
     shard = copy / "shards" / "train-00000.parquet"
     assert not shard.stat().st_mode & 0o222, "published shards are read-only"
+    for name in ("manifest.json", "_COMPLETE", "reports/summary.json"):  # the whole build, these too
+        assert not (reference_build / name).stat().st_mode & 0o222, name
     shard.chmod(0o644)
     data = bytearray(shard.read_bytes())
     mid = len(data) // 2
