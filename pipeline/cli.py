@@ -218,8 +218,9 @@ def _parser() -> argparse.ArgumentParser:
                          "'same text, new pin', not changed), files newly refused by rule, documents and bytes per "
                          "license and repo, and schema differences.",
              epilog="example: cpp-data diff out/builds/v6-20261101-1a2b3c4d out/builds/v6-20261130-5e6f7a8b "
-                    "--tables diff/ && duckdb -c \"select change, count(*) from 'diff/documents.parquet' "
-                    "group by 1\"")
+                    "--tables diff/ && .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"select change, "
+                    "count(*) from 'diff/documents.parquet' group by 1\\\").show()\" (duckdb, the Python "
+                    "module setup installs)")
     d.add_argument("a", type=_path, help="the older build directory")
     d.add_argument("b", type=_path, help="the newer build directory")
     d.add_argument("--json", action="store_true", help="print JSON instead of text")
