@@ -199,8 +199,11 @@ def train(c: TrainConfig, log=print) -> dict:
     from cpp_data.harness.data import build_datasets, dataset_of
     from cpp_data.harness.megatron_cpu import apply_cpu_patches
     from cpp_data.harness.model import build_model, count_parameters
+    from cpp_data.harness.presets import SIZES
     from cpp_data.schemas.launch_spec import load_launch_spec
 
+    if c.model not in SIZES:  # before RUN/ gets any directory: a refused run leaves nothing behind
+        raise BadInput(f"unknown model size {c.model!r}; known: {', '.join(SIZES)}")
     spec = load_launch_spec(c.launch_spec)
     rank, world, local = _world()
     device = torch.device("cuda" if c.device == "auto" and torch.cuda.is_available() else

@@ -80,3 +80,11 @@ def test_a_cuda_device_without_cuda_is_a_one_line_usage_error(reference_build: P
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"cpp-data: error: train: --device cuda: this torch ({torch.__version__}) has no usable CUDA device; use "
         f"--device cpu (or auto)"], proc.stderr
+
+
+def test_an_unknown_model_is_refused_before_the_run_directory_is_made(reference_build: Path, tmp_path: Path):
+    """`--model huge` was refused (exit 2) after RUN/checkpoints/ and RUN/index_cache/ had been made."""
+    proc = run_cli("train", "--launch-spec", str(reference_build), "--out", str(tmp_path / "run"), "--model", "huge",
+                   check=False)
+    assert proc.returncode == 2 and "unknown model size 'huge'" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run").exists()
