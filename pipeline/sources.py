@@ -423,7 +423,8 @@ def read_lock(path: Path) -> list[LockedSource]:
 
 def check_directory_pins(pins: list[LockedSource], lock_file: Path, sources_file: Path) -> None:
     """A plain directory edited after it was locked must never build as its old pin (the cache would answer
-    "nothing to do" for content that is no longer there): compare each directory's digest with its pin."""
+    "nothing to do" for content that is no longer there): compare each directory's digest with its pin. A local
+    repository must still hold its pinned commit (a rewritten history had failed the collect stage, exit 1)."""
     for src in pins:
         if src.kind == "dir" and Path(src.url).is_dir() and directory_digest(Path(src.url)) != src.commit:
             if Path(lock_file).resolve().is_relative_to(Path(src.url).resolve()):  # relocking cannot help
@@ -432,6 +433,21 @@ def check_directory_pins(pins: list[LockedSource], lock_file: Path, sources_file
                                    f"(cpp-data sources lock {sources_file} -o PATH, then --lock PATH)")
             raise SourcesError(f"{lock_file}: source {src.name!r}: the directory {src.url} changed since it was "
                                f"locked; relock (cpp-data sources lock {sources_file}) or build with --relock")
+        if src.kind == "git" and _is_local(src.url) and not _has_commit(src.url, src.commit):
+            raise SourcesError(f"{lock_file}: source {src.name!r} pins commit {src.commit[:12]}, which the "
+                               f"repository {src.url} does not hold (history rewritten?); relock (cpp-data "
+                               f"sources lock {sources_file}) or build with --relock")
+
+
+def _has_commit(repo: str, commit: str) -> bool:
+    """Whether a local repository holds `commit` (True when git cannot tell: collect will say why)."""
+    try:
+        _git("cat-file", "-e", f"{commit}^{{commit}}", cwd=repo)
+    except RuntimeError as exc:
+        return "Not a valid object name" not in str(exc)
+    except OSError:
+        return True
+    return True
 
 
 def lock_sources(specs: list[SourceSpec], existing: list[LockedSource] | None = None,

@@ -481,3 +481,21 @@ def test_a_tree_no_checkout_can_write_out_degrades_the_semantic_layer_not_the_bu
     coverage = json.loads((build_dir(out) / "manifest.json").read_text())["semantic_coverage"]
     assert "tar could not write" in coverage["long"]["database_reason"], coverage["long"]
     assert "git archive could not write the tree out" in coverage["dots"]["database_reason"], coverage["dots"]
+
+
+def test_a_lock_pinning_a_commit_the_repository_lacks_is_bad_input(tmp_path):
+    """A lock whose commit a local repository no longer holds (history rewritten) failed in the collect stage
+    with exit 1; it is refused before any stage, exit 2, saying to relock."""
+    repo = tmp_path / "repo"
+    make_git_repo(repo, {"a.cpp": "int main() { return 0; }\n" * 20})
+    sources = write_sources(tmp_path / "s.toml", [{"name": "r", "url": str(repo), "ref": "main"}])
+    run_cli("sources", "lock", str(sources))
+    import re
+
+    lock = tmp_path / "s.lock"  # its commit replaced by one the repository never had
+    text = lock.read_text()
+    commit = re.search(r'commit = "([0-9a-f]{40})"', text).group(1)
+    lock.write_text(text.replace(commit, "0123456789abcdef0123456789abcdef01234567"))
+    proc = run_cli("build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--dry-run", check=False)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1 and "does not hold" in err and "--relock" in err, err
