@@ -1,17 +1,20 @@
 """`cpp-data verify`: the gates of docs/DESIGN.md section 11 that a build passes before it is promoted.
 
 Gates, in order (all run; the command fails naming every gate that failed):
-  files           validate: `_COMPLETE`, every manifest file's size and SHA-256, every shard against its schema
+  files           validate: `_COMPLETE`, every manifest file's size and SHA-256 (and the summary's), every shard
+                  against its schema
   counts          manifest totals = shard rows = Megatron sequences per split; token counts agree across the
-                  shards' token_ids, the .bin files (plus one EOD per document) and the manifest
+                  shards' token_ids, the .bin files (plus one EOD per document) and the manifest (each shard's)
   token_range     max(token_id) < vocab_size in the shards, every .bin and the packed rows (the silent uint16
                   truncation of docs/DESIGN.md section 10 fails here)
   decode          the first documents of each split decode back to their exact text, from the .bin files
   empty_documents share of documents with empty text or no tokens under `max_empty_ratio`
-  megatron_read   megatron-core's IndexedDataset opens every prefix; lengths and document index agree
+  megatron_read   megatron-core's IndexedDataset opens every prefix, one sequence per document, and every
+                  sequence equals its shard document's token_ids + EOD (per weight group, in shard order)
   gpt_dataset     BlendedMegatronDatasetBuilder builds GPTDatasets over both datasets of launch.json (documents,
                   packed rows) and yields a sample
-  packed          every packed row has seq_length ids, doc_ids and loss_mask agree with valid_token_count
+  packed          every packed row has the seq_length of the manifest and launch.json, doc_ids and loss_mask
+                  agree with valid_token_count
   packed_binidx   the packed bin/idx read back with megatron-core equals the Parquet rows; its segments, put
                   back in order with FIM undone, are every shard document's token_ids + EOD, exactly
   train_step      one step of the bundled harness (tiny model, CPU) on the launch spec's default dataset (packed
@@ -136,7 +139,6 @@ class Verifier:
 
     def counts(self) -> str:
         self._need_export()
-
         s = self.shard_stats
         totals = self.manifest["totals"]
         self._need_both_splits()
@@ -161,7 +163,6 @@ class Verifier:
 
     def token_range(self) -> str:
         self._need_export()
-
         vocab = self.manifest["tokenizer"]["vocab_size"]
         found = {f"shards/{k}": v["max_id"] for k, v in self.shard_stats.items()}
         for prefix in self._prefixes("train") + self._prefixes("valid"):
@@ -178,7 +179,6 @@ class Verifier:
 
     def decode(self) -> str:
         self._need_export()
-
         from cpp_data.tokenizer.files import load_tokenizer
 
         tok = load_tokenizer(self.build / "tokenizer")
@@ -217,9 +217,8 @@ class Verifier:
 
     def megatron_read(self) -> str:
         self._need_export()
-
         out = []
-        eod = np.array([self.manifest_eod()])
+        eod = np.array([self._eod()])
         groups = self._prefix_sources()
         for split in ("train", "valid"):
             sets = {}
@@ -244,7 +243,8 @@ class Verifier:
                     sets[prefix][1] = i + 1
         return ", ".join(out) + "; every sequence equals its shard document's token_ids + EOD"
 
-    def manifest_eod(self) -> int:
+    def _eod(self) -> int:
+        """The build tokenizer's end-of-document id (its cpp_tokenizer.json roles)."""
         from cpp_data.tokenizer.files import tokenizer_info
 
         return tokenizer_info(self.build / "tokenizer")["roles"]["eos"]
