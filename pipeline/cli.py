@@ -923,13 +923,13 @@ def main(argv: list[str] | None = None) -> int:
         args.group.print_help()
         return EXIT_USAGE
     _LAST_ERROR.clear()
-    rc = _run(args, parser)
+    rc = _run(args)
     if getattr(args, "log_format", None) == "json" and rc not in (EXIT_OK, EXIT_NOTHING_TO_DO):
         _json_error_event(rc)
     return rc
 
 
-def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _run(args: argparse.Namespace) -> int:
     """The command, with every error turned into its exit code and one line on stderr."""
     previous = _raise_on_sigterm()
     try:
