@@ -575,7 +575,10 @@ def cmd_plan(args) -> int:
     from cpp_data.pipeline.plan import format_plan, plan
     from cpp_data.pipeline.runner import Runner
 
-    runner = Runner(args.out, _recipe_of(args), _pins(args), ExecutorConfig(kind="local", workers=1))
+    # build --dry-run carries --only, --from and --force, and the plan honours them as the build would
+    runner = Runner(args.out, _recipe_of(args), _pins(args), ExecutorConfig(kind="local", workers=1),
+                    only=getattr(args, "only", None), from_stage=getattr(args, "from_stage", None),
+                    force=getattr(args, "force", False))
     p = plan(runner)
     print(json.dumps(p, indent=2) if getattr(args, "json", False) else format_plan(p))
     return EXIT_OK

@@ -93,16 +93,30 @@ def plan(runner: Runner) -> dict[str, Any]:
             records[(r["stage"], r.get("source"))] = r
     runs: set[str] = set()
     rows = []
+    order = runner.recipe.stages
     for task in runner.tasks:
-        sealed = task.fingerprint is not None and is_sealed(task.directory(runner.out))
-        if sealed:
-            rows.append({"label": task.label, "stage": task.name, "source": task.source.name if task.source else None,
-                         "action": "cached", "reason": ""})
-            continue
         source = task.source.name if task.source else None
+        row = {"label": task.label, "stage": task.name, "source": source}
+        sealed = task.fingerprint is not None and is_sealed(task.directory(runner.out))
+        if runner.only is not None and order.index(task.name) > order.index(runner.only):
+            rows.append({**row, "action": "skipped", "reason": f"after --only {runner.only}"})
+            continue
+        if runner.only is not None and task.name != runner.only and not sealed:
+            rows.append({**row, "action": "missing", "reason": f"an input of --only {runner.only}, not built: "
+                                                               f"the build would stop here; run it without --only"})
+            continue
+        if sealed and runner._forced(task):
+            flag = (f"--only {runner.only}" if runner.only else f"--from {runner.from_stage}" if runner.from_stage
+                    else "--force")
+            runs.add(task.label)
+            rows.append({**row, "action": "run", "reason": f"{flag}: runs again although cached"})
+            continue
+        if sealed:
+            rows.append({**row, "action": "cached", "reason": ""})
+            continue
         reason = _reason(task, records.get((task.name, source)), runs, previous[0] if previous else None)
         runs.add(task.label)
-        rows.append({"label": task.label, "stage": task.name, "source": source, "action": "run", "reason": reason})
+        rows.append({**row, "action": "run", "reason": reason})
     return {"recipe": runner.recipe.version, "out": str(runner.out),
             "compared_with": previous[0] if previous else None, "stages": rows,
             "cached": sum(r["action"] == "cached" for r in rows), "run": sum(r["action"] == "run" for r in rows)}
@@ -114,6 +128,8 @@ def format_plan(p: dict[str, Any]) -> str:
     width = max((len(r["label"]) for r in p["stages"]), default=10)
     for r in p["stages"]:
         lines.append(f"  {r['action']:<7} {r['label']:<{width}}  {r['reason']}".rstrip())
+    missing = sum(r["action"] == "missing" for r in p["stages"])
     lines.append(f"{p['cached']} cached, {p['run']} to run; nothing was run"
-                 + ("" if p["run"] else " (the build is up to date)"))
+                 + (f"; {missing} input(s) of --only not built, so the build would stop" if missing else
+                    "" if p["run"] else " (the build is up to date)"))
     return "\n".join(lines)

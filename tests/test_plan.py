@@ -46,6 +46,20 @@ def test_plan_names_what_changed_and_writes_nothing(reference_build: Path, tmp_p
     assert "seq_length 512 -> 1024" in text and "nothing was run" in text
     assert _tree(out) == before
 
+    # --force, --from and --only: the dry run had ignored them and said "up to date" for a build that reran
+    def dry(*flags: str) -> dict:
+        args = ("build", "--dry-run", "--version", "v6", "--sources", str(sources), "--out", str(out), "--set",
+                "packed_rows.seq_length=512", *flags)
+        proc = run_cli(*args)
+        return {line.split()[1]: line.split()[0] for line in proc.stdout.splitlines()[1:-1]}
+
+    assert set(dry("--force").values()) == {"run"}
+    after = dry("--from", "packed_rows")
+    assert after["packed_rows"] == after["launch_spec"] == "run" and after["shards"] == "cached", after
+    only = dry("--only", "tokenizer")
+    assert only["tokenizer"] == "run" and only["shards"] == "cached" and only["packed_rows"] == "skipped", only
+    assert _tree(out) == before
+
 
 def test_plan_of_an_empty_output_directory_runs_everything(reference_build: Path, tmp_path: Path):
     sources = reference_build.parent.parent.parent / "sources.toml"
