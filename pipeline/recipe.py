@@ -157,9 +157,16 @@ def load_recipe(version: str | None = None, path: Path | None = None,
     generation = data.get("schema_generation")
     if not isinstance(generation, str):
         raise RecipeError(f"{where}: missing schema_generation")
+    from cpp_data.schemas.generations import GENERATIONS
+
+    if generation not in GENERATIONS:  # else the shards stage failed on it, several stages in
+        raise RecipeError(f"{where}: schema_generation {generation!r} is not one of {', '.join(GENERATIONS)}")
     stages = data.get("stages")
     if not isinstance(stages, list) or not stages:
         raise RecipeError(f"{where}: 'stages' must list the stages to run")
+    twice = sorted({s for s in stages if isinstance(s, str) and stages.count(s) > 1})
+    if twice:
+        raise RecipeError(f"{where}: stage {twice[0]!r} is listed more than once; a stage runs once per build")
     missing = [s for s in stages if s not in STAGES]
     if missing:
         raise RecipeError(

@@ -86,6 +86,13 @@ def test_bad_recipe_parameter_is_named(tmp_path):
     src.write_text(f"[[source]]\nname = 'a'\nurl = '{tmp_path}'\n")
     proc = run_cli("build", "--recipe", str(bad), "--sources", str(src), "--out", str(tmp_path / "o"), check=False)
     assert proc.returncode == 2 and "max_line_lenght" in proc.stderr and str(bad) in proc.stderr
+    # an unknown generation failed in the shards stage, several stages in; a stage listed twice ran twice
+    for broken, words in ((text.replace('schema_generation = "v6"', 'schema_generation = "v9"'), "'v9' is not one of"),
+                          (text.replace('"shards",', '"shards", "shards",', 1), "'shards' is listed more than once")):
+        bad.write_text(broken)
+        proc = run_cli("build", "--recipe", str(bad), "--sources", str(src), "--out", str(tmp_path / "o"),
+                       "--dry-run", check=False)
+        assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 @pytest.mark.slow
