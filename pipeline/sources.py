@@ -179,7 +179,11 @@ def _git(*args: str, cwd: str | None = None) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
     if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"git {args[0]} failed")
+        lines = [line.strip() for line in proc.stderr.strip().splitlines() if line.strip()]
+        # git's cause is its fatal: line; the hint lines after it ("Please make sure you have the correct
+        # access rights / and the repository exists.") had been all a user saw
+        cause = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
+        raise RuntimeError(cause or f"git {args[0]} failed")
     return proc.stdout
 
 

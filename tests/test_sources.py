@@ -70,3 +70,12 @@ def test_build_records_pins_and_moves_only_changed_sources(tmp_path):
 def test_sources_file_with_license_field_parses(tmp_path):
     f = write_sources(tmp_path / "s.toml", [{"name": "a", "url": "/tmp", "license": "MIT"}])
     assert load_sources(f)[0].license == "MIT"
+
+
+def test_a_git_url_that_does_not_answer_gives_gits_own_cause(tmp_path):
+    """git ls-remote's last stderr lines are hints ('and the repository exists.'), which had been the whole
+    message; the fatal: line says what is wrong."""
+    sources = write_sources(tmp_path / "s.toml", [{"name": "x", "url": f"file://{tmp_path}/nothing.git",
+                                                   "ref": "main"}])
+    proc = run_cli("sources", "lock", str(sources), check=False)
+    assert proc.returncode == 2 and "does not appear to be a git repository" in proc.stderr, proc.stderr
