@@ -292,6 +292,22 @@ def _ray_task(cfg: ExecutorConfig) -> tuple[float, float, dict[str, float]]:
     return cfg.ray.get("cpus_per_task", 1), cfg.ray.get("mem_per_cpu_gb", 0.5), cfg.ray.get("resources") or {}
 
 
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """A --ray-address whose head does not answer: ray.init retries it for minutes, printing 'Failed to connect
+    to GCS' every ~40 s and never giving up in a build, so the head's port is tried once here first."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal
+    if not host or not port.isdigit():
+        raise BadInput(f"--ray-address {address}: not HOST:PORT (the head's GCS port, 6379 by default)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise BadInput(f"--ray-address {address}: no Ray head answers there ({exc.strerror or exc}); start one "
+                       f"with `ray start --head` or give its address") from None
+
+
 def check_ray_cluster(cfg: ExecutorConfig) -> None:
     """Join (or start) the build's Ray and raise BadInput unless one of its nodes can hold a task as `cfg` asks
     for it: otherwise datatrove's Ray executor would wait forever for a placement (pipeline/ray_executor.py)."""
@@ -299,6 +315,8 @@ def check_ray_cluster(cfg: ExecutorConfig) -> None:
 
     from cpp_data.pipeline.ray_executor import check_feasible, task_bundle
 
+    if cfg.ray_address and cfg.ray_address != "auto":
+        _check_reachable(cfg.ray_address)
     _ensure_ray(cfg)
     check_feasible(task_bundle(*_ray_task(cfg)), ray.nodes(), cfg.ray_address or "a local Ray")
 

@@ -288,3 +288,18 @@ def test_a_file_system_refusal_is_one_line_with_the_right_exit_code(tmp_path, mo
     assert main(["status", "--out", str(tmp_path / "out")]) == rc
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and target in err[0] and words in err[0], err
+
+
+def test_an_unreachable_ray_address_is_refused_not_waited_on(tmp_path):
+    """ray.init retried a head that was not there for minutes, printing 'Failed to connect to GCS'; the build
+    is refused in one line before any stage."""
+    pytest.importorskip("ray")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text("int main() { return 0; }\n")
+    sources = tmp_path / "s.toml"
+    sources.write_text(f"[[source]]\nname = 'a'\nurl = '{src}'\nlicense = 'MIT'\n")
+    proc = run_cli("build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--executor", "ray",
+                   "--ray-address", "127.0.0.1:1", check=False, timeout=120)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1 and "no Ray head answers there" in err, err
