@@ -104,6 +104,17 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+_SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)")
+
+
+def _slurm_time(text: str) -> str:
+    """An argparse type: a time limit in one of sbatch's formats (`banana` had gone into the job script)."""
+    if not _SLURM_TIME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                                         f"D-HH:MM:SS")
+    return text
+
+
 def _file_prefix(text: str) -> str:
     """An argparse type: a file name prefix, with no path in it (`--name ../../evil` had written bin/idx files
     outside the export directory)."""
@@ -169,7 +180,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--ray-resource", action="append", default=[], metavar="NAME=AMOUNT",
                    help="a custom Ray resource every task needs, e.g. --ray-resource cpp_data_node=1 (repeatable)")
     b.add_argument("--slurm-partition", default="cpu", help="Slurm partition (--executor slurm)")
-    b.add_argument("--slurm-time", default="04:00:00", help="Slurm time limit per task (--executor slurm)")
+    b.add_argument("--slurm-time", type=_slurm_time, default="04:00:00",
+                   help="Slurm time limit per task (--executor slurm): MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]")
     b.add_argument("--slurm-account", help="Slurm account to charge (sbatch --account)")
     b.add_argument("--slurm-qos", default="normal", help="Slurm quality of service (sbatch --qos)")
     b.add_argument("--slurm-cpus-per-task", type=_int_at_least(1), default=1, help="CPUs per Slurm task")
@@ -537,7 +549,14 @@ def _recipe_of(args):
         overrides.setdefault("shards", {})["seed"] = args.seed
     if args.tokenizer is not None:
         overrides.setdefault("tokenizer", {})["frozen"] = str(args.tokenizer)
-    return load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None)
+        if "vocab_size" in overrides["tokenizer"]:  # had been recorded in the manifest and ignored
+            raise BadInput(f"--set tokenizer.vocab_size with --tokenizer {args.tokenizer}: a frozen tokenizer keeps "
+                           f"its own vocabulary; drop one of them")
+    if args.recipe is not None and args.recipe_version != "v6" and args.recipe_version != args.recipe.stem:
+        raise BadInput(f"--version {args.recipe_version} with --recipe {args.recipe}: the recipe file is the "
+                       f"recipe (its version is its file name, {args.recipe.stem}); give one of them")
+    return load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None,
+                       flags={"tokenizer.frozen": "--tokenizer", "shards.seed": "--seed"})
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:

@@ -135,8 +135,10 @@ def build_params(cls: type, values: dict[str, Any], where: str, set_by: Mapping[
 
 
 def load_recipe(version: str | None = None, path: Path | None = None,
-                overrides: dict[str, dict[str, Any]] | None = None) -> Recipe:
-    """Load the recipe of a schema generation (or a recipe file) and build every stage's parameters."""
+                overrides: dict[str, dict[str, Any]] | None = None, flags: dict[str, str] | None = None) -> Recipe:
+    """Load the recipe of a schema generation (or a recipe file) and build every stage's parameters. `flags`
+    names the option that set an override ("tokenizer.frozen": "--tokenizer"), for the error that names it;
+    any other override is a `--set`."""
     from cpp_data.stages import STAGES
 
     if path is None:
@@ -191,7 +193,7 @@ def load_recipe(version: str | None = None, path: Path | None = None,
         values.update((overrides or {}).get(name, {}))
         if "generation" in {f.name for f in dataclasses.fields(STAGES[name].Params)}:
             values.setdefault("generation", generation)
-        set_by = {k: f"--set {name}.{k}" for k in (overrides or {}).get(name, {})}
+        set_by = {k: (flags or {}).get(f"{name}.{k}", f"--set {name}.{k}") for k in (overrides or {}).get(name, {})}
         params[name] = build_params(STAGES[name].Params, values, f"{where} [params.{name}]", set_by)
     return Recipe(
         version=version or Path(path).stem,

@@ -303,3 +303,24 @@ def test_an_unreachable_ray_address_is_refused_not_waited_on(tmp_path):
                    "--ray-address", "127.0.0.1:1", check=False, timeout=120)
     err = proc.stderr.strip()
     assert proc.returncode == 2 and len(err.splitlines()) == 1 and "no Ray head answers there" in err, err
+
+
+def test_build_options_that_contradict_or_misname_are_one_line_errors(tmp_path):
+    """Found by a probe of the control flags: each had been taken silently or blamed on an option not given."""
+    from importlib import resources
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text("int main() { return 0; }\n")
+    sources = tmp_path / "s.toml"
+    sources.write_text(f"[[source]]\nname = 'a'\nurl = '{src}'\nlicense = 'MIT'\n")
+    v4 = str(resources.files("cpp_data.pipeline.recipes") / "v4.toml")
+    base = ("build", "--sources", str(sources), "--out", str(tmp_path / "o"), "--dry-run")
+    for extra, words in ((("--slurm-time", "banana"), "is not a Slurm time"),  # it went into the job script
+                         (("--recipe", v4, "--version", "v5"), "the recipe file is the recipe"),
+                         (("--tokenizer", str(tmp_path / "none"), "--set", "tokenizer.vocab_size=4000"),
+                          "a frozen tokenizer keeps its own vocabulary"),
+                         (("--tokenizer", str(tmp_path / "none")), "with --tokenizer: frozen")):  # not "--set"
+        proc = run_cli(*base, *extra, check=False)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and len(err.splitlines()) == 1 and words in err, (extra, err)
