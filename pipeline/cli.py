@@ -204,8 +204,8 @@ def _parser() -> argparse.ArgumentParser:
     pl = leaf(sub, "plan", cmd_plan, help="what a build would run and why, running nothing",
               description="For every stage instance of the recipe over the sources: cached (its sealed output is "
                           "in OUT's cache) or run, and why: its code, a parameter (old -> new), the source's pin, "
-                          "the sources' settings, or an input that runs again, compared with the newest build of "
-                          "the same recipe in OUT. Writes nothing.",
+                          "the sources' settings, or an input that runs again, compared with OUT's LATEST build "
+                          "(or the newest of the same recipe when LATEST is of another). Writes nothing.",
               epilog="example: cpp-data plan --version v6 --sources sources/debian.toml --out out "
                      "--set packed_rows.seq_length=2048")
     recipe_arguments(pl)

@@ -4,7 +4,8 @@ Each stage instance is `cached` when its sealed cache entry exists (its fingerpr
 stage after one that runs cannot be fingerprinted before its input exists (fingerprints hash the inputs'
 bytes, pipeline/runner.py): it is listed as `run`, and the build will still reuse it if that input comes out
 byte for byte the same. The reason for a run comes from comparing what its fingerprint hashes
-(`fingerprint_of`, kept in stage.json and the manifest) with the same stage instance of the newest build of the same recipe in OUT: the stage's code or
+(`fingerprint_of`, kept in stage.json and the manifest) with the same stage instance of the build it compares
+with (LATEST when it is of the same recipe, else the newest build of the recipe in OUT): the stage's code or
 version, a parameter (old and new value), the source's pin, the sources' settings (weights, decontamination
 references), or an input stage that runs again. Without an earlier build, or when the entry only left the
 cache (`cpp-data gc`), it says so. Nothing is written.
@@ -20,15 +21,20 @@ from cpp_data.pipeline.fsutil import is_sealed
 from cpp_data.pipeline.runner import Runner, fingerprint_payload
 
 
-def newest_build(out: Path, version: str) -> tuple[str, dict] | None:
-    """(name, manifest) of the newest sealed build of recipe `version` in OUT, by creation time."""
+def compared_build(out: Path, version: str) -> tuple[str, dict] | None:
+    """(name, manifest) of the build a plan compares with: OUT/builds/LATEST when it is of recipe `version` (the
+    build the last `build` published or found up to date, what OUT means to every other command), else the
+    newest sealed build of the recipe by creation time. A plan compared with the newest by time had listed
+    changes against a build LATEST no longer named."""
     from cpp_data.schemas.manifest import sealed_builds
 
     found = [(m.get("created_at", ""), d.name, m) for d, m in sealed_builds(out) if d.name.startswith(f"{version}-")]
     if not found:
         return None
-    _, name, manifest = max(found)
-    return name, manifest
+    latest = Path(out) / "builds" / "LATEST"
+    named = latest.read_text().strip() if latest.is_file() else None
+    chosen = next((f for f in found if f[1] == named), None) or max(found)
+    return chosen[1], chosen[2]
 
 
 def _changed_params(old: dict, new: dict) -> list[str]:
@@ -86,7 +92,7 @@ def _reason(task, before: dict | None, runs: set[str], compared_with: str | None
 
 def plan(runner: Runner) -> dict[str, Any]:
     """{"compared_with": build name or None, "stages": [{label, stage, source, action, reason}]}."""
-    previous = newest_build(runner.out, runner.recipe.version)
+    previous = compared_build(runner.out, runner.recipe.version)
     records = {}
     if previous:
         for r in previous[1].get("stages", []):

@@ -1,5 +1,5 @@
 """`cpp-data plan` / `build --dry-run` (issue 17, point 2): which stages are cached, which would run and why,
-compared with the newest build of the same recipe in OUT; nothing is written."""
+compared with OUT's LATEST build (or the newest of the recipe); nothing is written."""
 
 from __future__ import annotations
 
@@ -59,6 +59,13 @@ def test_plan_names_what_changed_and_writes_nothing(reference_build: Path, tmp_p
     only = dry("--only", "tokenizer")
     assert only["tokenizer"] == "run" and only["shards"] == "cached" and only["packed_rows"] == "skipped", only
     assert _tree(out) == before
+
+    # the plain build again: nothing to do, and LATEST names the reference build once more; the plan compares
+    # with that build, not with the newer 512 one (it had listed "seq_length 512 -> ..." against it)
+    assert build(sources, out, check=False).returncode == 3
+    again = _plan(out, sources, "--set", "packed_rows.seq_length=1024")
+    assert again["compared_with"] == reference_build.name == (out / "builds" / "LATEST").read_text().strip()
+    assert "seq_length 4096 -> 1024" in {r["label"]: r for r in again["stages"]}["packed_rows"]["reason"]
 
 
 def test_plan_of_an_empty_output_directory_runs_everything(reference_build: Path, tmp_path: Path):
