@@ -279,9 +279,9 @@ class Runner:
             log(f"{task.label}: cached output damaged ({problem}); running it again", event="stage_repaired",
                 **where)
             report.repaired.append(task.label)
-        elif input_of_only and not is_sealed(final):
-            raise StageFailed(f"--only {self.only}: its input {task.label} is not built yet; "
-                              f"run the build without --only first")
+        elif input_of_only and not is_sealed(final):  # a usage problem, exit 2: no stage failed
+            raise BadInput(f"--only {self.only}: its input {task.label} is not built yet; "
+                           f"run the build without --only first")
         return False
 
     def _source_group(self, task: Task, todo: list[Task]) -> list[Task]:

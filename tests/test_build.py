@@ -94,7 +94,7 @@ def test_rerun_does_no_work_and_only_from_rerun(small_sources, reference_build, 
 
 def test_only_on_a_fresh_output_names_the_missing_input(small_sources, tmp_path):
     proc = build(small_sources, tmp_path / "fresh", "--only", "license", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage problem (no stage failed), as --from and --force mistakes are
     assert "its input collect[" in proc.stderr and "without --only" in proc.stderr
     assert "filter" not in proc.stdout  # nothing after the stage ran
 
