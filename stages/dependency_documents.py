@@ -63,20 +63,28 @@ def _rows(path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
-def _file_to_move_to_valid(arts: list, licenses: dict, valid_fraction: float) -> tuple[str, str] | None:
+def _file_to_move_to_valid(ctx: StageContext, arts: list, removed, valid_fraction: float) -> tuple[str, str] | None:
     """The (repo, file) whose roots go to the validation split when the hash split gives it none: the file
     nearest the split line, as the shards stage moves one over (docs/DESIGN.md section 9), decided before any
     document is made so that no training document takes a dependency from it. None when some file is on the
-    validation side already, or fewer than two files have roots (moving the only one would empty training)."""
-    files = set()
+    validation side already, or fewer than two files have roots (moving the only one would empty training).
+    One repository at a time, keeping only the nearest file and whether a second exists; the documents pass reads
+    each repository's kept licenses again rather than holding every repository's at once."""
+    nearest, files = None, 0
     for art in arts:
-        table = pq.read_table(art.path / "functions.parquet")
-        if "file" in table.column_names:  # a source without functions writes an empty table
-            kept = licenses[art.source]
-            files |= {(art.source, f) for f in table.column("file").to_pylist() if (art.source, f) in kept}
-    if len(files) < 2 or any(keys.is_valid_split(repo, f, valid_fraction) for repo, f in files):
-        return None
-    return min(files, key=lambda rf: (keys.split_hash(*rf), rf))
+        path = art.path / "functions.parquet"
+        if "file" not in pq.read_schema(path).names:  # a source without functions writes an empty table
+            continue
+        kept = kept_licenses(ctx, art.source, removed)
+        for f in set(pq.read_table(path, columns=["file"]).column("file").to_pylist()):
+            if (art.source, f) not in kept:
+                continue
+            if keys.is_valid_split(art.source, f, valid_fraction):
+                return None
+            files += 1
+            candidate = (keys.split_hash(art.source, f), (art.source, f))
+            nearest = candidate if nearest is None else min(nearest, candidate)
+    return nearest[1] if files >= 2 else None
 
 
 def reachable(root: str, callees: dict, max_depth: int) -> set[str]:
@@ -136,8 +144,7 @@ class DependencyDocuments(Stage):
         pending = {s: [] for s in SPLITS}
         counts = {"roots": 0, "documents": 0, "trimmed": 0, "text_bytes": 0, "moved_to_valid": None}
         arts = sorted(ctx.inputs["semantics"], key=lambda a: a.source)
-        licenses = {art.source: kept_licenses(ctx, art.source, removed) for art in arts}
-        moved = _file_to_move_to_valid(arts, licenses, p.valid_fraction)
+        moved = _file_to_move_to_valid(ctx, arts, removed, p.valid_fraction)
         if moved is not None:
             counts["moved_to_valid"] = f"{moved[0]}:{moved[1]}"
 
@@ -147,7 +154,7 @@ class DependencyDocuments(Stage):
         for art in arts:
             repo = art.source
             commit = next(s.commit for s in ctx.sources if s.name == repo)
-            license_of = licenses[repo]
+            license_of = kept_licenses(ctx, repo, removed)
             functions = [f for f in _rows(art.path / "functions.parquet") if (repo, f["file"]) in license_of]
             by_usr = {f["usr"]: f for f in functions}
             callees = defaultdict(list)
