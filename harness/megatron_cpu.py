@@ -15,6 +15,14 @@ import torch
 _applied = False
 
 
+def quiet_missing_fast_kernels() -> None:
+    """Drop the four warnings megatron-core's optimizer modules give on import that Transformer Engine and Apex are
+    not installed: true of every CPU machine, and nothing a user of verify or train can act on."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
+
+
 def apply_cpu_patches() -> None:
     global _applied
     if _applied or torch.cuda.is_available():

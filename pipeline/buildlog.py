@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """A log event's time: UTC to the second, as every event of a build log (and the CLI's closing error) has it."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -44,7 +45,7 @@ class BuildLog:
         self.started = None
 
     def __call__(self, text: str, event: str = "message", **fields: Any) -> None:
-        record = {"time": _now(), "event": event, **fields, "message": text}
+        record = {"time": utc_now(), "event": event, **fields, "message": text}
         line = json.dumps(record, ensure_ascii=False) if self.fmt == "json" else f"[{record['time']}] {text}"
         self.file.write(line + "\n")
         self.file.flush()
@@ -93,7 +94,7 @@ class BuildLog:
         """The end of the build: the summary as text (or a JSON event), in the stream and the log file."""
         self.close_bar()
         if self.fmt == "json":
-            line = json.dumps({"time": _now(), "event": "summary", "summary": summary}, ensure_ascii=False,
+            line = json.dumps({"time": utc_now(), "event": "summary", "summary": summary}, ensure_ascii=False,
                               default=str)
             self._print(line)
             self.file.write(line + "\n")

@@ -60,9 +60,12 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+DEFAULT_RECIPE = "v6"  # the recipe a build runs when --version is not given
+
+
 def recipe_arguments(p: argparse.ArgumentParser) -> None:
     """What chooses a build's stages and their fingerprints: shared by build and plan."""
-    p.add_argument("--version", dest="recipe_version", default="v6",
+    p.add_argument("--version", dest="recipe_version", default=DEFAULT_RECIPE,
                    help="schema generation whose recipe to run: v2..v6")
     p.add_argument("--recipe", type=_path, help="a recipe file to use instead of the bundled one")
     p.add_argument("--sources", type=_path, required=True,
@@ -402,9 +405,9 @@ def _err(msg: str) -> None:
 def _json_error_event(rc: int) -> None:
     """With --log-format json, a build that fails says so on stdout too, as its last event (a scheduler reading
     the JSON lines had seen the stream stop with no word of why)."""
-    from datetime import datetime, timezone
+    from cpp_data.pipeline.buildlog import utc_now
 
-    record = {"time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "event": "error",
+    record = {"time": utc_now(), "event": "error",
               "exit_code": rc, "message": _LAST_ERROR[0] if _LAST_ERROR else ""}
     try:
         print(json.dumps(record, ensure_ascii=False), flush=True)
@@ -552,7 +555,7 @@ def _recipe_of(args):
         if "vocab_size" in overrides["tokenizer"]:  # had been recorded in the manifest and ignored
             raise BadInput(f"--set tokenizer.vocab_size with --tokenizer {args.tokenizer}: a frozen tokenizer keeps "
                            f"its own vocabulary; drop one of them")
-    if args.recipe is not None and args.recipe_version != "v6" and args.recipe_version != args.recipe.stem:
+    if args.recipe is not None and args.recipe_version not in (DEFAULT_RECIPE, args.recipe.stem):
         raise BadInput(f"--version {args.recipe_version} with --recipe {args.recipe}: the recipe file is the "
                        f"recipe (its version is its file name, {args.recipe.stem}); give one of them")
     return load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None,
@@ -652,9 +655,9 @@ def cmd_build(args) -> int:
                                force=args.force, wait=args.wait, log=log)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the machine's, not the user's input: exit 1, retry
-                raise CheckFailed(f"{args.out}: no space left on its device (writing {exc.filename or 'the build'});"
-                                  f" free space and run the same command again: the build resumes from its "
-                                  f"finished stages") from exc
+                from cpp_data.pipeline.runner import stage_failed
+
+                raise stage_failed(f"publishing (writing {exc.filename or 'the build'})", exc, args.out) from exc
             raise BadInput(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
         if result.build_dir is None:
             log("stages done; not every stage is sealed yet, so no build was published", event="unpublished")
@@ -872,13 +875,10 @@ def _check_export_target(out: Path) -> None:
 
 
 def cmd_train(args) -> int:
-    import warnings
-
+    from cpp_data.harness.megatron_cpu import quiet_missing_fast_kernels
     from cpp_data.harness.train import TrainConfig, train
 
-    # as in verify: megatron-core's optimizer modules warn four times that Transformer Engine and Apex are
-    # absent, true of every CPU machine and nothing to act on
-    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
+    quiet_missing_fast_kernels()
 
     c = TrainConfig(launch_spec=args.launch_spec, out=args.out, model=args.model, steps=args.steps,
                     batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seq_length=args.seq_length,

@@ -99,19 +99,18 @@ def plan(runner: Runner) -> dict[str, Any]:
             records[(r["stage"], r.get("source"))] = r
     runs: set[str] = set()
     rows = []
-    order = runner.recipe.stages
     for task in runner.tasks:
         source = task.source.name if task.source else None
         row = {"label": task.label, "stage": task.name, "source": source}
         sealed = task.fingerprint is not None and is_sealed(task.directory(runner.out))
-        if runner.only is not None and order.index(task.name) > order.index(runner.only):
+        if runner.after_only(task):
             rows.append({**row, "action": "skipped", "reason": f"after --only {runner.only}"})
             continue
         if runner.only is not None and task.name != runner.only and not sealed:
             rows.append({**row, "action": "missing", "reason": f"an input of --only {runner.only}, not built: "
                                                                f"the build would stop here; run it without --only"})
             continue
-        if sealed and runner._forced(task):
+        if sealed and runner.forced(task):
             flag = (f"--only {runner.only}" if runner.only else f"--from {runner.from_stage}" if runner.from_stage
                     else "--force")
             runs.add(task.label)

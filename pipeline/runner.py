@@ -51,7 +51,7 @@ def stage_failed(what: str, exc: BaseException, out: Path) -> StageFailed:
     """StageFailed for `what` ("stage X") raising `exc`. A full disk says so and what to do, whichever layer
     raised it (Python's OSError and pyarrow's both carry errno ENOSPC, also after crossing from a worker): it
     is the machine, not the stage."""
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StageFailed(f"{what}: no space left on device under {out} (free some space or give --out a "
                            f"larger disk, then run the same command again: it resumes from the finished tasks)")
     return StageFailed(f"{what}: {type(exc).__name__}: {exc}")
@@ -181,7 +181,12 @@ class Runner:
             raise RuntimeError("build_fingerprint before every stage instance was fingerprinted")
         return hashlib.sha256("".join(t.fingerprint for t in self.tasks).encode()).hexdigest()
 
-    def _forced(self, task: Task) -> bool:
+    def after_only(self, task: Task) -> bool:
+        """Whether --only leaves `task` out: it comes after the stage --only names (run and plan both ask)."""
+        order = self.recipe.stages
+        return self.only is not None and order.index(task.name) > order.index(self.only)
+
+    def forced(self, task: Task) -> bool:
         """Whether `task` reruns although sealed. --only and --from name what reruns, so --force beside them
         adds nothing: `--only X --force` had rerun every input of X too, the whole build up to X."""
         if self.only is not None:
@@ -216,9 +221,7 @@ class Runner:
         report = RunReport()
         t0 = time.monotonic()
         self.clean_temporaries()
-        order = self.recipe.stages
-        todo = [t for t in self.tasks if not (self.only is not None and t.name != self.only
-                                              and order.index(t.name) > order.index(self.only))]
+        todo = [t for t in self.tasks if not self.after_only(t)]
         index = {id(t): k for k, t in enumerate(todo, 1)}  # --only never runs what comes after the stage
         done: set[int] = set()  # id() of the instances whose output is sealed and checked
         beside: dict[int, _Beside] = {}
@@ -267,7 +270,7 @@ class Runner:
             raise StageFailed(f"{task.label}: an input has no sealed output")
         final = task.directory(self.out)
         input_of_only = self.only is not None and task.name != self.only
-        if is_sealed(final) and not self._forced(task):
+        if is_sealed(final) and not self.forced(task):
             problem = self.entry_damage(task)  # checked once per task: it reads every cached byte
             if problem is None:
                 report.cached.append(task.label)

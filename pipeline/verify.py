@@ -394,12 +394,10 @@ def _bin_array(ds) -> np.ndarray:
 
 
 def verify(build: Path, log=print, **kw) -> tuple[bool, list[Gate]]:
-    import warnings
-
-    # megatron-core's optimizer modules, imported on the way to GPTDataset, warn four times that Transformer
-    # Engine and Apex are absent: true of every CPU machine, and nothing verify's user can act on
-    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
+    from cpp_data.harness.megatron_cpu import quiet_missing_fast_kernels
     from cpp_data.pipeline.errors import CheckFailed
+
+    quiet_missing_fast_kernels()  # megatron-core's optimizer modules are imported on the way to GPTDataset
 
     try:
         v = Verifier(build, **kw)
