@@ -188,11 +188,15 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     return "\n".join(lines)
 
 
+def _read_only(path: Path) -> None:
+    """Take away every write bit: each file of a published build is read-only, since a build is immutable."""
+    path.chmod(path.stat().st_mode & ~0o222)
+
+
 def _publish_file(src: Path, dst: Path) -> None:
-    """A published data file: a copy out of the cache (pipeline/cache.py says why), read-only, since a build is
-    immutable."""
+    """A published data file: a copy out of the cache (pipeline/cache.py says why), read-only."""
     copy_file(src, dst)
-    dst.chmod(dst.stat().st_mode & ~0o222)
+    _read_only(dst)
 
 
 # a published export file's split: cpp_train.bin, cpp_packed_valid.idx, train-00000.parquet, and a training
@@ -318,7 +322,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     # the dataset card: how datasets.load_dataset(BUILD) finds the documents and the packed rows
     card = partial / "README.md"
     atomic_write_text(card, dataset_card(partial, manifest, summary))
-    card.chmod(card.stat().st_mode & ~0o222)
+    _read_only(card)
     files.append({"path": "README.md", "kind": "card", "split": None, "rows": None, "bytes": card.stat().st_size,
                   "sha256": sha256_file(card)})
     # the summary holds this run's timings, so it is no file of the build's bytes; its digest in the manifest
@@ -326,10 +330,10 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     atomic_write_json(partial / "reports" / "summary.json", summary)
     manifest["summary_sha256"] = sha256_file(partial / "reports" / "summary.json")
     atomic_write_json(partial / "manifest.json", manifest)
-    for written in (partial / "reports" / "summary.json", partial / "manifest.json"):  # read-only, as the rest
-        written.chmod(written.stat().st_mode & ~0o222)
+    _read_only(partial / "reports" / "summary.json")
+    _read_only(partial / "manifest.json")
     seal(partial, final)
-    (final / "_COMPLETE").chmod((final / "_COMPLETE").stat().st_mode & ~0o222)
+    _read_only(final / "_COMPLETE")
     return final, True
 
 
