@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from cpp_data.harness.presets import PEAK_BF16_FLOPS, TrainConfig, flops_per_token
+from cpp_data.harness.presets import PEAK_BF16_FLOPS, SIZES, TrainConfig, flops_per_token
 from cpp_data.pipeline.errors import BadInput
 
 
@@ -95,8 +95,6 @@ def _check_resume(ckpt: Path, state: dict, now: dict) -> None:
     """A run resumes only as it started: another batch size had been taken silently (the sample order and the
     token count went wrong: 196,608 tokens at step 6, 114,688 at step 7), another vocabulary failed in
     load_state_dict with a bare RuntimeError. Checkpoints from before a key was recorded skip that key."""
-    from cpp_data.pipeline.errors import BadInput
-
     differ = [f"{k} {state[k]} (now {v})" for k, v in now.items() if k in state and state[k] != v]
     if differ:
         raise BadInput(f"{ckpt}: this run was trained with {', '.join(differ)}; resume it with the same "
@@ -199,7 +197,6 @@ def train(c: TrainConfig, log=print) -> dict:
     from cpp_data.harness.data import build_datasets, dataset_of
     from cpp_data.harness.megatron_cpu import apply_cpu_patches
     from cpp_data.harness.model import build_model, count_parameters
-    from cpp_data.harness.presets import SIZES
     from cpp_data.schemas.launch_spec import load_launch_spec
 
     if c.model not in SIZES:  # before RUN/ gets any directory: a refused run leaves nothing behind
