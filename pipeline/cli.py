@@ -449,13 +449,18 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
+def _need_output_directory(out: Path) -> None:
+    """Refuse a directory no build wrote: gc would look for builds in it and status writes OUT/status/ into it."""
+    if not (out / "builds").is_dir() and not (out / "cache").is_dir():
+        raise BadInput(f"{out}: not an output directory (no builds/ or cache/); give the --out of a build")
+
+
 def cmd_gc(args) -> int:
     from cpp_data.pipeline.gc import collect_garbage, format_result
 
     if args.keep < 1:
         raise BadInput("--keep must be at least 1")
-    if not (args.out / "builds").is_dir() and not (args.out / "cache").is_dir():
-        raise BadInput(f"{args.out}: not an output directory (no builds/ or cache/)")
+    _need_output_directory(args.out)
     print(format_result(collect_garbage(args.out, args.keep, args.dry_run, args.wait), args.dry_run))
     return EXIT_OK
 
@@ -689,8 +694,7 @@ def cmd_status(args) -> int:
 
     if not args.out.is_dir():
         raise BadInput(f"{args.out}: no such output directory")
-    if not (args.out / "builds").is_dir() and not (args.out / "cache").is_dir():  # it writes OUT/status/
-        raise BadInput(f"{args.out}: not an output directory (no builds/ or cache/); give the --out of a build")
+    _need_output_directory(args.out)  # it writes OUT/status/: never into a source tree
     status = write_status(args.out)
     print(json.dumps(status, indent=2) if args.json else render_md(status))
     return EXIT_OK
