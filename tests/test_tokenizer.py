@@ -17,8 +17,8 @@ from cpp_data.stages.token_columns import add_token_columns
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.evaluate import split_documents
 from cpp_data.tokenizer.files import load_tokenizer
-from cpp_data.tokenizer.pretokenizer import (ascii_twin, cuts_keep_ids, encode_in_parts, encoding_parts,
-                                             to_byte_symbols)
+from cpp_data.tokenizer.pretokenizer import (ASCII_CODE_PATTERN, PieceMemo, ascii_twin, cuts_keep_ids,
+                                             encode_in_parts, encoding_parts, pieces, to_byte_symbols)
 from cpp_data.tokenizer.train import check_band_pieces, train_cpp_tokenizer
 
 from conftest import JUCE, POCO, need, run_cli
@@ -173,6 +173,40 @@ def test_ascii_twin_gives_the_tokenizers_ids(reference_build: Path):
     other = load_tokenizer(reference_build / "tokenizer")
     other.add_special_tokens([AddedToken("<|Ġsep|>", special=True)])  # renamed, it would match ASCII text
     assert ascii_twin(other) is None
+
+
+def test_piece_memo_gives_the_tokenizers_ids(reference_build: Path):
+    """encode_in_parts encodes ASCII texts through PieceMemo: ASCII_CODE_PATTERN splits them with Python's `re`
+    and each distinct pre-token is encoded once. The tokenizer is the judge of both steps: its own Split of
+    every ASCII C/C++ file of two real trees in five and of seeded random text over all 128 ASCII characters
+    (white space, the separators 0x1c-0x1f that Python's \\s would take, lines of indentation only), and its
+    ids, with the memo cleared every few texts, and for texts holding a special token's literal, which the
+    memo leaves to tokenizers."""
+    import random
+    import re
+
+    need(JUCE, POCO)
+    tok = load_tokenizer(reference_build / "tokenizer")
+    files = [p for root in (JUCE, POCO) for p in sorted(root.rglob("*"))
+             if p.suffix in (".h", ".hpp", ".cpp", ".c", ".mm") and p.is_file()][::5]
+    texts = [t for t in (p.read_bytes().decode("utf-8", "replace") for p in files) if t.isascii()]
+    rng = random.Random(11)
+    bits = ["std::vector<", "\n    return ", "#  define X", "0x1F'FFull", "1.5e-3f", "~Foo", "a::b::~c<", "->",
+            " ", "\t", "\r\n", "\n", "\r", "  \n", " \t\n  x", "\x0b", "\x0c", "\x00", "\x7f", "\x1c", "\x1f",
+            "<|pad", "|>"]
+    texts += ["".join(rng.choice(bits) if rng.random() < 0.5 else chr(rng.randrange(128))
+                      for _ in range(rng.randrange(0, 300))) + ("<|eos|>" if k % 10 == 0 else "") for k in range(2000)]
+    assert len(texts) > 2500 and all(t.isascii() for t in texts)
+    split = re.compile(ASCII_CODE_PATTERN)
+    for text in texts:
+        assert split.findall(text) == pieces(text), repr(text[:80])
+    memo = PieceMemo(ascii_twin(tok), entries=50)  # cleared again and again: never changes an id
+    want = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+    assert [memo.encode(t) if memo.takes(t) else w for t, w in zip(texts, want)] == want
+    assert sum(memo.takes(t) for t in texts) > 2000
+    assert not memo.takes("int x; // <|eos|>\n") and memo.takes("a <| b |> c\n") and not memo.takes("é;\n")
+    mixed = [x for pair in zip(texts[:300], EDGE_CASES * 40) for x in pair]  # ASCII and not, interleaved
+    assert encode_in_parts(tok, mixed) == [e.ids for e in tok.encode_batch(mixed, add_special_tokens=False)]
 
 
 @pytest.mark.slow
