@@ -10,6 +10,7 @@ ranks under `completions/`, so a killed stage reruns only its unfinished tasks.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -238,12 +239,41 @@ class QuietLocalExecutor(TaskLoggerMixin, LocalPipelineExecutor):
 
             blob = bytes(ForkingPickler.dumps(self))
             ctx = multiprocess.get_context(self.start_method)
-            with ctx.Pool(min(self.workers, len(ranks)), initializer=_hold_executor, initargs=(blob,)) as pool:
+            with _quiet_pool_class()(min(self.workers, len(ranks)), initializer=_hold_executor, initargs=(blob,),
+                                     context=ctx) as pool:
                 stats = list(pool.imap_unordered(_run_held_rank, ranks))
         total = sum(stats, start=PipelineStats())
         with self.logging_dir.open("stats.json", "wt") as f:
             total.save_to_disk(f)
         return total
+
+
+@functools.cache
+def _quiet_pool_class():
+    """multiprocess's Pool whose workers end quietly when the build's process is gone (_quiet_pool_worker)."""
+    from multiprocess.pool import Pool, worker
+
+    class QuietPool(Pool):
+        @staticmethod
+        def Process(ctx, *args, **kwds):
+            if kwds.get("target") is worker:
+                kwds["target"] = _quiet_pool_worker
+            return ctx.Process(*args, **kwds)
+
+    return QuietPool
+
+
+def _quiet_pool_worker(*args, **kwds) -> None:
+    """multiprocess.pool.worker, returning quietly when the pipe back to the build's process is broken: the build
+    was killed (SIGKILL from a user or a scheduler), and a task that finished after it has no one to tell.
+    Without this, each worker printed two tracebacks (its result, then the error about sending it), 70 lines on
+    the terminal for a build killed in its filter stage."""
+    from multiprocess.pool import worker
+
+    try:
+        worker(*args, **kwds)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
 
 
 _HELD_EXECUTOR: list[bytes] = []  # in a pool worker of QuietLocalExecutor.run: its run's executor, pickled

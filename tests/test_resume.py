@@ -125,10 +125,12 @@ def test_sigkill_mid_stage_resumes_to_identical_bytes(tmp_path):
             time.sleep(0.005)
         output = proc.communicate()[0]
         resumed += [ln for ln in output.splitlines() if "resuming finished tasks" in ln]
-        if sig != signal.SIGKILL:  # one line and the exit code of pipeline/errors.py, no worker's traceback
+        # no worker's traceback, whatever the signal: after a SIGKILL to the build's process, a worker whose task
+        # finished found the pipe back to it broken (executors._quiet_pool_worker)
+        assert "Traceback" not in output and "BrokenPipe" not in output, (stage, output[-3000:])
+        if sig != signal.SIGKILL:  # one line and the exit code of pipeline/errors.py
             assert proc.returncode == 128 + sig, (stage, proc.returncode, signal.getsignal(signal.SIGINT),
                                                   output[-3000:])
-            assert "Traceback" not in output and "BrokenPipe" not in output, (stage, output[-3000:])
             said = [ln for ln in output.splitlines() if ln.startswith("cpp-data: error:")]
             word = "interrupted" if sig == signal.SIGINT else "terminated by SIGTERM"
             assert len(said) == 1 and word in said[0], (stage, said)
