@@ -511,13 +511,20 @@ def _run_executor(executor, conn) -> None:
     multiprocess.set_start_method("fork", force=True)
     bind_children_to_this_process()
     try:
-        executor.run()  # its PipelineStats stay behind: run_datatrove reads the stats files the run wrote
-        conn.send(None)
-    except BaseException as exc:  # noqa: BLE001 - handed to the build's process, which raises it
         try:
-            conn.send(exc)
-        except Exception:  # an exception that does not pickle: its text still goes back
-            conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
+            executor.run()  # its PipelineStats stay behind: run_datatrove reads the stats files the run wrote
+            conn.send(None)
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the build's process, which raises it
+            try:
+                conn.send(exc)
+            except (BrokenPipeError, ConnectionResetError):
+                raise
+            except Exception:  # an exception that does not pickle: its text still goes back
+                conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the build's process is gone (killed): no one to tell, and no traceback (_quiet_pool_worker)
     finally:
         conn.close()
 

@@ -205,3 +205,27 @@ def test_a_task_log_that_cannot_be_written_fails_the_task_without_loguru_traceba
     finally:
         logger.remove()
     assert "Logging error" not in capfd.readouterr().err
+
+
+def test_a_task_process_whose_build_is_gone_ends_without_a_traceback(capfd):
+    """A build killed with SIGKILL leaves its task process to finish; the pipe back to the build is then broken.
+    The one-worker process (executors._run_executor) used to print a 44-line BrokenPipeError traceback; it now
+    ends quietly, with the run's result and with the run's exception alike. A real pipe whose reader is closed."""
+    import multiprocess
+
+    from cpp_data.pipeline.executors import _run_executor
+
+    class Done:
+        def run(self):
+            return None
+
+    class Fails:
+        def run(self):
+            raise ValueError("a task failed")
+
+    for executor in (Done(), Fails()):
+        receive, send = multiprocess.Pipe(duplex=False)
+        receive.close()
+        _run_executor(executor, send)  # raised BrokenPipeError before
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "BrokenPipe" not in out + err
