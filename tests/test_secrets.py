@@ -135,6 +135,41 @@ def test_an_aws_secret_key_after_its_name_is_redacted_quoted_or_not(text: str):
     # addresses still go
     ('const char* kHost = "93.184.216.34";  // example.com', False),
     ("// connect to 8.8.8.8 port 53", False),
+    # addresses no host has: networking code's constants (LightGBM's socket_wrapper.hpp, libssh's tests)
+    ('sockaddr_in local_addr = GetAddress("0.0.0.0", port);', True),
+    ('assert_true(ssh_is_ipaddr("255.255.255.255"));', True),
+    ('join_group("224.0.0.1"); probe("192.0.2.1"); link("169.254.1.1");', True),
 ])
 def test_section_and_version_numbers_are_not_addresses(line: str, kept: bool):
     assert (scrub(_document(line)).text == _document(line)) is kept
+
+
+@pytest.mark.parametrize("text", [
+    # libssh tests/client/torture_knownhosts.c: an ed25519 public key whose base64 holds "pW"
+    '#define BADED25519 "AAAAC3NzaC1lZDI1NTE5AAAAIE74wHmKKkrxpW/dZ69pKPlMoWG9VvWfrNnUkWRQqaDa"',
+    # libssh tests/unittests/torture_hashes.c: a fingerprint whose base64 holds "kEY"
+    '    assert_string_equal(sha256, "jXstVLLe84fSDo1kEYGn6iumnPCSorhaiWxnJz8VTII");',
+    # rapidfuzz-cpp test/tests-fuzz.cpp: DNA, where AWS's pattern finds ACCA and 16 capitals
+    '            "TTAGCGCTACCGGTCGCCACCATGGTTTTCTAAGGGGAGGCCGTCATCAAAAGAGTTCATGTAGCACGAAGTCCACCTTTGAAGGATCGATGAATG"',
+    # libssh include/libssh/pki_priv.h: the markers of code that reads and writes keys, no key
+    '#define RSA_HEADER_BEGIN "-----BEGIN RSA PRIVATE KEY-----"\n#define RSA_HEADER_END "-----END RSA PRIVATE KEY-----"\n'
+    '#define DSA_HEADER_BEGIN "-----BEGIN DSA PRIVATE KEY-----"\n#define OPENSSH_HEADER_BEGIN '
+    '"-----BEGIN OPENSSH PRIVATE KEY-----"\nstatic int pki_private_key_decrypt(ssh_string blob);',
+])
+def test_real_lines_holding_no_secret_are_left_alone(text: str):
+    """Lines of real projects (found by building PyPI's lightgbm, levenshtein and ssh-python sources) that the
+    scrub had redacted or refused: a value holding a credential word by chance, an AWS id inside a longer run,
+    private key markers without a key."""
+    result = scrub(_document(text))
+    assert result.refused is None and result.text == _document(text)
+
+
+def test_a_private_key_marker_with_its_key_refuses_the_file():
+    """The marker alone is code; the marker with base64 key material after it (in a string literal, escaped line
+    breaks included, or on the lines below, after an encrypted key's headers) refuses the file."""
+    body = "MIIEpAIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0/IzW7yWR7QkrmBL7jTK"
+    inline = f'const char* k = "-----BEGIN RSA PRIVATE KEY-----\\n{body}\\n-----END RSA PRIVATE KEY-----";'
+    lines = (f'const char* k =\n  "-----BEGIN RSA PRIVATE KEY-----\\n"\n  "Proc-Type: 4,ENCRYPTED\\n"\n'
+             f'  "DEK-Info: AES-128-CBC,1A2B\\n"\n  "\\n"\n  "{body[:64]}\\n"\n  "{body[64:]}\\n";')
+    for text in (inline, lines):
+        assert scrub(_document(text)).refused == "secret_private_key", text

@@ -145,9 +145,31 @@ def keyword_value_is_a_label(secret: str, plugin) -> bool:
 
 def entropy_without_secret_name(secret: str, plugin, line: str) -> bool:
     """A detect-secrets filter (True: drop the finding): an entropy plugin's finding on a line that names no
-    key, token, secret, password or credential. (detect-secrets injects arguments by parameter name and runs
-    a filter at the first scan step that has all of them: `secret` puts this one with the per-finding filters.)"""
-    return plugin.secret_type in _ENTROPY_TYPES and not SECRET_NAME.search(line)
+    key, token, secret, password or credential outside the value itself. (detect-secrets injects arguments by
+    parameter name and runs a filter at the first scan step that has all of them: `secret` puts this one with
+    the per-finding filters.) The value is taken out first: base64 holds such names by chance, and an ed25519
+    public key holding `pW` and a SHA-256 fingerprint holding `kEY` in libssh's tests were redacted."""
+    return plugin.secret_type in _ENTROPY_TYPES and not SECRET_NAME.search(line.replace(secret, " ") if secret else line)
+
+
+def aws_key_inside_a_longer_run(secret: str, plugin, line: str) -> bool:
+    """A detect-secrets filter (True: drop the finding): an AWS access key id that is part of a longer run of
+    capitals and digits wherever it occurs on the line. An id is 20 characters standing alone, and the plugin's
+    pattern has no word boundaries: DNA in rapidfuzz's tests (`...CCACCATGGTTTTCTAAGGGGA...`) was redacted as
+    `ACCATGGTTTTCTAAGGGGA`."""
+    if plugin.secret_type != "AWS Access Key" or not secret:
+        return False
+    at = line.find(secret)
+    while at >= 0:
+        before = line[at - 1] if at else ""
+        after = line[at + len(secret):at + len(secret) + 1]
+        if not (_ID_CHAR.fullmatch(before or "-") or _ID_CHAR.fullmatch(after or "-")):
+            return False  # this occurrence stands alone: a key
+        at = line.find(secret, at + 1)
+    return True
+
+
+_ID_CHAR = re.compile(r"[0-9A-Z]")
 
 
 _applied: list[float] = []  # the entropy limit detect-secrets' settings were last set for, in this process
@@ -184,6 +206,7 @@ def _settings(entropy_limit: float) -> None:
     settings.disable_filters("detect_secrets.filters.heuristic.is_indirect_reference")
     settings.filters[f"{__name__}.entropy_without_secret_name"] = {}
     settings.filters[f"{__name__}.keyword_value_is_a_label"] = {}
+    settings.filters[f"{__name__}.aws_key_inside_a_longer_run"] = {}
     get_plugins.cache_clear()  # not detect-secrets' cache_bust: that also drops the settings just made
     get_filters.cache_clear()
 
@@ -336,6 +359,20 @@ _NUMBERED_SECTION = re.compile(r"(?:\b(?:section|sect|clause|paragraph|standard|
                                r"revision|build|compiler)\b|§)[^\n]*$|\[[ \t]*$", re.I)
 
 
+def _is_public(address: str) -> bool:
+    """Whether an address detect-secrets' pattern found (an IPv4 address, perhaps with a port) is one a host on
+    the internet has, as Python's ipaddress judges it: not unspecified (0.0.0.0), broadcast, link-local,
+    reserved for documentation, multicast or otherwise special. Those are constants of networking code
+    (`GetAddress("0.0.0.0", port)` in LightGBM, 46 in libssh's address-parsing tests), not anyone's address."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.IPv4Address(address.split(":", 1)[0])
+    except ValueError:
+        return True  # the pattern's own judgement stands
+    return ip.is_global and not ip.is_multicast
+
+
 def _pii_spans(text: str) -> list[tuple[int, int, str]]:
     """E-mail addresses, public IPv4 addresses and user names in home paths, each pattern run only on the lines
     holding what it cannot match without (an @, a dotted quad, a home directory): the patterns cost more than
@@ -347,7 +384,8 @@ def _pii_spans(text: str) -> list[tuple[int, int, str]]:
         for pattern in _ip_patterns():
             g = 1 if pattern.groups else 0
             spans += [(m.start(g), m.end(g), IP) for m in pattern.finditer(text, a, b)
-                      if not _NUMBERED_SECTION.search(text, max(a, m.start(g) - 32), m.start(g))]
+                      if _is_public(m.group(g))
+                      and not _NUMBERED_SECTION.search(text, max(a, m.start(g) - 32), m.start(g))]
     for gate in ("/home/", "Users"):
         for a, b in _gated_lines(text, gate):
             spans += [(m.start(2), m.end(2), USER) for m in _HOME.finditer(text, a, b)]
@@ -371,6 +409,24 @@ def _redact_line(line: str, value: str, placeholder: str) -> str | None:
     return "".join(out)
 
 
+# Key material: a run of base64 as a key's body lines hold (64 or 70 characters each; 40 leaves room for one cut
+# by an escaped line break inside a string literal)
+_KEY_BODY = re.compile(r"[A-Za-z0-9+/]{40,}")
+_KEY_MARKER = re.compile(r"PRIVATE KEY|PuTTY-User-Key-File")
+_KEY_BODY_LINES = 12  # the marker's line and the lines after it where the body must start (PuTTY's or an
+# encrypted PEM's headers come first)
+
+
+def _key_material_follows(lines: list[str], number: int) -> bool:
+    """Whether base64 key material follows the private key marker on line `number` (1-based) within
+    _KEY_BODY_LINES lines. detect-secrets' PrivateKeyDetector reports the marker alone, and libssh's
+    `#define RSA_HEADER_BEGIN "-----BEGIN RSA PRIVATE KEY-----"` refused two files of code that read keys."""
+    line = lines[number - 1]
+    marker = _KEY_MARKER.search(line)
+    after = "\n".join([line[marker.end() if marker else 0:], *lines[number:number - 1 + _KEY_BODY_LINES]])
+    return bool(_KEY_BODY.search(after))
+
+
 def scrub(text: str, entropy_limit: float = 4.5) -> ScrubResult:
     """Replace secrets and PII in `text` by placeholders; refuse files that carry a private key or a secret
     that would not go away."""
@@ -387,7 +443,9 @@ def scrub(text: str, entropy_limit: float = 4.5) -> ScrubResult:
         changed = set()
         for f in findings:
             if f.type == "Private Key":
-                return ScrubResult(text, 0, "secret_private_key")
+                if _key_material_follows(lines, f.line):
+                    return ScrubResult(text, 0, "secret_private_key")
+                continue  # the marker alone, as code that parses or writes keys spells it
             new = _redact_line(lines[f.line - 1], f.value, SECRET)
             if new is None:
                 if f.value not in "\n".join(lines):
