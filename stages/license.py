@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable, ClassVar
 
@@ -39,8 +39,9 @@ from cpp_data.pipeline.source_batch import SourceTasks
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.decode import DecodeNormalize
-from cpp_data.stages.lib.license_match import (classify, identify_license_file, is_primary_license_file, offers_choice,
-                                            parse_spdx, policy)
+from cpp_data.stages.lib.license_match import (LicenseAnswer, classify, identify_license_file, is_primary_license_file,
+                                            offers_choice, parse_spdx, policy)
+from cpp_data.stages.lib.quality import vendored_root
 from cpp_data.stages.lib.shard_tasks import WORK, clean_work
 
 DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
@@ -215,13 +216,33 @@ def source_license_states(license_files: Path, states_file: Path, start: float =
         return states
 
 
-def nearest(directory_licenses: dict, path: str):
+def nearest(directory_licenses: dict, path: str, top: str | None = None):
+    """The license of the nearest directory above `path` that holds license files (repo_licenses), looking no
+    higher than `top` when given."""
     parent = PurePosixPath(path).parent
     while True:
         hit = directory_licenses.get(str(parent))
-        if hit or str(parent) in (".", "/", ""):
+        if hit or str(parent) in (".", "/", "", top):
             return hit
         parent = parent.parent
+
+
+def file_license(text: str, path: str, directory_licenses: dict, declared: str | None,
+                 header_min_chars: int) -> LicenseAnswer:
+    """The license cascade (license_match.classify) for the file at `path`. A file of vendored code
+    (quality.vendored_root: third_party/eigen/...) takes a license file only from its own component's
+    directories, and never the sources file's declared license: both speak for the host project, not for the
+    code it bundles. Without a notice or a license file of its own it is NOASSERTION, refused.
+
+    Why: LightGBM bundles Eigen (MPL-2.0) as external_libs/eigen/ with no license file; 211 of its files carry
+    the MPL header, and the 12 without one were recorded as LightGBM's MIT and 11 of them kept."""
+    root = vendored_root(path)
+    answer = classify(text, nearest(directory_licenses, path, root), declared if root is None else None,
+                      header_min_chars)
+    if root is not None and answer.source == "unknown":
+        answer = replace(answer, evidence=f"vendored code under {root}/ with no license notice or license file "
+                                          f"of its own (the repository's license does not cover it)")
+    return answer
 
 
 class LicenseStep(BaseFilter):
@@ -249,8 +270,8 @@ class LicenseStep(BaseFilter):
         state = (meta.get("history") or {}).get("license_state")
         states = worker_cache(self.states_file, self.license_states, kind="license_states", keep=16) \
             if self.states_file else {}
-        answer = classify(doc.text, nearest(states.get(state, {}), meta["source_path"]), self.declared,
-                          self.p.header_min_chars)
+        answer = file_license(doc.text, meta["source_path"], states.get(state, {}), self.declared,
+                              self.p.header_min_chars)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
         if rule == "no_license" and answer.source == "spdx_tag":
             rule = "unrecognized_spdx_tag"  # it names a license, in words no SPDX list knows

@@ -375,6 +375,37 @@ def test_license_files_combine_conservatively_and_explain():
     assert classify("int x;\n", sub, None).evidence == sub[2]
 
 
+def test_vendored_code_never_takes_the_host_projects_license(tmp_path):
+    """LightGBM bundles Eigen (MPL-2.0) as external_libs/eigen/ with no license file; Eigen's headerless files
+    had been recorded as LightGBM's MIT and kept. Debian's Eigen headers (its copyright file: MPL-2.0) under a
+    repository whose LICENSE is BSD, declared MIT: every file refused, the MPL-headed one by its notice, the
+    headerless ones as NOASSERTION saying why. A bundled component with a license file of its own still takes
+    it, and the project's own files still take the repository's."""
+    eigen = Path("/usr/include/eigen3/Eigen")
+    need(COMMON / "BSD", COMMON / "LGPL-2.1", eigen / "Dense", eigen / "src/Core/Array.h",
+         eigen / "src/Core/util/DisableStupidWarnings.h")
+    from cpp_data.stages.license import file_license, repo_licenses
+
+    tree = repo_licenses(_rows({"LICENSE": (COMMON / "BSD").read_text(),
+                                "third_party/lib/COPYING": (COMMON / "LGPL-2.1").read_text()}))
+    decided = {}
+    for name in ("Dense", "src/Core/Array.h", "src/Core/util/DisableStupidWarnings.h"):
+        path = f"external_libs/eigen/Eigen/{name}"
+        answer = file_license((eigen / name).read_text(), path, tree, "MIT", 400)
+        decided[name] = (answer.spdx, answer.source, policy(answer.spdx, ALLOW, False)[0])
+        if answer.source == "unknown":
+            assert "vendored code under external_libs/eigen/" in answer.evidence
+    assert decided == {"Dense": ("NOASSERTION", "unknown", False),
+                       "src/Core/Array.h": ("MPL-2.0", "header_notice", False),
+                       "src/Core/util/DisableStupidWarnings.h": ("NOASSERTION", "unknown", False)}
+    own = file_license("int x;\n", "third_party/lib/src/b.cc", tree, "MIT", 400)
+    assert own.spdx.startswith("LGPL-2.1") and own.source == "repo_file"
+    host = file_license("int x;\n", "src/a.cc", tree, "MIT", 400)
+    assert (host.spdx, host.source) == ("BSD-3-Clause", "repo_file")
+    assert file_license("int x;\n", "src/a.cc", {}, "MIT", 400).source == "declared"
+    assert file_license("int x;\n", "deps/zlib/a.c", {}, "MIT", 400).source == "unknown"
+
+
 def test_primary_license_file_names():
     from cpp_data.stages.lib.license_match import is_primary_license_file, offers_choice
 
