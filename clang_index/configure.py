@@ -39,6 +39,9 @@ from pathlib import Path
 # JSON_BuildTests, BUILD_TESTING, FOO_ENABLE_TESTING, FMT_TEST, ... but never a switch that disables them.
 _TEST_OPTION = re.compile(r"(?i)(^|_)(build_?|enable_?|with_?)?(tests?|testing|examples?|samples?)$")
 _NEGATIVE = re.compile(r"(?i)disable|skip|(^|_)no_")
+# ... nor a switch for tests in another language of the GPU toolkits: pybind11's PYBIND11_CUDA_TESTS made the
+# database's commands nvcc's, which libclang cannot read (0 of 82 TUs clean), where BUILD_TESTING=ON's were C++
+_OTHER_LANGUAGE = re.compile(r"(?i)(^|_)(cuda|hip|rocm|sycl|opencl)(_|$)")
 _CACHE_BOOL = re.compile(r"^([A-Za-z0-9_.+-]+):BOOL=(.*)$")
 _OPTION_DECL = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.MULTILINE | re.IGNORECASE)
 TAIL_LINES = 8
@@ -134,17 +137,31 @@ def switch_options(root: Path, cache: Path) -> dict[str, bool]:
     if cache.is_file():
         for line in cache.read_text(errors="replace").splitlines():
             m = _CACHE_BOOL.match(line)
-            if m and _TEST_OPTION.search(m.group(1)) and not _NEGATIVE.search(m.group(1)):
+            if m and _is_switch(m.group(1)):
                 found[m.group(1)] = m.group(2).strip().upper() in ("ON", "TRUE", "1", "YES", "Y")
     try:
         text = (root / "CMakeLists.txt").read_text(errors="replace")
     except OSError:
         text = ""
     for name in _OPTION_DECL.findall(text):
-        if _TEST_OPTION.search(name) and not _NEGATIVE.search(name):
+        if _is_switch(name):
             found.setdefault(name, False)
     found.pop("BUILD_TESTING", None)
     return found
+
+
+def _is_switch(name: str) -> bool:
+    """Whether an option turns on C/C++ tests, examples or samples (switch_options)."""
+    return bool(_TEST_OPTION.search(name)) and not _NEGATIVE.search(name) and not _OTHER_LANGUAGE.search(name)
+
+
+def _first_error(tail: list[str]) -> str:
+    """The line that says why a configure failed: the one after CMake's `CMake Error at ...:` heading, else the
+    last line of its output."""
+    for k, line in enumerate(tail):
+        if line.lstrip().startswith("CMake Error") and k + 1 < len(tail):
+            return tail[k + 1].strip()
+    return tail[-1].strip() if tail else ""
 
 
 def _cmake(root: Path, build: Path, options: list[str], cmake_args: list[str]) -> list[str]:
@@ -209,8 +226,9 @@ def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list
             else None
     if db is None:
         failed = all(not a.ok for a in d.attempts)
-        d.reason = (f"every {tool} configure failed" if failed else f"{tool} configured no translation units") \
-            + "; files fall back to tree-sitter"
+        why = _first_error(d.attempts[0].tail)[:160] if failed and d.attempts else ""
+        d.reason = (f"every {tool} configure failed" + (f" ({why})" if why else "") if failed
+                    else f"{tool} configured no translation units") + "; files fall back to tree-sitter"
         return d
     d.database, d.path = tool, db
     used = next(a for a in reversed(d.attempts) if a.ok)

@@ -93,8 +93,10 @@ def test_configure_off_and_no_build_system(tmp_path):
 
 
 def test_switch_names():
+    # tests of a GPU language are not C++ for libclang: pybind11's PYBIND11_CUDA_TESTS made every command nvcc's
     cache_names = ["gtest_build_tests", "JSON_BuildTests", "FOO_BUILD_EXAMPLES", "FMT_TEST", "X_ENABLE_TESTING",
-                   "INSTALL_GTEST", "FOO_DISABLE_TESTS", "gtest_disable_pthreads", "BUILD_TESTING"]
+                   "INSTALL_GTEST", "FOO_DISABLE_TESTS", "gtest_disable_pthreads", "BUILD_TESTING",
+                   "PYBIND11_CUDA_TESTS", "FOO_HIP_TESTS", "X_SYCL_EXAMPLES", "CUDA_BUILD_TESTS"]
     tmp = Path("/nonexistent")
     found = switch_options(tmp, tmp / "CMakeCache.txt")
     assert found == {}
@@ -105,3 +107,14 @@ def test_switch_names():
         cache.write_text("\n".join(f"{n}:BOOL=OFF" for n in cache_names))
         assert set(switch_options(Path(d), cache)) == {"gtest_build_tests", "JSON_BuildTests", "FOO_BUILD_EXAMPLES",
                                                        "FMT_TEST", "X_ENABLE_TESTING"}
+
+
+def test_a_failed_configure_says_why(tmp_path):
+    """A project needing a newer CMake than the machine's: the reason (the build summary's coverage line) carries
+    CMake's own error line, not only "every cmake configure failed"."""
+    root = project(tmp_path / "p", "")
+    text = (root / "CMakeLists.txt").read_text().replace("VERSION 3.13", "VERSION 99.0")
+    (root / "CMakeLists.txt").write_text(text)
+    d = discover(root, tmp_path / "work")
+    assert d.database == "none" and all(not a.ok for a in d.attempts)
+    assert d.reason.startswith("every cmake configure failed (") and "99.0 or higher is required" in d.reason, d.reason
