@@ -163,16 +163,17 @@ def test_scrub_replaces_secrets_and_pii_with_stable_placeholders():
     assert "127.0.0.1" in r.text
     assert r.redactions == 4
     assert scrub(text) == r  # stable
-    key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+    key = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw\n"
+           "-----END RSA PRIVATE KEY-----\n")
     assert scrub("// test key\n" + key).refused == "secret_private_key"
 
 
 def test_address_gate_passes_every_line_an_address_pattern_matches():
     """The IP patterns (detect-secrets') run only on the lines the gate passes: on random dotted texts, the
-    gated spans are those of the patterns over every line."""
+    gated spans are those of the patterns over every line (less the addresses no host has, as for every line)."""
     import random as _random
 
-    from cpp_data.stages.lib.scrub import _ip_patterns, _pii_spans
+    from cpp_data.stages.lib.scrub import _ip_patterns, _is_public, _pii_spans
 
     rng = _random.Random(0)
     pieces = ["93.", "184.", "216", ".34", "8", "1", ".", "\n", " ", "x", ":80", "255.", "10.", "\u0663"]  # a \d too
@@ -183,7 +184,8 @@ def test_address_gate_passes_every_line_an_address_pattern_matches():
         for line in text.split("\n"):
             for pattern in _ip_patterns():
                 g = 1 if pattern.groups else 0
-                want += [(start + m.start(g), start + m.end(g), IP) for m in pattern.finditer(line)]
+                want += [(start + m.start(g), start + m.end(g), IP) for m in pattern.finditer(line)
+                         if _is_public(m.group(g))]
             start += len(line) + 1
         got = [s for s in _pii_spans(text) if s[2] == IP]
         assert got == sorted(set(want)), repr(text)
@@ -206,6 +208,20 @@ def test_license_cascade_on_real_headers():
     assert policy(gui.spdx, ALLOW, False) == (False, "copyleft", "copyleft_not_opted_in")
     assert policy("LicenseRef-EULA OR MIT", ALLOW, False) == (True, "permissive", "")  # the choice has a way out
     assert policy(gui.spdx, ALLOW, True) == (True, "copyleft", "")
+
+
+def test_the_four_clause_bsd_is_not_read_as_the_three_clause():
+    """FreeBSD's rpcsvc/crypt.x (Debian's libtirpc-dev) carries the BSD license with the advertising clause, not
+    on the default allow-list; it had been recorded BSD-3-Clause and kept."""
+    crypt = Path("/usr/include/tirpc/rpcsvc/crypt.x")
+    need(crypt, GOOGLETEST)
+    got = classify(crypt.read_text(), ("MIT", 1.0, "LICENSE"), "MIT")
+    assert (got.spdx, got.source, got.evidence) == ("BSD-4-Clause", "header_notice", "bsd4_text")
+    assert policy(got.spdx, ALLOW, False)[::2] == (False, "license_not_allowed")
+    three = (GOOGLETEST / "googletest/include/gtest/gtest.h").read_text()
+    assert classify(three, None, None).spdx == "BSD-3-Clause"
+    two = "\n".join(three.split("\n")[:40]).split("Neither the name")[0] + "\n*/\nint f();\n"
+    assert classify(two, None, None).spdx == "BSD-2-Clause"
 
 
 def test_inheritance_declared_and_unknown():
