@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,8 +272,12 @@ def _quiet_pool_worker(*args, **kwds) -> None:
 
     try:
         worker(*args, **kwds)
-    except (BrokenPipeError, ConnectionResetError):
+    except _BUILD_GONE:
         pass
+
+
+# what writing to the pipe back to the build's process raises once that process is gone
+_BUILD_GONE = (BrokenPipeError, ConnectionResetError)
 
 
 _HELD_EXECUTOR: list[bytes] = []  # in a pool worker of QuietLocalExecutor.run: its run's executor, pickled
@@ -510,21 +514,18 @@ def _run_executor(executor, conn) -> None:
     # starts); forked from this process, a child starts at once.
     multiprocess.set_start_method("fork", force=True)
     bind_children_to_this_process()
+    outcome: BaseException | None = None
     try:
-        try:
-            executor.run()  # its PipelineStats stay behind: run_datatrove reads the stats files the run wrote
-            conn.send(None)
-        except (BrokenPipeError, ConnectionResetError):
-            raise
-        except BaseException as exc:  # noqa: BLE001 - handed to the build's process, which raises it
-            try:
-                conn.send(exc)
-            except (BrokenPipeError, ConnectionResetError):
-                raise
-            except Exception:  # an exception that does not pickle: its text still goes back
-                conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
-    except (BrokenPipeError, ConnectionResetError):
+        executor.run()  # its PipelineStats stay behind: run_datatrove reads the stats files the run wrote
+    except BaseException as exc:  # noqa: BLE001 - handed to the build's process, which raises it
+        outcome = exc
+    try:
+        conn.send(outcome)
+    except _BUILD_GONE:
         pass  # the build's process is gone (killed): no one to tell, and no traceback (_quiet_pool_worker)
+    except Exception:  # an exception that does not pickle: its text still goes back
+        with suppress(*_BUILD_GONE):
+            conn.send(RuntimeError(f"{type(outcome).__name__}: {outcome}"))
     finally:
         conn.close()
 

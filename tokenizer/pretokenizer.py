@@ -99,11 +99,12 @@ def encode_in_parts(tok: Tokenizer, texts: list[str], part_chars: int | None = P
     """Each text's ids (no special tokens added), the ids `tok.encode(text, add_special_tokens=False)` gives.
 
     ASCII texts go through the tokenizer's piece memo where it has one (PieceMemo: its pre-tokens split here
-    and each distinct one encoded once, half the time of tokenizers' own encode). The others are encoded with
-    `encode_batch_fast`, which skips character offsets (24% faster for the export's ids), an ASCII one by the
-    tokenizer's ASCII twin (`ascii_twin`), and a text longer than `part_chars` in encoding_parts' parts when
-    `tok` allows it (cuts_keep_ids, asked once per tokenizer), its parts' ids joined: the ids of the whole
-    text, without tokenizers' memory for a whole 1 MB input. `part_chars` None: every text whole."""
+    and each distinct one encoded once, about a third less CPU than tokenizers' own encode). The others are
+    encoded with `encode_batch_fast`, which skips character offsets (24% faster for the export's ids), an
+    ASCII one by the tokenizer's ASCII twin (`ascii_twin`). A text longer than `part_chars` goes in
+    encoding_parts' parts, either way (through tokenizers when `tok` allows it: cuts_keep_ids, asked once per
+    tokenizer), its parts' ids joined: the ids of the whole text, without the memory for a whole 1 MB input.
+    `part_chars` None: every text whole."""
     memo = _piece_memo_cached(tok)
     if memo is None:
         return _encode_in_parts(tok, texts, part_chars)
@@ -147,8 +148,8 @@ ASCII_CODE_PATTERN = (
 )
 _ASCII_SPLIT = re.compile(ASCII_CODE_PATTERN)
 
-PIECE_MEMO_ENTRIES = 1 << 16  # distinct pre-tokens a memo keeps before it starts again (about 8 MB; 1 << 17 was
-# no faster on a 2x build's training file, 1 << 15 10% slower)
+PIECE_MEMO_ENTRIES = 1 << 16  # distinct pre-tokens a memo keeps before it starts again (9 MB by tracemalloc on the
+# default corpus's pre-tokens; 1 << 17 was no faster on a 2x build's training file, 1 << 15 10% slower)
 
 
 class PieceMemo:
@@ -159,7 +160,7 @@ class PieceMemo:
     with alignments, the split's offsets), whatever the model. C++ repeats its pre-tokens: the 26 MB of a 2x
     build's training file hold 4.4 million pre-tokens, 187 thousand distinct. Splitting them here (Python's
     `re`) and asking the BPE model only for the distinct ones, token_columns' `add_token_columns` over that
-    file's row groups took 4.6 to 6.2 CPU-s against 8.0 to 8.7 through the twin's `encode_batch_fast` (one
+    file's row groups took 4.1 to 4.9 CPU-s against 6.3 to 7.2 through the twin's `encode_batch_fast` (one
     thread, interleaved rounds), with the same columns. No library offers this: tokenizers has no call that
     encodes pre-tokens it is given, beyond `Model.tokenize` for one.
 

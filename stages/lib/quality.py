@@ -137,7 +137,7 @@ def generated_marker(path: str, text: str, head_lines: int = 20) -> str | None:
 
 def is_vendored(path: str) -> bool:
     """True when a path lies under a vendored-code directory (third_party/, external/, vendor/, deps/, ...)."""
-    return any(part.lower() in _VENDOR_DIRS for part in path.split("/")[:-1])
+    return vendored_root(path) is not None
 
 
 def vendored_root(path: str) -> str | None:

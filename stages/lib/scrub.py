@@ -149,7 +149,8 @@ def entropy_without_secret_name(secret: str, plugin, line: str) -> bool:
     parameter name and runs a filter at the first scan step that has all of them: `secret` puts this one with
     the per-finding filters.) The value is taken out first: base64 holds such names by chance, and an ed25519
     public key holding `pW` and a SHA-256 fingerprint holding `kEY` in libssh's tests were redacted."""
-    return plugin.secret_type in _ENTROPY_TYPES and not SECRET_NAME.search(line.replace(secret, " ") if secret else line)
+    outside = line.replace(secret, " ") if secret else line
+    return plugin.secret_type in _ENTROPY_TYPES and not SECRET_NAME.search(outside)
 
 
 def aws_key_inside_a_longer_run(secret: str, plugin, line: str) -> bool:
@@ -159,14 +160,9 @@ def aws_key_inside_a_longer_run(secret: str, plugin, line: str) -> bool:
     `ACCATGGTTTTCTAAGGGGA`."""
     if plugin.secret_type != "AWS Access Key" or not secret:
         return False
-    at = line.find(secret)
-    while at >= 0:
-        before = line[at - 1] if at else ""
-        after = line[at + len(secret):at + len(secret) + 1]
-        if not (_ID_CHAR.fullmatch(before or "-") or _ID_CHAR.fullmatch(after or "-")):
-            return False  # this occurrence stands alone: a key
-        at = line.find(secret, at + 1)
-    return True
+    end = len(secret)
+    return all(_ID_CHAR.fullmatch(line[max(at - 1, 0):at]) or _ID_CHAR.fullmatch(line[at + end:at + end + 1])
+               for at in _finds(line, secret))  # False once an occurrence stands alone: a key
 
 
 _ID_CHAR = re.compile(r"[0-9A-Z]")
@@ -412,7 +408,7 @@ def _redact_line(line: str, value: str, placeholder: str) -> str | None:
 # Key material: a run of base64 as a key's body lines hold (64 or 70 characters each; 40 leaves room for one cut
 # by an escaped line break inside a string literal)
 _KEY_BODY = re.compile(r"[A-Za-z0-9+/]{40,}")
-_KEY_MARKER = re.compile(r"PRIVATE KEY|PuTTY-User-Key-File")
+_KEY_MARKER = re.compile("|".join(_PREFILTER["PrivateKeyDetector"]))  # what marks the plugin's lines
 _KEY_BODY_LINES = 12  # the marker's line and the lines after it where the body must start (PuTTY's or an
 # encrypted PEM's headers come first)
 
