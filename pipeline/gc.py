@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cpp_data.pipeline.outlock import OutputLock, lock_for_removal
-from cpp_data.schemas.manifest import sealed_builds
+from cpp_data.schemas.manifest import named_build, sealed_builds
 
 
 @dataclass
@@ -53,11 +53,6 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _named(out: Path, marker: str) -> str | None:
-    f = out / "builds" / marker
-    return f.read_text().strip() if f.is_file() else None
-
-
 def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool = False) -> GcResult:
     if keep < 1:
         raise ValueError("--keep must be at least 1")
@@ -65,7 +60,7 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
     result = GcResult()
     with OutputLock(out, wait=wait):
         builds = sealed_builds(out)
-        protected = {_named(out, "LATEST"), _named(out, "PROMOTED")} - {None}
+        protected = {named_build(out, "LATEST"), named_build(out, "PROMOTED")} - {None}
         keep_names = set(protected)
         by_generation: dict[str, list] = {}
         for d, m in builds:

@@ -26,14 +26,13 @@ def compared_build(out: Path, version: str) -> tuple[str, dict] | None:
     build the last `build` published or found up to date, what OUT means to every other command), else the
     newest sealed build of the recipe by creation time. A plan compared with the newest by time had listed
     changes against a build LATEST no longer named."""
-    from cpp_data.schemas.manifest import sealed_builds
+    from cpp_data.schemas.manifest import named_build, sealed_builds
 
     found = [(m.get("created_at", ""), d.name, m) for d, m in sealed_builds(out) if d.name.startswith(f"{version}-")]
     if not found:
         return None
-    latest = Path(out) / "builds" / "LATEST"
-    named = latest.read_text().strip() if latest.is_file() else None
-    chosen = next((f for f in found if f[1] == named), None) or max(found)
+    latest = named_build(out, "LATEST")
+    chosen = next((f for f in found if f[1] == latest), None) or max(found)
     return chosen[1], chosen[2]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed
 from cpp_data.pipeline.sources import SourcesError, read_lock
+from cpp_data.schemas.manifest import named_build
 
 
 def _mtime(path: Path) -> str:
@@ -59,8 +60,7 @@ def collect_status(out: Path) -> dict[str, Any]:
         sealed = sum(1 for d in stage_dir.iterdir() if is_sealed(d))
         partial = sum(1 for d in stage_dir.iterdir() if d.name.endswith(".partial"))
         stages[stage_dir.name] = {"sealed": sealed, "in_progress_or_killed": partial}
-    latest = (out / "builds" / "LATEST").read_text().strip() if (out / "builds" / "LATEST").is_file() else None
-    promoted = (out / "builds" / "PROMOTED").read_text().strip() if (out / "builds" / "PROMOTED").is_file() else None
+    latest, promoted = named_build(out, "LATEST"), named_build(out, "PROMOTED")
     generations: dict[str, dict] = {}  # the newest complete build of each generation
     for b in builds:
         if b["complete"]:

@@ -40,6 +40,12 @@ def load_manifest(build_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+def named_build(out: Path, pointer: str) -> str | None:
+    """The build name OUT/builds/<pointer> holds (LATEST or PROMOTED), None without that file."""
+    f = Path(out) / "builds" / pointer
+    return f.read_text().strip() if f.is_file() else None
+
+
 def sealed_builds(out: Path) -> list[tuple[Path, dict[str, Any]]]:
     """(directory, manifest) of every sealed build under OUT/builds/, in name order (plan and gc look at these)."""
     import json
