@@ -19,6 +19,7 @@ from typing import Any
 
 from cpp_data import __version__
 from cpp_data.pipeline.cache import copy_file
+from cpp_data.pipeline.errors import CheckFailed
 from cpp_data.pipeline.executors import ExecutorConfig
 from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
 from cpp_data.pipeline.outlock import OutputLock
@@ -56,7 +57,7 @@ SUMMARY_FIELDS: dict[str, Any] = {
     "tokenizer_vocab_size": None, "tokenizer_learned_ids": None, "tokenizer_padding_ids": None,
     "tokenizer_sha256": None, "tokenizer_requested_vocab_size": None, "semantic_coverage": {},
     "packed_seq_length": None, "packing": None, "seq_length": None, "skipped": {}, "retrieved_at": {},
-    "files_seen_by_source": {}, "documents_after_filters": {},
+    "files_seen_by_source": {}, "documents_after_filters": {}, "opt_out_matches": {},
 }
 
 
@@ -119,6 +120,9 @@ def _warnings(s: dict[str, Any]) -> list[str]:
         n = (s.get("skipped") or {}).get(reason, 0)
         if n:
             out.append(f"{n} file(s) or directories {what}: skipped, each with a ledger row (reason {reason})")
+    for rule, n in sorted((s.get("opt_out_matches") or {}).items()):
+        if n == 0:
+            out.append(f"opt-out rule {printable(rule)} matched no file of any source; check its spelling")
     if s["documents"] == 0:
         out.append("the build has no documents; see provenance/ledger.parquet for why")
     for name, kept in sorted((s.get("documents_after_filters") or {}).items()):
@@ -249,7 +253,7 @@ def _publish_ledger(artifact, partial: Path) -> list[dict]:
              "rows": pq.read_metadata(src).num_rows, "bytes": src.stat().st_size, "sha256": sha256_file(src)}]
 
 
-def _damaged(build: Path) -> str | None:
+def build_damage(build: Path) -> str | None:
     """None when every file of a published build matches its manifest; else the first problem."""
     from cpp_data.schemas.reader import ShardError
     from cpp_data.schemas.validate import validate_build
@@ -261,19 +265,31 @@ def _damaged(build: Path) -> str | None:
     return None
 
 
+def _check_shards(artifact, partial: Path, files: list[dict]) -> None:
+    """Each published shard against the SHA-256 its stage recorded when it wrote it (shards.json), before the
+    build is sealed. The cache's own check (pipeline/cache.py) cannot see a file rewritten together with its
+    checksum record in stage.json; this record is another. On a mismatch the cache entry is set aside (the next
+    build runs that stage again) and nothing is published."""
+    for entry in files:
+        if sha256_file(partial / entry["path"]) != entry["sha256"]:
+            aside = artifact.path.with_name(f"{artifact.path.name}.old-damaged-{int(time.time())}")
+            artifact.path.rename(aside)
+            raise CheckFailed(f"{artifact.path / entry['path']}: does not match the SHA-256 its stage recorded in "
+                              f"shards.json (changed in the cache after it was sealed); nothing was published and "
+                              f"the entry was set aside: run the build again to rebuild it")
+
+
 def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary: dict,
             log=print) -> tuple[Path, bool]:
     out, fp = runner.out, runner.build_fingerprint()
     existing = find_build(out, recipe.version, fp)
-    if existing and runner.force:  # --force also checks the published copy, and replaces it when damaged
-        problem = _damaged(existing)
-        if problem:
-            aside = existing.with_name(f".damaged-{existing.name}-{int(time.time())}")
-            existing.rename(aside)
-            log(f"build {existing.name} is damaged ({problem}); published again (the damaged copy is {aside})")
-            existing = None
-    if existing:
-        return existing, False
+    if existing:  # checked before it counts as done: a damaged copy is set aside and published again
+        problem = build_damage(existing)
+        if problem is None:
+            return existing, False
+        aside = existing.with_name(f".damaged-{existing.name}-{int(time.time())}")
+        existing.rename(aside)
+        log(f"build {existing.name} is damaged ({problem}); published again (the damaged copy is {aside})")
     name = f"{recipe.version}-{datetime.now(timezone.utc):%Y%m%d}-{fp[:8]}"
     final = out / "builds" / name
     partial = final.with_name(name + ".partial")
@@ -289,6 +305,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     for entry in json.loads((shards_art.path / "shards.json").read_text())["files"]:
         _publish_file(shards_art.path / entry["path"], partial / entry["path"])
         files.append(entry)
+    _check_shards(shards_art, partial, files)
     tokenizer, ledger = None, []
     for cls, arts in stages:
         for what in cls.publishes:
@@ -332,6 +349,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     atomic_write_json(partial / "manifest.json", manifest)
     _read_only(partial / "reports" / "summary.json")
     _read_only(partial / "manifest.json")
+    runner.guard()
     seal(partial, final)
     _read_only(final / "_COMPLETE")
     return final, True
@@ -348,13 +366,15 @@ def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: 
     log = log or _print_log
     out = Path(out)
     t0 = time.monotonic()
-    with OutputLock(out, wait=wait):
+    with OutputLock(out, wait=wait) as lock:
         write_lock(out / "sources.lock", sources)
-        runner = Runner(out, recipe, sources, executor, only=only, from_stage=from_stage, force=force)
+        runner = Runner(out, recipe, sources, executor, only=only, from_stage=from_stage, force=force,
+                        guard=lock.check)
         report = runner.run(log=log)
         if not runner.all_sealed():
             return BuildResult(None, False, {})
         summary = summarize(runner, time.monotonic() - t0, report)
         build_dir, new = publish(runner, recipe, sources, summary, log=log)
+        lock.check()
         atomic_write_text(out / "builds" / "LATEST", build_dir.name + "\n")
     return BuildResult(build_dir, new, summary)

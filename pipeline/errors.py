@@ -33,6 +33,15 @@ class CheckFailed(CppDataError):
     exit_code = EXIT_FAILED
 
 
+class UnexplainedOutput(CheckFailed):
+    """A stage's output does not account for its input (documents read but neither kept nor refused): the
+    runner discards the output instead of sealing it, so the next run redoes the stage."""
+
+    def __init__(self, message: str, directory: str):
+        super().__init__(message)
+        self.directory = directory  # the unsealed output to discard
+
+
 class BadInput(CppDataError, ValueError):
     """A file or argument the user gave cannot be used; the message names it and what to do."""
 

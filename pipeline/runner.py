@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cpp_data import __version__
 from cpp_data.pipeline.cache import checksum_outputs, damage, outputs_digest
 from cpp_data.pipeline.code_digest import code_digest
-from cpp_data.pipeline.errors import BadInput, CheckFailed
+from cpp_data.pipeline.errors import BadInput, CheckFailed, UnexplainedOutput
 from cpp_data.pipeline.executors import ExecutorConfig, start_worker_server
 from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
 from cpp_data.pipeline.recipe import Recipe
@@ -50,7 +50,10 @@ class StageFailed(CheckFailed):
 def stage_failed(what: str, exc: BaseException, out: Path) -> StageFailed:
     """StageFailed for `what` ("stage X") raising `exc`. A full disk says so and what to do, whichever layer
     raised it (Python's OSError and pyarrow's both carry errno ENOSPC, also after crossing from a worker): it
-    is the machine, not the stage."""
+    is the machine, not the stage. An output that does not account for its input is removed here, so that the
+    next run starts that stage afresh instead of resuming its finished tasks."""
+    if isinstance(exc, UnexplainedOutput):
+        shutil.rmtree(exc.directory, ignore_errors=True)
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StageFailed(f"{what}: no space left on device under {out} (free some space or give --out a "
                            f"larger disk, then run the same command again: it resumes from the finished tasks)")
@@ -118,7 +121,8 @@ class RunReport:
 
 class Runner:
     def __init__(self, out: Path, recipe: Recipe, sources: list[LockedSource], executor: ExecutorConfig,
-                 only: str | None = None, from_stage: str | None = None, force: bool = False):
+                 only: str | None = None, from_stage: str | None = None, force: bool = False,
+                 guard: Callable[[], None] | None = None):
         from cpp_data.stages import STAGES
 
         self.out = Path(out)
@@ -130,6 +134,8 @@ class Runner:
                 raise BadInput(f"{flag} {value}: not a stage of recipe {recipe.version} "
                                  f"({', '.join(recipe.stages)})")
         self.only, self.from_stage, self.force = only, from_stage, force
+        # called before anything is sealed: raises when this run no longer holds OUT (OutputLock.check)
+        self.guard = guard or (lambda: None)
         self.tasks = self._plan(STAGES)
 
     def _plan(self, registry: dict[str, type[Stage]]) -> list[Task]:
@@ -373,7 +379,12 @@ class Runner:
 
     def _seal(self, task: Task, partial: Path, counts: dict, seconds: float, log, where: dict,
               ran_with: dict | None = None) -> None:
-        """Record stage.json (with the output checksums) in `partial` and seal it as the instance's entry."""
+        """Record stage.json (with the output checksums) in `partial` and seal it as the instance's entry. A
+        partial directory that is gone (another process sealed or removed it) fails the stage: writing the record
+        would make an empty one and seal it as this stage's output."""
+        if not partial.is_dir():
+            raise StageFailed(f"stage {task.label}: its output directory {partial} disappeared while it ran (another "
+                              f"process working in {self.out}?); nothing was sealed, run the build again")
         atomic_write_json(partial / "stage.json", {
             "stage": task.name,
             "source": task.source.name if task.source else None,
@@ -389,6 +400,7 @@ class Runner:
             "finished_at": _now(),
             "cpp_data_version": __version__,
         }, durable=False)
+        self.guard()
         seal(partial, task.directory(self.out), durable=False)  # verified before reuse (pipeline/cache.py)
         together = f" (its share of {ran_with['sources']} sources run together in {ran_with['seconds']:.1f}s)" \
             if ran_with else ""

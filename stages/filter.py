@@ -128,4 +128,4 @@ class Filter(Stage):
             dt_io.documents_writer(ctx.out),
         ]
         return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
-                           lambda stats: dt_io.output_counts(ctx.out, tasks, stats))
+                           lambda stats: dt_io.output_counts(ctx.out, tasks, stats, sorted(docs.glob("part-*.parquet"))))

@@ -317,7 +317,7 @@ class License(Stage):
         # what the tasks wrote; identified here only when no task ran (a source without documents)
         directory_licenses = source_license_states(license_files, states_file) if states_file else {}
         clean_work(ctx)
-        counts = dt_io.output_counts(ctx.out, tasks, stats)
+        counts = dt_io.output_counts(ctx.out, tasks, stats, sorted(ctx.input("collect").path.glob("files-*.parquet")))
         counts["license_sources"] = {k.split(".source_", 1)[1]: int(v) for k, v in stats.items()
                                      if ".source_" in k}
         counts["repo_license_files"] = {d: v[0] for d, v in sorted(directory_licenses.get(None, {}).items())}

@@ -13,6 +13,7 @@ from datatrove.data import Document
 from datatrove.pipeline.readers import ParquetReader
 from datatrove.pipeline.writers import ParquetWriter
 
+from cpp_data.pipeline.errors import UnexplainedOutput
 from cpp_data.schemas.artifacts import DOCUMENT, REJECTION, rejection_row, rule_of
 
 
@@ -56,8 +57,12 @@ def rejections_writer(folder: Path, step: str) -> ParquetWriter:
                          use_content_defined_chunking=False, write_page_index=False)
 
 
-def output_counts(folder: Path, tasks: int, stats: dict) -> dict:
-    """Counts of a per-document stage, read from what it wrote (documents kept, rejections by rule)."""
+def output_counts(folder: Path, tasks: int, stats: dict, inputs: list[Path]) -> dict:
+    """Counts of a per-document stage, read from what it wrote (documents kept, rejections by rule), checked
+    against its input parts (`inputs`): every input document is either kept or rejected with a rule. A
+    stage whose outputs account for fewer documents than it read (a task's output lost while its completion
+    marker stayed, another process writing into the same entry) raises UnexplainedOutput instead of sealing
+    an output its input cannot explain."""
     import pyarrow.parquet as pq
     from collections import Counter
 
@@ -66,9 +71,15 @@ def output_counts(folder: Path, tasks: int, stats: dict) -> dict:
     for p in Path(folder).glob("rejected-*.parquet"):
         for reason in pq.read_table(p, columns=["reason"]).column("reason").to_pylist():
             reasons[rule_of(reason)] += 1
+    read = sum(pq.read_metadata(p).num_rows for p in inputs)
+    accounted = kept + sum(reasons.values())
+    if accounted != read:
+        raise UnexplainedOutput(f"{folder}: {read:,} documents in, but {kept:,} kept and {accounted - kept:,} "
+                                f"rejected; the output was discarded and the stage runs again on the next build",
+                                str(folder))
     return {
         "tasks": tasks,
-        "documents_in": kept + sum(reasons.values()),
+        "documents_in": read,
         "documents_out": kept,
         "rejected": dict(sorted(reasons.items())),
         "redactions": int(sum(v for k, v in stats.items() if k.endswith(".redactions"))),
