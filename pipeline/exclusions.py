@@ -13,11 +13,15 @@ In the sources file (paths relative to it):
                                                               # directory / file (its text)
     ngram = 50                                               # shared n-gram of C++ tokens that refuses a file
 
-Each source carries the rules that apply to it as strings (`repo`, `path:GLOB`, `sha256:HEX`) and the
-decontamination reference as `ngram:N`, `digest:SHA256` and `file:PATH` entries. The opt-out rules are part of
-the source's pin (collect applies them); the n-gram and the digest of the reference files' contents are part of
-the decontaminate stage's fingerprint, so a new reference reruns from that stage on. Collect
-records opted-out files as `skipped:opt_out`; the decontaminate stage refuses documents as `contamination`.
+Each source carries the rules that apply to it as an `OptOutRules` (part of its pin: collect applies them) and
+the decontamination reference as a `Decontamination` (its n-gram and the digest of the reference files' contents
+are part of the decontaminate stage's fingerprint, so a new reference reruns from that stage on; the files' paths
+are provenance). A `repos` entry matches a source by name or by URL, written as the sources file writes URLs: a
+path relative to the sources file, an absolute path, a `file://` URL, or a remote URL in any of git's spellings
+(`https://host/org/repo(.git)`, `ssh://git@host/org/repo`, `git@host:org/repo`). Collect records opted-out files
+as `skipped:opt_out` and counts the files each rule matched; an entry that matches no source, and a rule that
+matched no file, are warned of in the build summary. The decontaminate stage refuses documents as
+`contamination`.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from cpp_data.pipeline.errors import BadInput
 
@@ -35,28 +42,113 @@ _HEX64 = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
+class OptOutRules:
+    """The opt-out rules that apply to one source: every file of it (`whole_source`), files whose path in the
+    source matches a glob of `paths` (`*` crosses `/`), files whose bytes have a SHA-256 of `sha256`."""
+
+    whole_source: bool = False
+    paths: tuple[str, ...] = ()
+    sha256: tuple[str, ...] = ()  # sorted, lower-case hex
+
+    def __bool__(self) -> bool:
+        return self.whole_source or bool(self.paths) or bool(self.sha256)
+
+    def pin(self) -> dict:
+        """What a source's pin (and so every fingerprint of its stages) records of these rules."""
+        return {"whole_source": self.whole_source, "paths": list(self.paths), "sha256": list(self.sha256)}
+
+    def path_rule(self, rel: str) -> str | None:
+        """The rule that opts out the file at `rel` by its path ("repo" or "path:GLOB"), or None."""
+        if self.whole_source:
+            return "repo"
+        return next((f"path:{g}" for g in self.paths if fnmatch.fnmatchcase(rel, g)), None)
+
+    def content_rule(self, sha256_hex: str) -> str | None:
+        """The rule that opts out a file of these bytes ("sha256:HEX"), or None."""
+        return f"sha256:{sha256_hex}" if sha256_hex in self.sha256 else None
+
+    def rules(self) -> list[str]:
+        """Every rule by the name path_rule and content_rule give it (what collect's counts are keyed by)."""
+        return ["repo"] if self.whole_source else [*(f"path:{g}" for g in self.paths),
+                                                   *(f"sha256:{s}" for s in self.sha256)]
+
+
+@dataclass(frozen=True)
+class Decontamination:
+    """A decontamination reference: refuse files sharing an n-gram of `ngram` C++ tokens with the texts of
+    `files` (absolute paths), whose contents have the digest `digest`."""
+
+    ngram: int
+    digest: str
+    files: tuple[str, ...]
+
+    def settings(self) -> dict:
+        """What the decontaminate stage's fingerprint takes of it: the n-gram and the contents' digest (the
+        files' paths are provenance)."""
+        return {"ngram": self.ngram, "digest": self.digest}
+
+
+def canonical_url(url: str, base: Path) -> str:
+    """One spelling of a source URL, for matching opt-out entries against sources: a local path (relative to
+    `base`, the sources file's directory, or a `file://` URL) becomes an absolute path; a remote URL becomes
+    host/path without scheme, user or port, in any of git's spellings; a trailing `/` or `.git` goes."""
+    if url.startswith("file://"):
+        url = unquote(urlsplit(url).path)
+    if "://" in url:
+        parts = urlsplit(url)
+        url = f"{(parts.hostname or '').lower()}/{parts.path.lstrip('/')}"
+    elif re.match(r"^[\w.-]+@[\w.-]+:", url):  # scp-like: git@host:org/repo
+        host, path = url.split("@", 1)[1].split(":", 1)
+        url = f"{host.lower()}/{path.lstrip('/')}"
+    else:
+        url = os.path.abspath(os.path.join(base, os.path.expanduser(url)))
+    return url.rstrip("/").removesuffix(".git")
+
+
+def _check_reference(files: list[Path], ngram: int, where: str) -> None:
+    """Read the reference now, as the decontaminate stage will: a JSONL line that is not JSON fails here, not
+    after collect and the filters, and a reference holding no run of `ngram` tokens (empty files, texts shorter
+    than the n-gram) is refused, since it would refuse nothing and turn decontamination off without a word."""
+    from cpp_data.stages.lib.contamination import ReferenceError, reference_hashes
+
+    try:
+        hashes = reference_hashes([str(f) for f in files], ngram)
+    except ReferenceError as exc:
+        raise BadInput(f"{where}: {exc}") from None
+    if not len(hashes):
+        raise BadInput(f"{where}: {', '.join(map(str, files[:3]))}{' ...' if len(files) > 3 else ''} hold no run of "
+                       f"{ngram:,} C++ tokens, so decontamination would refuse nothing; give longer reference texts "
+                       f"or a smaller ngram")
+
+
+@dataclass(frozen=True)
 class Exclusions:
-    repos: frozenset[str] = frozenset()
+    repos: frozenset[str] = frozenset()  # as written; matched through canonical_url
     paths: tuple[str, ...] = ()
     sha256: frozenset[str] = frozenset()
     reference_files: tuple[str, ...] = ()  # absolute paths
     reference_digest: str | None = None
     ngram: int = 50
+    base: Path = Path(".")  # the sources file's directory, which relative URLs are relative to
 
-    def opt_out_rules(self, name: str, url: str) -> tuple[str, ...]:
-        """The opt-out rules of one source, as the strings its pin carries."""
-        def norm(u: str) -> str:
-            return u.rstrip("/").removesuffix(".git")
+    def opts_out(self, entry: str, name: str, url: str) -> bool:
+        """Whether the `repos` entry names the source `name` at `url`."""
+        return entry == name or canonical_url(entry, self.base) == canonical_url(url, self.base)
 
-        if name in self.repos or norm(url) in {norm(r) for r in self.repos}:
-            return ("repo",)
-        return tuple(f"path:{p}" for p in self.paths) + tuple(f"sha256:{s}" for s in sorted(self.sha256))
+    def opt_out_rules(self, name: str, url: str) -> OptOutRules:
+        """The opt-out rules of one source."""
+        if any(self.opts_out(entry, name, url) for entry in self.repos):
+            return OptOutRules(whole_source=True)
+        return OptOutRules(False, self.paths, tuple(sorted(self.sha256)))
 
-    def decontaminate_rules(self) -> tuple[str, ...]:
-        if not self.reference_files:
-            return ()
-        return (f"ngram:{self.ngram}", f"digest:{self.reference_digest}",
-                *(f"file:{f}" for f in self.reference_files))
+    def unmatched_repos(self, sources: list[tuple[str, str]]) -> list[str]:
+        """The `repos` entries that name none of the (name, url) sources, sorted."""
+        return sorted(e for e in self.repos if not any(self.opts_out(e, n, u) for n, u in sources))
+
+    def decontamination(self) -> Decontamination | None:
+        if not self.reference_files or self.reference_digest is None:
+            return None
+        return Decontamination(self.ngram, self.reference_digest, self.reference_files)
 
 
 def _strings(table: dict, key: str, where: str) -> list[str]:
@@ -108,43 +200,6 @@ def reference_files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def reference_texts(files: list[str]) -> list[str]:
-    """The texts of a decontamination reference: each JSONL line's string values (prompts, solutions, tests),
-    each other file's whole text."""
-    texts: list[str] = []
-
-    def strings(value) -> None:
-        if isinstance(value, str):
-            texts.append(value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                strings(v)
-        elif isinstance(value, list):
-            for v in value:
-                strings(v)
-
-    for f in files:
-        text = Path(f).read_text(encoding="utf-8-sig", errors="replace")  # a leading BOM is not JSON's
-        if f.endswith(".jsonl"):
-            for value in _jsonl_values(text, f):
-                strings(value)
-        else:
-            texts.append(text)
-    return texts
-
-
-def _jsonl_values(text: str, name: str) -> list:
-    """The JSON value of each non-blank line of a JSONL text; BadInput names the first line that is not."""
-    values = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                values.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{name}:{n}: not JSON ({exc.msg})") from None
-    return values
-
-
 def load_exclusions(data: dict, sources_file: Path) -> Exclusions:
     """The [opt_out] and [decontaminate] tables of a parsed sources file; BadInput names file and problem."""
     base = Path(sources_file).resolve().parent
@@ -180,31 +235,8 @@ def load_exclusions(data: dict, sources_file: Path) -> Exclusions:
                 data = f.read_bytes()
             except OSError as exc:
                 raise BadInput(f"{where}: cannot read {f} ({exc.strerror})") from None
-            if f.suffix == ".jsonl":  # read here anyway: a bad line fails now, not in the decontaminate stage
-                try:                                                                # after collect and filters
-                    _jsonl_values(data.decode("utf-8-sig", errors="replace"), str(f))
-                except BadInput as exc:
-                    raise BadInput(f"{where}: {exc}") from None
             h.update(f.name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(data).digest())
         digest = h.hexdigest()
-    return Exclusions(frozenset(repos), tuple(paths), frozenset(shas), tuple(str(f) for f in files), digest, ngram)
-
-
-@dataclass(frozen=True)
-class OptOut:
-    """A source's opt-out rules (its pin's `opt_out` strings), ready to match files."""
-
-    whole_source: bool
-    globs: tuple[str, ...]
-    sha256: frozenset[str]
-
-    @classmethod
-    def from_rules(cls, rules: tuple[str, ...]) -> OptOut:
-        return cls("repo" in rules, tuple(r[5:] for r in rules if r.startswith("path:")),
-                   frozenset(r[7:] for r in rules if r.startswith("sha256:")))
-
-    def path(self, rel: str) -> bool:
-        return self.whole_source or any(fnmatch.fnmatchcase(rel, g) for g in self.globs)
-
-    def content(self, sha256_hex: str) -> bool:
-        return sha256_hex in self.sha256
+        _check_reference(files, ngram, where)
+    return Exclusions(frozenset(repos), tuple(paths), frozenset(shas), tuple(str(f) for f in files), digest, ngram,
+                      base)

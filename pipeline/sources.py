@@ -33,11 +33,13 @@ import re
 import subprocess
 import tomllib
 from collections.abc import Iterator
+from typing import NamedTuple
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.exclusions import Decontamination, OptOutRules, load_exclusions
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -57,8 +59,8 @@ class SourceSpec:
     history_from: str | None = None
     configure: bool = True
     weight: float = 1.0
-    opt_out: tuple[str, ...] = ()  # pipeline/exclusions.py: the opt-out rules that apply to this source
-    decontaminate: tuple[str, ...] = ()  # and the decontamination reference
+    opt_out: OptOutRules = OptOutRules()  # pipeline/exclusions.py: the opt-out rules that apply to this source
+    decontaminate: Decontamination | None = None  # and the decontamination reference
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,8 @@ class LockedSource:
     history_from_commit: str | None = None  # resolved
     configure: bool = True
     weight: float = 1.0
-    opt_out: tuple[str, ...] = ()
-    decontaminate: tuple[str, ...] = ()
+    opt_out: OptOutRules = OptOutRules()
+    decontaminate: Decontamination | None = None
 
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
@@ -88,7 +90,7 @@ class LockedSource:
         if not self.configure:
             pin["configure"] = False
         if self.opt_out:
-            pin["opt_out"] = list(self.opt_out)
+            pin["opt_out"] = self.opt_out.pin()
         return pin
 
 
@@ -97,7 +99,15 @@ def source_weights(sources: list[LockedSource]) -> dict[str, float]:
     return {s.name: float(s.weight) for s in sorted(sources, key=lambda s: s.name)}
 
 
-def load_sources(path: Path) -> list[SourceSpec]:
+class SourcesFile(NamedTuple):
+    """A sources file read: its sources, and the [opt_out] `repos` entries that name none of them (a misspelt
+    name or URL opts nothing out: the build warns of each)."""
+
+    specs: list[SourceSpec]
+    unmatched_opt_out: list[str]
+
+
+def load_sources(path: Path) -> SourcesFile:
     """Parse and check a sources file; raises SourcesError with a one-line message naming the problem."""
     from cpp_data.stages.lib.license_match import parse_spdx  # a declared license is read as the cascade reads it
 
@@ -121,8 +131,6 @@ def load_sources(path: Path) -> list[SourceSpec]:
     if unknown:
         raise SourcesError(f"{path}: unknown tables {sorted(unknown)} (allowed: [[source]], [opt_out], "
                            f"[decontaminate])")
-    from cpp_data.pipeline.exclusions import load_exclusions
-
     exclusions = load_exclusions(data, path)
     specs, seen = [], set()
     for i, table in enumerate(tables, 1):
@@ -171,8 +179,8 @@ def load_sources(path: Path) -> list[SourceSpec]:
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
             raise SourcesError(f"{where}: 'weight' must be a positive number (1.0: the source's natural share)")
         specs.append(SourceSpec(name, url, ref, lic, vendored, since, configure, float(weight),
-                                exclusions.opt_out_rules(name, url), exclusions.decontaminate_rules()))
-    return specs
+                                exclusions.opt_out_rules(name, url), exclusions.decontamination()))
+    return SourcesFile(specs, exclusions.unmatched_repos([(s.name, s.url) for s in specs]))
 
 
 def _git(*args: str, cwd: str | None = None) -> str:
@@ -194,8 +202,14 @@ def _is_local(url: str) -> bool:
 def _is_git_repo(path: Path) -> bool:
     try:
         top = _git("rev-parse", "--show-toplevel", cwd=str(path)).strip()
-    except (RuntimeError, NotADirectoryError, FileNotFoundError):
+    except RuntimeError as exc:
+        if "dubious ownership" in str(exc):  # git's safe.directory check: a repository, but not this user's
+            raise SourcesError(f"{path}: git refuses to read this repository because another user owns it "
+                               f"(git's safe.directory check); build as its owner, or trust it with: "
+                               f"git config --global --add safe.directory {path}") from None
         return (path / "HEAD").is_file() and (path / "objects").is_dir()  # a bare repository
+    except (NotADirectoryError, FileNotFoundError):
+        return (path / "HEAD").is_file() and (path / "objects").is_dir()
     return Path(top).resolve() == path.resolve()
 
 
@@ -315,7 +329,7 @@ def resolve(spec: SourceSpec) -> LockedSource:
     if locked.kind != "git":
         raise SourcesError(f"{where}: 'history_from' needs a git source")
     since = _resolve_ref(SourceSpec(spec.name, spec.url, spec.history_from)).commit
-    return LockedSource(**{**asdict(locked), "history_from": spec.history_from, "history_from_commit": since})
+    return replace(locked, history_from=spec.history_from, history_from_commit=since)
 
 
 def _resolve_ref(spec: SourceSpec) -> LockedSource:
@@ -375,6 +389,14 @@ def lock_path_for(sources_path: Path) -> Path:
     return Path(sources_path).with_suffix(".lock")
 
 
+def _toml(value) -> str:
+    """A TOML value of a lock field: JSON's spelling for strings, numbers, booleans and lists, an inline table
+    for a dict (the opt-out rules and the decontamination reference)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items() if v is not None) + " }"
+    return json.dumps(value)
+
+
 def write_lock(path: Path, locked: list[LockedSource]) -> None:
     """Write a lock file (TOML, one [[source]] per pin) atomically."""
     from cpp_data.pipeline.fsutil import atomic_write_text
@@ -382,9 +404,12 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
     lines = ["# Written by `cpp-data sources lock`: every ref resolved to the commit a build will use.", ""]
     for src in locked:
         lines.append("[[source]]")
-        for key, value in asdict(src).items():
+        fields = asdict(src)
+        if not src.opt_out:
+            del fields["opt_out"]
+        for key, value in fields.items():
             if value is not None:
-                lines.append(f"{key} = {json.dumps(value)}")
+                lines.append(f"{key} = {_toml(value)}")
         lines.append("")
     atomic_write_text(Path(path), "\n".join(lines))
 
@@ -392,7 +417,33 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
 _LOCK_TYPES = {"name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
                "locked_at": str, "license": (str, type(None)), "vendored": bool, "history_from": (str, type(None)),
                "history_from_commit": (str, type(None)), "configure": bool,
-               "weight": (float, int), "opt_out": list, "decontaminate": list}
+               "weight": (float, int), "opt_out": dict, "decontaminate": dict}
+
+
+def _lock_entry(table: dict, where: str) -> LockedSource:
+    """One [[source]] table of a lock file as a LockedSource; SourcesError names the entry and key."""
+    unknown = set(table) - set(_LOCK_TYPES)
+    missing = {"name", "url", "kind", "commit", "locked_at"} - set(table)
+    if unknown or missing:
+        raise SourcesError(f"{where}: " + (f"unknown keys {sorted(unknown)}" if unknown
+                                           else f"missing keys {sorted(missing)}"))
+    for key, value in table.items():
+        if not isinstance(value, _LOCK_TYPES[key]):
+            raise SourcesError(f"{where} ({table.get('name')!r}): {key} = {value!r} has the wrong type; "
+                               f"write the lock again with: cpp-data sources lock SOURCES")
+    fields = dict(table)
+    try:
+        if "opt_out" in fields:
+            rules = fields["opt_out"]
+            fields["opt_out"] = OptOutRules(bool(rules.get("whole_source")), tuple(rules.get("paths", ())),
+                                            tuple(rules.get("sha256", ())))
+        if "decontaminate" in fields:
+            ref = fields["decontaminate"]
+            fields["decontaminate"] = Decontamination(int(ref["ngram"]), str(ref["digest"]), tuple(ref["files"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SourcesError(f"{where} ({table.get('name')!r}): unreadable opt_out or decontaminate ({exc}); "
+                           f"write the lock again with: cpp-data sources lock SOURCES") from None
+    return LockedSource(**{"requested_ref": None, "license": None, "vendored": False, **fields})
 
 
 def read_lock(path: Path) -> list[LockedSource]:
@@ -408,20 +459,9 @@ def read_lock(path: Path) -> list[LockedSource]:
         raise SourcesError(f"{path}: 'source' must be a list of [[source]] tables")
     out = []
     for i, table in enumerate(tables, 1):
-        where = f"{path}: entry #{i}"
         if not isinstance(table, dict):
-            raise SourcesError(f"{where}: must be a [[source]] table")
-        unknown = set(table) - set(_LOCK_TYPES)
-        missing = {"name", "url", "kind", "commit", "locked_at"} - set(table)
-        if unknown or missing:
-            raise SourcesError(f"{where}: " + (f"unknown keys {sorted(unknown)}" if unknown
-                                               else f"missing keys {sorted(missing)}"))
-        for key, value in table.items():
-            if not isinstance(value, _LOCK_TYPES[key]):
-                raise SourcesError(f"{where} ({table.get('name')!r}): {key} = {value!r} has the wrong type; "
-                                   f"write the lock again with: cpp-data sources lock SOURCES")
-        table = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
-        out.append(LockedSource(**{"requested_ref": None, "license": None, "vendored": False, **table}))
+            raise SourcesError(f"{path}: entry #{i}: must be a [[source]] table")
+        out.append(_lock_entry(table, f"{path}: entry #{i}"))
     return out
 
 
@@ -472,9 +512,8 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
         same = old is not None and old.requested_ref == (spec.ref or ("HEAD" if old.kind == "git" else None))
         same = same and old.history_from == spec.history_from
         if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
-            out.append(LockedSource(**{**asdict(old), "license": spec.license, "vendored": spec.vendored,
-                                       "configure": spec.configure, "weight": spec.weight,
-                                       "opt_out": spec.opt_out, "decontaminate": spec.decontaminate}))
+            out.append(replace(old, license=spec.license, vendored=spec.vendored, configure=spec.configure,
+                               weight=spec.weight, opt_out=spec.opt_out, decontaminate=spec.decontaminate))
         else:
             out.append(resolve(spec))
     return out

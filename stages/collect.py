@@ -27,11 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from cpp_data.pipeline.exclusions import OptOut
 from cpp_data.pipeline.sources import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
 from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.scrub import scrub_path
 from cpp_data.stages.lib.repo_files import (DEFAULT_EXTENSIONS, HEAD_BYTES, BlobReader, fetch_commit, is_cpp,
                                             is_lfs_pointer, tree_entries)
 
@@ -72,180 +72,221 @@ class _Parts:
             self.rows = []
 
 
+class _Collector:
+    """What collect keeps of one source: files taken into parts, rows of skipped files with their reason, the
+    license files the license stage reads, and the counts. Both walkers (a git commit, a plain directory) and the
+    history walk feed it through `take` and `skip`. Every path is scrubbed as text is (`stored_path`): a secret
+    or an address in a file's name never reaches a row."""
+
+    def __init__(self, ctx: StageContext, p: CollectParams):
+        self.src, self.p = ctx.source, p
+        self.parts = _Parts(ctx.out, p.files_per_part)
+        self.skipped: list[dict] = []
+        self.licenses: list[dict] = []
+        self.reasons: Counter = Counter()
+        self.opted_out: Counter = Counter({rule: 0 for rule in self.src.opt_out.rules()})
+        self.seen = self.kept_bytes = self.kept_files = 0
+
+    def skip(self, path: str, size: int, sha: str | None, reason: str, commit: str | None = None) -> None:
+        self.reasons[reason] += 1
+        self.skipped.append({"source_repo": self.src.name, "source_commit": commit or self.src.commit,
+                             "source_path": stored_path(path), "size_bytes": size, "raw_sha256": sha,
+                             "decision": "skipped", "reason": reason, "license_spdx": None, "license_source": None,
+                             "license_confidence": None})
+
+    def opted_out_by_path(self, path: str, size: int, sha: str | None, commit: str | None = None) -> bool:
+        """Skip the file at `path` as opt_out when a path rule names it (counting the rule); False if none does."""
+        rule = self.src.opt_out.path_rule(path)
+        if rule is not None:
+            self.opted_out[rule] += 1
+            self.skip(path, size, sha, "opt_out", commit)
+        return rule is not None
+
+    def take(self, path: str, data: bytes, sha: str | None = None) -> None:
+        """A file read at the pin: opted out by its bytes, kept as a license text and/or a C/C++ file, or
+        skipped with its reason. `sha`: the caller's SHA-256 of `data`, when it hashed it already."""
+        sha = sha or hashlib.sha256(data).hexdigest()
+        if rule := self.src.opt_out.content_rule(sha):  # before anything reads it, its license file included
+            self.opted_out[rule] += 1
+            self.skip(path, len(data), sha, "opt_out")
+            return
+        if LICENSE_NAME.match(PurePosixPath(path).name) and len(data) <= self.p.max_license_file_bytes:
+            self.licenses.append({"source_repo": self.src.name, "source_path": stored_path(path), "content": data})
+        if not is_cpp(path, data[:HEAD_BYTES], self.p.extensions):
+            self.skip(path, len(data), sha, "not_cpp")
+        elif not data:
+            self.skip(path, 0, sha, "empty_file")
+        elif is_lfs_pointer(data):  # the file's bytes are on an LFS server, not in the repository
+            self.skip(path, len(data), sha, "lfs_pointer")
+        else:
+            self.add(path, self.src.commit, data, sha)
+
+    def add(self, path: str, commit: str, data: bytes, sha: str, history: dict | None = None) -> None:
+        """Keep a C/C++ file (a version of one, with its `history` row, for v2/v3) in the parts."""
+        self.kept_bytes += len(data)
+        self.kept_files += 1
+        row = {"source_repo": self.src.name, "source_commit": commit, "source_path": stored_path(path),
+               "size_bytes": len(data), "raw_sha256": sha, "content": data}
+        self.parts.add({**row, "history": history} if history is not None else row)
+
+    def finish(self, out: Path) -> None:
+        self.parts.flush()
+        pq.write_table(pa.Table.from_pylist(self.skipped, schema=REJECTION), out / "skipped.parquet")
+        pq.write_table(pa.Table.from_pylist(self.licenses, schema=LICENSE_FILE), out / "license_files.parquet")
+
+    def counts(self, retrieved_at: str) -> dict:
+        return {
+            "retrieved_at": retrieved_at,
+            "files_seen": self.seen,
+            "files_collected": self.kept_files,
+            "bytes_collected": self.kept_bytes,
+            "parts": self.parts.n,
+            "skipped": dict(sorted(self.reasons.items())),
+            "license_files": len(self.licenses),
+            "opt_out_matches": dict(sorted(self.opted_out.items())),
+        }
+
+
+def stored_path(path: str) -> str:
+    """A file's path as rows store it: not-UTF-8 bytes escaped (printable_path), then a segment holding a secret
+    or an e-mail address replaced by the scrub's placeholder (stages/lib/scrub.scrub_path)."""
+    return scrub_path(printable_path(path))
+
+
+def walk_git(c: _Collector, ctx: StageContext, scratch: Path) -> None:
+    """Feed `c` every entry of the source's pinned commit, read from a shallow fetch in `scratch`: blobs through
+    `git cat-file`, never a checkout, so no symlink is followed."""
+    src, p = ctx.source, c.p
+    repo = fetch_commit(src.url, src.commit, src.requested_ref, scratch / "repo.git")
+    blobs = BlobReader(repo)
+    try:
+        for path, mode, kind, oid, size in tqdm(tree_entries(repo, src.commit), desc=ctx.label, unit="file",
+                                                leave=False, disable=not ctx.executor.progress):
+            c.seen += 1
+            if is_undecodable(path):  # stored escaped; no stage downstream gets a name it can't write
+                c.skip(path, size, None, "undecodable_path")
+            elif c.opted_out_by_path(path, size, None):
+                pass
+            elif kind == "commit":
+                c.skip(path, 0, None, "submodule")
+            elif mode == "120000":
+                c.skip(path, size, None, "symlink")
+            elif size > p.max_bytes:
+                c.skip(path, size, None, "too_large")
+            else:
+                c.take(path, blobs.read(oid))
+    finally:
+        blobs.close()
+
+
+def walk_plain_directory(c: _Collector, ctx: StageContext) -> None:
+    """Feed `c` every entry of a plain directory source, links never followed, and check that what was read is
+    the tree its pin names (TreeDigest of exactly the bytes read)."""
+    src = ctx.source
+    root = Path(src.url)
+    digest = TreeDigest()
+    for path, entry in tqdm(walk_directory(root), desc=ctx.label, unit="file", leave=False,
+                            disable=not ctx.executor.progress):
+        c.seen += 1
+        if entry is None:  # a directory that cannot be listed: one row for it and what it holds
+            digest.add(path, unreadable=True)
+            c.skip(path, 0, None, "unreadable")
+        elif entry.is_symlink():
+            digest.add(path, link_target=os.readlink(entry.path))
+            c.skip(path, 0, None, _symlink_reason(root, Path(entry.path)))
+        elif not entry.is_file(follow_symlinks=False):
+            digest.add(path)
+            c.skip(path, 0, None, "not_regular_file")
+        else:
+            _read_directory_file(c, digest, path, entry)
+    if digest.hexdigest() != src.commit:
+        raise RuntimeError(f"source {src.name!r}: {root} is not the tree its pin names (pinned "
+                           f"{src.commit[:17]}..., read {digest.hexdigest()[:17]}...): it changed after the pin was "
+                           f"taken or while it was read; once it is still, run the build again with --relock (or "
+                           f"`cpp-data sources lock` if a lock file pins it)")
+
+
+def _read_directory_file(c: _Collector, digest: TreeDigest, path: str, entry: os.DirEntry) -> None:
+    """One regular file of a plain directory: hashed into the tree digest (read all the same when it is
+    skipped: the pin covers every byte), then skipped or taken."""
+    size = entry.stat(follow_symlinks=False).st_size
+    try:
+        if size > c.p.max_bytes:
+            data, raw = None, file_sha256(entry.path)
+        else:
+            with open(entry.path, "rb") as f:
+                data = f.read()
+            raw = hashlib.sha256(data).digest()  # once: the tree digest's and the row's
+    except OSError:
+        digest.add(path, unreadable=True)
+        c.skip(path, size, None, "unreadable")
+        return
+    digest.add(path, file_sha256=raw)
+    if data is None:
+        c.skip(path, size, raw.hex(), "too_large")
+    elif is_undecodable(path):
+        c.skip(path, len(data), raw.hex(), "undecodable_path")
+    elif not c.opted_out_by_path(path, len(data), raw.hex()):
+        c.take(path, data, raw.hex())
+
+
 class Collect(Stage):
     name = "collect"
-    version = 3
+    version = 4
     scope = "source"
     Params = CollectParams
 
     summary_counts = {"files_seen": "files_seen", "cpp_files_collected": "files_collected",
                       "cpp_bytes_collected": "bytes_collected", "skipped": "skipped",
-                      "retrieved_at": "per_source:retrieved_at", "files_seen_by_source": "per_source:files_seen"}
+                      "retrieved_at": "per_source:retrieved_at", "files_seen_by_source": "per_source:files_seen",
+                      "opt_out_matches": "opt_out_matches"}
 
     def run(self, ctx: StageContext) -> dict:
         p: CollectParams = self.params
-        src = ctx.source
         retrieved_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        parts = _Parts(ctx.out, p.files_per_part)
-        skipped: list[dict] = []
-        licenses: list[dict] = []
-        reasons: Counter = Counter()
-        kept_bytes = seen = 0
-
-        def skip(path: str, size: int, sha: str | None, reason: str) -> None:
-            reasons[reason] += 1
-            skipped.append({"source_repo": src.name, "source_commit": src.commit, "source_path": printable_path(path),
-                            "size_bytes": size, "raw_sha256": sha,
-                            "decision": "skipped", "reason": reason, "license_spdx": None,
-                            "license_source": None, "license_confidence": None})
-
+        c = _Collector(ctx, p)
         if p.history:
-            return self._history(ctx, p, parts, skipped, licenses, reasons, retrieved_at)
+            return {**self._history(ctx, c), "retrieved_at": retrieved_at}
+        if ctx.source.kind == "git":
+            with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
+                walk_git(c, ctx, Path(tmp))
+        else:
+            walk_plain_directory(c, ctx)
+        c.finish(ctx.out)
+        return c.counts(retrieved_at)
 
-        opt_out = OptOut.from_rules(src.opt_out)
-
-        def take(path: str, data: bytes, sha: str | None = None) -> None:  # sha: the caller's, when it hashed
-            nonlocal kept_bytes
-            name = PurePosixPath(path).name
-            sha = sha or hashlib.sha256(data).hexdigest()
-            if opt_out.content(sha):  # before anything reads it, its license file included
-                skip(path, len(data), sha, "opt_out")
-                return
-            if LICENSE_NAME.match(name) and len(data) <= p.max_license_file_bytes:
-                licenses.append({"source_repo": src.name, "source_path": path, "content": data})
-            if not is_cpp(path, data[:HEAD_BYTES], p.extensions):
-                skip(path, len(data), sha, "not_cpp")
-            elif not data:
-                skip(path, 0, sha, "empty_file")
-            elif is_lfs_pointer(data):  # the file's bytes are on an LFS server, not in the repository
-                skip(path, len(data), sha, "lfs_pointer")
-            else:
-                kept_bytes += len(data)
-                parts.add({"source_repo": src.name, "source_commit": src.commit, "source_path": path, "size_bytes": len(data),
-                           "raw_sha256": sha, "content": data})
-
-        with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
-            if src.kind == "git":
-                repo = fetch_commit(src.url, src.commit, src.requested_ref, Path(tmp) / "repo.git")
-                blobs = BlobReader(repo)
-                try:
-                    for path, mode, kind, oid, size in tqdm(tree_entries(repo, src.commit), desc=ctx.label,
-                                                            unit="file", leave=False,
-                                                            disable=not ctx.executor.progress):
-                        seen += 1
-                        if is_undecodable(path):  # stored escaped; no stage downstream gets a name it can't write
-                            skip(path, size, None, "undecodable_path")
-                        elif opt_out.path(path):
-                            skip(path, size, None, "opt_out")
-                        elif kind == "commit":
-                            skip(path, 0, None, "submodule")
-                        elif mode == "120000":
-                            skip(path, size, None, "symlink")
-                        elif size > p.max_bytes:
-                            skip(path, size, None, "too_large")
-                        else:
-                            take(path, blobs.read(oid))
-                finally:
-                    blobs.close()
-            else:
-                root = Path(src.url)
-                digest = TreeDigest()  # of exactly what is read, checked against the pin at the end
-                for path, entry in tqdm(walk_directory(root), desc=ctx.label, unit="file", leave=False,
-                                        disable=not ctx.executor.progress):
-                    seen += 1
-                    if entry is None:  # a directory that cannot be listed: one row for it and what it holds
-                        digest.add(path, unreadable=True)
-                        skip(path, 0, None, "unreadable")
-                    elif entry.is_symlink():
-                        digest.add(path, link_target=os.readlink(entry.path))
-                        skip(path, 0, None, _symlink_reason(root, Path(entry.path)))
-                    elif not entry.is_file(follow_symlinks=False):
-                        digest.add(path)
-                        skip(path, 0, None, "not_regular_file")
-                    elif (size := entry.stat(follow_symlinks=False).st_size) > p.max_bytes:
-                        try:
-                            raw = file_sha256(entry.path)
-                        except OSError:
-                            digest.add(path, unreadable=True)
-                            skip(path, size, None, "unreadable")
-                            continue
-                        digest.add(path, file_sha256=raw)
-                        skip(path, size, raw.hex(), "too_large")
-                    else:
-                        try:
-                            with open(entry.path, "rb") as f:
-                                data = f.read()
-                        except OSError:
-                            digest.add(path, unreadable=True)
-                            skip(path, size, None, "unreadable")
-                            continue
-                        raw = hashlib.sha256(data).digest()  # once: the tree digest's and the row's
-                        digest.add(path, file_sha256=raw)
-                        if is_undecodable(path):
-                            skip(path, len(data), raw.hex(), "undecodable_path")
-                        elif opt_out.path(path):  # read all the same: the pin's tree digest covers it
-                            skip(path, len(data), raw.hex(), "opt_out")
-                        else:
-                            take(path, data, raw.hex())
-                if digest.hexdigest() != src.commit:
-                    raise RuntimeError(f"source {src.name!r}: {root} is not the tree its pin names (pinned "
-                                       f"{src.commit[:17]}..., read {digest.hexdigest()[:17]}...): it changed "
-                                       f"after the pin was taken or while it was read; once it is still, run the "
-                                       f"build again with --relock (or `cpp-data sources lock` if a lock file "
-                                       f"pins it)")
-        parts.flush()
-        pq.write_table(pa.Table.from_pylist(skipped, schema=REJECTION), ctx.out / "skipped.parquet")
-        pq.write_table(pa.Table.from_pylist(licenses, schema=LICENSE_FILE), ctx.out / "license_files.parquet")
-        return {
-            "retrieved_at": retrieved_at,
-            "files_seen": seen,
-            "files_collected": seen - len(skipped),
-            "bytes_collected": kept_bytes,
-            "parts": parts.n,
-            "skipped": dict(sorted(reasons.items())),
-            "license_files": len(licenses),
-        }
-
-
-    def _history(self, ctx, p, parts, skipped, licenses, reasons, retrieved_at) -> dict:
+    @staticmethod
+    def _history(ctx: StageContext, c: _Collector) -> dict:
+        """v2/v3: the versions of the source's commit walk (stages/lib/history.py) instead of its files."""
         from cpp_data.stages.lib.history import collect_history
 
-        src = ctx.source
+        p = c.p
         if p.history not in ("pairs", "diffs"):
             raise ValueError(f"collect.history must be 'pairs' or 'diffs', not {p.history!r}")
-        kept = {"bytes": 0, "files": 0}
-
-        opt_out = OptOut.from_rules(src.opt_out)
 
         def add(path: str, commit: str, data: bytes, history: dict) -> None:
             sha = hashlib.sha256(data).hexdigest()
-            reason = ("undecodable_path" if is_undecodable(path)
-                      else "opt_out" if opt_out.path(path) or opt_out.content(sha)
-                      else "lfs_pointer" if is_lfs_pointer(data) else None)
-            if reason:
-                skip(path, commit, len(data), sha, reason)
-                return
-            kept["bytes"] += len(data)
-            kept["files"] += 1
-            parts.add({"source_repo": src.name, "source_commit": commit, "source_path": path, "size_bytes": len(data),
-                       "raw_sha256": sha, "content": data, "history": history})
+            if is_undecodable(path):
+                c.skip(path, len(data), sha, "undecodable_path", commit)
+            elif rule := c.src.opt_out.path_rule(path) or c.src.opt_out.content_rule(sha):
+                c.opted_out[rule] += 1
+                c.skip(path, len(data), sha, "opt_out", commit)
+            elif is_lfs_pointer(data):
+                c.skip(path, len(data), sha, "lfs_pointer", commit)
+            else:
+                c.add(path, commit, data, sha, history)
 
         def skip(path: str, commit: str, size: int, sha: str | None, reason: str) -> None:
-            reasons[reason] += 1
-            skipped.append({"source_repo": src.name, "source_commit": commit, "source_path": printable_path(path),
-                            "size_bytes": size, "raw_sha256": sha, "decision": "skipped", "reason": reason, "license_spdx": None,
-                            "license_source": None, "license_confidence": None})
+            c.skip(path, size, sha, reason, commit)
 
         def add_license(path: str, data: bytes, state: str) -> None:
-            licenses.append({"source_repo": src.name, "source_path": printable_path(path), "content": data, "state": state})
+            c.licenses.append({"source_repo": c.src.name, "source_path": stored_path(path), "content": data,
+                               "state": state})
 
-        counts = collect_history(ctx, p, add, skip, add_license)
-        parts.flush()
-        pq.write_table(pa.Table.from_pylist(skipped, schema=REJECTION), ctx.out / "skipped.parquet")
-        pq.write_table(pa.Table.from_pylist(licenses, schema=LICENSE_FILE), ctx.out / "license_files.parquet")
-        return {"retrieved_at": retrieved_at, "files_seen": kept["files"] + len(skipped),
-                "files_collected": kept["files"], "bytes_collected": kept["bytes"], "parts": parts.n,
-                "skipped": dict(sorted(reasons.items())), "license_files": len(licenses), "history": counts}
+        history = collect_history(ctx, p, add, skip, add_license)
+        c.finish(ctx.out)
+        c.seen = c.kept_files + len(c.skipped)
+        return {**c.counts(""), "history": history}
 
 
 def _symlink_reason(root: Path, link: Path) -> str:

@@ -17,10 +17,10 @@ import numpy as np
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cpp_data.pipeline.exclusions import reference_texts
 from cpp_data.pipeline.source_batch import SourceTasks
 from cpp_data.pipeline.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
+from cpp_data.stages.lib.contamination import reference_hashes
 from cpp_data.stages.lib.shingles import long_ngram_hashes
 
 
@@ -43,11 +43,6 @@ class ContaminationFilter(BaseFilter):
         return True
 
 
-def reference_hashes(files: list[str], ngram: int) -> np.ndarray:
-    parts = [long_ngram_hashes(t, ngram) for t in reference_texts(files)]
-    return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.uint64)
-
-
 class Decontaminate(Stage):
     name = "decontaminate"
     libraries = ('pyarrow', 'datatrove', 'numpy', 'xxhash')
@@ -60,30 +55,28 @@ class Decontaminate(Stage):
     def settings(self, source, sources) -> dict | None:
         """The n-gram and the digest of the reference's contents (its paths are provenance): a new reference
         reruns this stage and what follows, not collect and filter."""
-        rules = [r for r in source.decontaminate if not r.startswith("file:")]
-        return {"decontaminate": rules} if rules else None
+        return {"decontaminate": source.decontaminate.settings()} if source.decontaminate else None
 
     def run(self, ctx: StageContext) -> dict:
         return self.source_tasks(ctx).run(ctx.executor, ctx.label)
 
     def source_tasks(self, ctx: StageContext) -> SourceTasks:
         docs = ctx.input("filter").path
-        rules = ctx.source.decontaminate
+        reference = ctx.source.decontaminate
         tasks = dt_io.count_parts(docs, "part-*.parquet")
-        if not rules:
+        if reference is None:
             for f in sorted(docs.glob("part-*.parquet")):
                 (ctx.out / f.name).unlink(missing_ok=True)  # a killed run's partial output is kept: resumable
                 os.link(f, ctx.out / f.name)
             return SourceTasks([], 0, ctx.out / "_datatrove",
                                lambda _stats: {"tasks": tasks, "reference_ngrams": 0, "rejected": {}})
-        ngram = int(next(r for r in rules if r.startswith("ngram:"))[6:])
-        files = [r[5:] for r in rules if r.startswith("file:")]
-        reference = reference_hashes(files, ngram)
+        hashes = reference_hashes(list(reference.files), reference.ngram)
         pipeline = [
             dt_io.reader(docs, "part-*.parquet"),
-            ContaminationFilter(reference, ngram, exclusion_writer=dt_io.rejections_writer(ctx.out, "decontaminate")),
+            ContaminationFilter(hashes, reference.ngram, exclusion_writer=dt_io.rejections_writer(ctx.out, "decontaminate")),
             dt_io.documents_writer(ctx.out),
         ]
         return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
-                           lambda stats: {**dt_io.output_counts(ctx.out, tasks, stats), "reference_files": len(files),
-                                          "reference_ngrams": int(len(reference))})
+                           lambda stats: {**dt_io.output_counts(ctx.out, tasks, stats, sorted(docs.glob("part-*.parquet"))),
+                                          "reference_files": len(reference.files),
+                                          "reference_ngrams": int(len(hashes))})

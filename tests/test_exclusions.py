@@ -100,11 +100,17 @@ def test_bad_exclusion_tables_are_one_line_errors(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "bad.jsonl").write_text('{"prompt": "int f();"}\nnot json\n')
     bom = tmp_path / "bom.jsonl"  # a UTF-8 BOM (Windows editors write one) is not a JSON error
-    bom.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "int f();"}\n')
+    prompt = " ".join(f"int f{k}();" for k in range(20))  # 100 C++ tokens: two n-grams of 50 and more
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": prompt}).encode() + b"\n")
     (tmp_path / "bom.toml").write_text('[[source]]\nname = "a"\nurl = "a"\n\n[decontaminate]\npaths = ["bom.jsonl"]\n')
     run_cli("sources", "lock", str(tmp_path / "bom.toml"), "-o", str(tmp_path / "bom.lock"))
-    from cpp_data.pipeline.exclusions import reference_texts
-    assert reference_texts([str(bom)]) == ["int f();"]
+    from cpp_data.stages.lib.contamination import reference_texts
+    assert reference_texts([str(bom)]) == [prompt]
+    # a reference that turns decontamination off: an empty file, texts shorter than the n-gram
+    (tmp_path / "blank.jsonl").write_text("\n")
+    (tmp_path / "short.jsonl").write_text(json.dumps({"prompt": prompt}) + "\n")
+    cases['[decontaminate]\npaths = ["blank.jsonl"]\n'] = "hold no run of 50 C++ tokens"
+    cases['[decontaminate]\nngram = 1000000\npaths = ["short.jsonl"]\n'] = "hold no run of 1,000,000 C++ tokens"
     for i, (table, message) in enumerate(cases.items()):
         f = tmp_path / f"s{i}.toml"
         f.write_text(f'[[source]]\nname = "a"\nurl = "a"\n\n{table}')

@@ -69,7 +69,7 @@ def test_build_records_pins_and_moves_only_changed_sources(tmp_path):
 
 def test_sources_file_with_license_field_parses(tmp_path):
     f = write_sources(tmp_path / "s.toml", [{"name": "a", "url": "/tmp", "license": "MIT"}])
-    assert load_sources(f)[0].license == "MIT"
+    assert load_sources(f).specs[0].license == "MIT"
 
 
 def test_a_git_url_that_does_not_answer_gives_gits_own_cause(tmp_path):

@@ -467,3 +467,25 @@ def scrub(text: str, entropy_limit: float = 4.5) -> ScrubResult:
         parts.append(out[pos:])
         out = "".join(parts)
     return ScrubResult(out, redactions, None)
+
+
+def _names_a_secret(name: str, entropy_limit: float) -> bool:
+    """Whether a path or one of its segments holds a secret the scanner finds, or an e-mail address."""
+    return bool(_EMAIL.search(name)) or any(f.type != "Private Key" for f in find_secrets(name, entropy_limit))
+
+
+def scrub_path(path: str, entropy_limit: float = 4.5) -> str:
+    """`path` with every segment that holds a secret or an e-mail address replaced by the placeholder, the
+    file name's extension kept (stages tell C from C++ by it). A whole segment goes, not just the value, since a
+    name has no token boundaries the scanner's widening could keep to. Addresses and home directories are not
+    read in paths: a directory named `home` or a version such as `v1.2.3.4` is no one's. The whole path is
+    scanned first, so a path with nothing to scrub costs one scan."""
+    if not _names_a_secret(path, entropy_limit):
+        return path
+    segments = path.split("/")
+    for k, segment in enumerate(segments):
+        if _names_a_secret(segment, entropy_limit):
+            dot = segment.rfind(".")
+            last = k == len(segments) - 1
+            segments[k] = SECRET + (segment[dot:] if last and dot > 0 and len(segment) - dot <= 5 else "")
+    return "/".join(segments)
