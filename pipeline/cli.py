@@ -496,7 +496,9 @@ def cmd_sources_lock(args) -> int:
     from cpp_data.pipeline.sources import (directory_source_holding, load_sources, lock_path_for, lock_sources,
                                            write_lock)
 
-    specs = load_sources(args.sources)
+    specs, unmatched = load_sources(args.sources)
+    for warning in _unmatched_warnings(args.sources, unmatched):
+        print(f"warning: {warning}", file=sys.stderr)
     dest = args.output or lock_path_for(args.sources)
     if (holder := directory_source_holding(specs, dest)) is not None:
         raise BadInput(f"{args.sources}: the lock {dest} would be written inside source {holder.name!r} "
@@ -514,13 +516,20 @@ def cmd_sources_lock(args) -> int:
     return EXIT_OK
 
 
-def _pins(args):
+def _unmatched_warnings(sources: Path, entries: list[str]) -> list[str]:
+    return [f"{sources}: [opt_out] repos entry {e!r} names no source (by name or URL), so it opts nothing out"
+            for e in entries]
+
+
+def _pins(args, warnings: list[str] | None = None):
     """The sources' pins: from --lock or SOURCES.lock when present (a directory edited since is an error unless
-    --relock), else resolved now."""
+    --relock), else resolved now. What a user should hear of the sources file goes to `warnings`."""
     from cpp_data.pipeline.sources import (check_directory_pins, directory_source_holding, load_sources,
                                            lock_path_for, lock_sources, read_lock)
 
-    specs = load_sources(args.sources)
+    specs, unmatched = load_sources(args.sources)
+    if warnings is not None:
+        warnings += _unmatched_warnings(args.sources, unmatched)
     out = getattr(args, "out", None)
     if out is not None and (holder := directory_source_holding(specs, out)) is not None:
         raise BadInput(f"{args.sources}: source {holder.name!r} ({holder.url}) holds --out {out}, and the build's "
@@ -564,7 +573,8 @@ def _recipe_of(args):
         raise BadInput(f"--version {args.recipe_version} with --recipe {args.recipe}: the recipe file is the "
                        f"recipe (its version is its file name, {args.recipe.stem}); give one of them")
     return load_recipe(args.recipe_version if args.recipe is None else None, args.recipe, overrides or None,
-                       flags={"tokenizer.frozen": "--tokenizer", "shards.seed": "--seed"})
+                       flags={**({"tokenizer.frozen": "--tokenizer"} if args.tokenizer is not None else {}),
+                              **({"shards.seed": "--seed"} if args.seed is not None else {})})
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -577,7 +587,23 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     return out
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _script_safe(flag: str, value: object) -> None:
+    """BadInput when a value that goes into the Slurm job script holds a control character: a line break in it
+    would start a line of its own in the script, and that line runs."""
+    if value is not None and _CONTROL.search(str(value)):
+        raise BadInput(f"{flag} {str(value)!r}: holds a control character (a line break, a tab, ...); a value "
+                       f"written into the Slurm job script must be one plain line")
+
+
 def _slurm_options(args) -> dict:
+    for item in args.slurm_arg:
+        _script_safe("--slurm-arg", item)
+    for flag, value in (("--slurm-partition", args.slurm_partition), ("--slurm-account", args.slurm_account),
+                        ("--slurm-qos", args.slurm_qos), ("--slurm-time", args.slurm_time)):
+        _script_safe(flag, value)
     sbatch = _pairs(args.slurm_arg, "--slurm-arg")
     if args.slurm_account:
         sbatch["account"] = args.slurm_account
@@ -620,7 +646,8 @@ def cmd_build(args) -> int:
     quiet_datatrove()
     bind_children_to_this_process()
     recipe = _recipe_of(args)
-    sources = _pins(args)
+    unread: list[str] = []
+    sources = _pins(args, unread)
     if args.out.exists() and not args.out.is_dir():
         raise BadInput(f"{args.out}: --out is a file; give a directory (it is made if missing)")
     _fsspec_safe(args.out, "--out")
@@ -648,7 +675,8 @@ def cmd_build(args) -> int:
         log(f"cpp-data {__version__}: recipe {recipe.version} (schema {recipe.schema_generation}), "
             f"{len(sources)} source(s), executor {args.executor} x{args.workers}", event="start",
             recipe=recipe.version, sources={s.name: s.commit for s in sources}, log_file=str(log.path))
-        unread = []
+        for warning in unread:
+            log(f"  warning: {warning}", event="warning")
         for s in sources:
             log(f"  {s.name:<24} {s.commit[:17]}  {s.url}", event="source", source=s.name)
             if n := uncommitted_files(s):
@@ -705,7 +733,17 @@ def cmd_report(args) -> int:
 
     if args.output is not None:
         _outside_published_builds(args.output, "--output", "OUT/reports/BUILD.html")
-    out = build_report(args.build, args.output or default_report_path(args.build))
+        if args.output.is_dir():  # before the report's work, and not as a temporary file's error after it
+            raise BadInput(f"--output {args.output}: is a directory; give the HTML file to write "
+                           f"(for example {args.output / 'report.html'})")
+    target = args.output or default_report_path(args.build)
+    try:
+        out = build_report(args.build, target)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise BadInput(f"{target}: cannot write the report ({exc.strerror or exc}); give another --output") \
+            from None
     print(f"wrote {out}")
     return EXIT_OK
 
@@ -725,8 +763,10 @@ def cmd_diff(args) -> int:
             raise BadInput(f"--tables {exc.filename or args.tables}: {exc.strerror or exc}") from None
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
+    text = render(result)
     result.pop("_rows")
-    print(json.dumps(result, indent=2) if args.json else render(result))
+    result.pop("_refusals")
+    print(json.dumps(result, indent=2) if args.json else text)
     return EXIT_OK
 
 

@@ -464,6 +464,7 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
 
         opts = dict(cfg.slurm)
         opts.pop("poll_s", None)
+        _check_script_values(opts)
         in_venv = sys.prefix != sys.base_prefix
         default_venv = os.path.join(sys.prefix, "bin", "activate") if in_venv else None
         return SlurmExecutor(
@@ -475,6 +476,18 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
             sbatch_args=opts.pop("sbatch_args", None), **opts,
         )
     raise BadInput(f"unknown executor {cfg.kind!r}; use local, ray or slurm")
+
+
+def _check_script_values(opts: dict[str, Any]) -> None:
+    """BadInput when a Slurm option (or an sbatch argument's key or value) holds a control character: each is
+    written into the job script, where a line break starts a shell line of its own, and that line runs. The
+    CLI checks its flags the same way; this holds for callers of the Python API too."""
+    values = [(k, v) for k, v in opts.items() if k != "sbatch_args"]
+    values += [(f"sbatch_args.{k}", f"{k}={v}") for k, v in (opts.get("sbatch_args") or {}).items()]
+    for key, value in values:
+        if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise BadInput(f"slurm option {key} {value!r}: holds a control character (a line break, a tab, ...); "
+                           f"a value written into the Slurm job script must be one plain line")
 
 
 def run_datatrove(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: Path, label: str) -> dict[str, int]:

@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cpp_data.pipeline.errors import BadInput
 from cpp_data.pipeline.outlock import OutputLock, lock_for_removal
 from cpp_data.schemas.manifest import named_build, sealed_builds
 
@@ -60,15 +61,20 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
     result = GcResult()
     with OutputLock(out, wait=wait):
         builds = sealed_builds(out)
+        damaged = [d for d, m in builds if m is None]
+        if damaged:  # which cache entries it needs is unknown: removing any could take what it holds
+            raise BadInput(f"{damaged[0] / 'manifest.json'}: missing or damaged (cpp-data validate {damaged[0]} says "
+                           f"more); restore it or remove that build, then run gc again")
+        readable = [(d, m) for d, m in builds if m is not None]
         protected = {named_build(out, "LATEST"), named_build(out, "PROMOTED")} - {None}
         keep_names = set(protected)
         by_generation: dict[str, list] = {}
-        for d, m in builds:
+        for d, m in readable:
             by_generation.setdefault(m.get("schema_generation", "?"), []).append((m.get("created_at", ""), d.name))
         for entries in by_generation.values():
             keep_names.update(name for _, name in sorted(entries, reverse=True)[:keep])
         held: list[int] = []  # the exclusive locks of the builds about to go, released once they are gone
-        for d, _ in builds:
+        for d, _ in readable:
             if d.name not in keep_names and not dry_run:
                 fd = lock_for_removal(d)
                 if fd is None:  # being read: kept, with what it needs
@@ -77,12 +83,12 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
                 else:
                     held.append(fd)
         needed = set()
-        for d, m in builds:
+        for d, m in readable:
             if d.name in keep_names:
                 result.kept_builds.append(d.name)
                 needed.update((s["stage"], s["fingerprint"]) for s in m.get("stages", []))
         doomed: list[Path] = []
-        for d, _ in builds:
+        for d, _ in readable:
             if d.name not in keep_names:
                 result.removed_builds.append(d.name)
                 doomed += [d, out / "exports" / d.name, out / "verify" / f"{d.name}.json",

@@ -28,7 +28,8 @@ def compared_build(out: Path, version: str) -> tuple[str, dict] | None:
     changes against a build LATEST no longer named."""
     from cpp_data.schemas.manifest import named_build, sealed_builds
 
-    found = [(m.get("created_at", ""), d.name, m) for d, m in sealed_builds(out) if d.name.startswith(f"{version}-")]
+    found = [(m.get("created_at", ""), d.name, m) for d, m in sealed_builds(out)
+             if m is not None and d.name.startswith(f"{version}-")]  # a damaged manifest compares with nothing
     if not found:
         return None
     latest = named_build(out, "LATEST")
@@ -123,7 +124,30 @@ def plan(runner: Runner) -> dict[str, Any]:
         rows.append({**row, "action": "run", "reason": reason})
     return {"recipe": runner.recipe.version, "out": str(runner.out),
             "compared_with": previous[0] if previous else None, "stages": rows,
-            "cached": sum(r["action"] == "cached" for r in rows), "run": sum(r["action"] == "run" for r in rows)}
+            "cached": sum(r["action"] == "cached" for r in rows), "run": sum(r["action"] == "run" for r in rows),
+            "publish": _publish(runner) if not runs and runner.only is None else None,
+            "damaged_manifests": damaged_manifests(runner.out)}
+
+
+def _publish(runner: Runner) -> str | None:
+    """What a build would publish when every stage is cached: nothing (None, the published build is whole), a
+    new build from the cache, or the published one again because it is damaged."""
+    from cpp_data.pipeline.build import build_damage, find_build
+
+    if any(t.fingerprint is None for t in runner.tasks):
+        return None
+    existing = find_build(runner.out, runner.recipe.version, runner.build_fingerprint())
+    if existing is None:
+        return "every stage is cached; the build would publish a new build from the cache"
+    problem = build_damage(existing)
+    return f"build {existing.name} is damaged ({problem}); the build would publish it again" if problem else None
+
+
+def damaged_manifests(out: Path) -> list[str]:
+    """The sealed builds of OUT whose manifest is missing or damaged (a plan compares with none of them)."""
+    from cpp_data.schemas.manifest import sealed_builds
+
+    return [d.name for d, m in sealed_builds(out) if m is None]
 
 
 def format_plan(p: dict[str, Any]) -> str:
@@ -133,7 +157,11 @@ def format_plan(p: dict[str, Any]) -> str:
     for r in p["stages"]:
         lines.append(f"  {r['action']:<7} {r['label']:<{width}}  {r['reason']}".rstrip())
     missing = sum(r["action"] == "missing" for r in p["stages"])
+    for name in p.get("damaged_manifests") or []:
+        lines.append(f"  build {name}: its manifest.json is missing or damaged; not compared with")
+    if p.get("publish"):
+        lines.append(f"  {p['publish']}")
     lines.append(f"{p['cached']} cached, {p['run']} to run; nothing was run"
                  + (f"; {missing} input(s) of --only not built, so the build would stop" if missing else
-                    "" if p["run"] else " (the build is up to date)"))
+                    "" if p["run"] or p.get("publish") else " (the build is up to date)"))
     return "\n".join(lines)

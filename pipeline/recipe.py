@@ -95,6 +95,11 @@ def _range(lo: float | None, hi: float | None) -> str:
     return f"between {lo} and {hi}"
 
 
+# Every seed parameter (`seed`, `*_seed`) is a 32-bit unsigned integer: what numpy's and datasketch's generators
+# take, and a negative one had been accepted and hashed as text.
+SEED_MAX = 2**32 - 1
+
+
 def build_params(cls: type, values: dict[str, Any], where: str, set_by: Mapping[str, str] | None = None) -> Any:
     """Instantiate a stage's Params dataclass from recipe values, checking names, types and ranges.
 
@@ -116,7 +121,8 @@ def build_params(cls: type, values: dict[str, Any], where: str, set_by: Mapping[
     if unknown:
         raise RecipeError(f"{at(*unknown)}: unknown parameter(s) {unknown}; known: {sorted(names)}")
     params = cls(**{k: _coerce(at(k), k, v, hints[k]) for k, v in values.items()})
-    for name, (lo, hi) in getattr(cls, "bounds", {}).items():
+    seeds = {n: (0, SEED_MAX) for n in names if n == "seed" or n.endswith("_seed")}
+    for name, (lo, hi) in {**seeds, **getattr(cls, "bounds", {})}.items():
         value = getattr(params, name)
         if value is not None and ((lo is not None and value < lo) or (hi is not None and value > hi)):
             raise RecipeError(f"{at(name)}: {name} must be {_range(lo, hi)}, got {value!r}")

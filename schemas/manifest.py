@@ -37,6 +37,12 @@ def load_manifest(build_dir: Path) -> dict[str, Any]:
     for key in ("schema_generation", "files"):
         if key not in manifest:
             raise BadInput(f"{path}: missing key {key!r}")
+    if not isinstance(manifest["schema_generation"], str) or not isinstance(manifest["files"], list):
+        raise BadInput(f"{path}: damaged (schema_generation must be a string and files a list)")
+    for k, entry in enumerate(manifest["files"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) \
+                or not isinstance(entry.get("kind", ""), str):
+            raise BadInput(f"{path}: damaged (files[{k}] is not an entry with a path)")
     return manifest
 
 
@@ -46,12 +52,19 @@ def named_build(out: Path, pointer: str) -> str | None:
     return f.read_text().strip() if f.is_file() else None
 
 
-def sealed_builds(out: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """(directory, manifest) of every sealed build under OUT/builds/, in name order (plan and gc look at these)."""
-    import json
-
+def sealed_builds(out: Path) -> list[tuple[Path, dict[str, Any] | None]]:
+    """(directory, manifest) of every sealed build under OUT/builds/, in name order (plan and gc look at these);
+    the manifest is None where it is missing or damaged (load_manifest says why)."""
     from cpp_data.pipeline.fsutil import is_sealed
 
     builds = Path(out) / "builds"
-    return [(d, json.loads((d / "manifest.json").read_text())) for d in sorted(builds.iterdir())
-            if d.is_dir() and is_sealed(d) and (d / "manifest.json").is_file()] if builds.is_dir() else []
+    if not builds.is_dir():
+        return []
+    found: list[tuple[Path, dict[str, Any] | None]] = []
+    for d in sorted(builds.iterdir()):
+        if d.is_dir() and is_sealed(d):
+            try:
+                found.append((d, load_manifest(d)))
+            except BadInput:
+                found.append((d, None))
+    return found

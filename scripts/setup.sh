@@ -23,9 +23,13 @@ for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup: installing Debian packages: ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ -n "$SUDO" ] && ! command -v sudo >/dev/null; then
+    echo "setup: the Debian packages ${missing[*]} are missing, and installing them needs root or sudo" >&2
+    exit 1
+  fi
+  echo "setup: installing Debian packages (root or sudo needed; a few minutes on a bare machine): ${missing[*]}"
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
 PYTHON="${PYTHON:-python3}"

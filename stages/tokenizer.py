@@ -129,23 +129,44 @@ class TokenizerStage(Stage):
 
 def frozen_tokenizer_dir(given: str) -> Path:
     """The tokenizer directory a `frozen` path names: the directory itself, a build's tokenizer/, or the
-    latest build's of an output directory. BadInput naming the path when there is none."""
+    latest build's of an output directory. BadInput naming the path when there is none, and when the tokenizer
+    of a build no longer matches that build's manifest (edited after the build: its ids would silently differ
+    from the ids the build was written with)."""
     from cpp_data.pipeline.errors import BadInput
     from cpp_data.schemas.reader import require_complete, resolve_build
 
     path = Path(given)
+    found = None
     if (path / "tokenizer.json").is_file() and (path / "cpp_tokenizer.json").is_file():
-        return path
-    if (path / "manifest.json").is_file():  # a build: read only a sealed one, as every reader of builds does
+        found = path
+    elif (path / "manifest.json").is_file():  # a build: read only a sealed one, as every reader of builds does
         require_complete(path)
-    if (path / "tokenizer" / "tokenizer.json").is_file():
-        return path / "tokenizer"
-    if path.is_dir() and ((path / "builds").is_dir() or (path / "manifest.json").is_file()):
-        found = resolve_build(path) / "tokenizer"
-        if (found / "tokenizer.json").is_file():
-            return found
-    raise BadInput(f"{given}: no cpp-data tokenizer there (give a tokenizer/ directory, a build, or an output "
-                   f"directory whose latest build has one)")
+    if found is None and (path / "tokenizer" / "tokenizer.json").is_file():
+        found = path / "tokenizer"
+    if found is None and path.is_dir() and ((path / "builds").is_dir() or (path / "manifest.json").is_file()):
+        candidate = resolve_build(path) / "tokenizer"
+        found = candidate if (candidate / "tokenizer.json").is_file() else None
+    if found is None:
+        raise BadInput(f"{given}: no cpp-data tokenizer there (give a tokenizer/ directory, a build, or an output "
+                       f"directory whose latest build has one)")
+    if (found.parent / "manifest.json").is_file():
+        _check_against_manifest(found)
+    return found
+
+
+def _check_against_manifest(tokenizer: Path) -> None:
+    """BadInput unless every file of a build's tokenizer/ has the SHA-256 its build's manifest records."""
+    from cpp_data.pipeline.errors import BadInput
+    from cpp_data.schemas.manifest import load_manifest
+
+    build = tokenizer.parent
+    recorded = {f["path"]: f.get("sha256") for f in load_manifest(build)["files"] if f.get("kind") == "tokenizer"}
+    for f in sorted(tokenizer.iterdir()):
+        rel = f"tokenizer/{f.name}"
+        if f.is_file() and recorded.get(rel) != sha256_file(f):
+            why = "is not in" if rel not in recorded else "does not match"
+            raise BadInput(f"{f}: {why} the manifest of build {build.name} (changed after the build), so its token "
+                           f"ids would differ from the build's; give an unchanged tokenizer")
 
 
 def reuse_tokenizer(src: Path, dest: Path) -> dict:

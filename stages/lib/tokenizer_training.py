@@ -103,12 +103,16 @@ def train_in_own_process(job: dict, scratch: Path) -> dict:
     # A session of its own: Ctrl-C, which the terminal sends to the build's whole process group, stays the
     # build's to handle (this process would print a KeyboardInterrupt traceback from wherever it was); it still
     # dies with the build's thread (main: PR_SET_PDEATHSIG)
+    # Its stderr is kept (but for a progress bar the user asked for) and only its last line shown: the stage's
+    # error is one line, not the child's output ahead of it
     proc = subprocess.run([sys.executable, "-m", "cpp_data.stages.lib.tokenizer_training", str(job_path)],
-                          stdout=subprocess.DEVNULL, start_new_session=True)
+                          stdout=subprocess.DEVNULL, stderr=None if job.get("show_progress") else subprocess.PIPE,
+                          text=True, start_new_session=True)
     result = json.loads(result_path.read_text()) if result_path.is_file() else None
     if result is None:
-        raise RuntimeError(f"the tokenizer training process exited {proc.returncode} without a result "
-                           f"(killed? out of memory?)")
+        said = [line for line in (proc.stderr or "").splitlines() if line.strip()]
+        raise RuntimeError(f"the tokenizer training process exited {proc.returncode} without a result: "
+                           + (said[-1].strip() if said else "killed? out of memory?"))
     if "error" in result:  # the child's exception again, by its builtin type where it has one
         kind = getattr(builtins, result.get("kind", ""), None)
         if isinstance(kind, type) and issubclass(kind, Exception):
@@ -137,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         result = run_job(job)
     except Exception as exc:  # one line for the stage to raise; the traceback would be the trainer's internals
         result = {"error": str(exc), "kind": type(exc).__name__}
-    atomic_write_json(result_path, result, durable=False)  # scratch: read once, by the stage that waits
+    try:
+        atomic_write_json(result_path, result, durable=False)  # scratch: read once, by the stage that waits
+    except OSError as exc:  # the stage reports the last line of what this process printed
+        print(f"cannot write {result_path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 1 if "error" in result else 0
 
 
