@@ -306,20 +306,20 @@ def test_copyleft_file_notices_beat_a_permissive_repository_license():
     need(COMMON / "GPL-1", COMMON / "GPL-2", COMMON / "GPL-3", COMMON / "LGPL-2.1", COMMON / "MPL-1.1",
          COMMON / "MPL-2.0")
     gpl3 = _notice("GPL-3", "This program is free software", "any later version.")
-    notices = {
-        "GPL-1.0-or-later": _notice("GPL-1", "This program is free software", "any later version."),
-        "GPL-2.0-or-later": _notice("GPL-2", "This program is free software", "any later version."),
-        "GPL-3.0-or-later": gpl3,
+    notices = [  # (expected, notice): a list, since two notices give the same answer
+        ("GPL-1.0-or-later", _notice("GPL-1", "This program is free software", "any later version.")),
+        ("GPL-2.0-or-later", _notice("GPL-2", "This program is free software", "any later version.")),
+        ("GPL-3.0-or-later", gpl3),
         # the FSF's notice for the AGPL is the GPL's with the license's name changed
-        "AGPL-3.0-or-later": gpl3.replace("GNU General Public License", "GNU Affero General Public License"),
-        "LGPL-2.1-or-later": _notice("LGPL-2.1", "This library is free software", "any later version."),
-        "MPL-1.1": _notice("MPL-1.1", "The contents of this file are subject", "(the \"License\")"),
-        "MPL-2.0": _notice("MPL-2.0", "This Source Code Form is subject", "/MPL/2.0/."),
+        ("AGPL-3.0-or-later", gpl3.replace("GNU General Public License", "GNU Affero General Public License")),
+        ("LGPL-2.1-or-later", _notice("LGPL-2.1", "This library is free software", "any later version.")),
+        ("MPL-1.1", _notice("MPL-1.1", "The contents of this file are subject", "(the \"License\")")),
+        ("MPL-2.0", _notice("MPL-2.0", "This Source Code Form is subject", "/MPL/2.0/.")),
         # no version named: the GPL lets the licensee choose any version ever published
-        "GPL-1.0-or-later": "This file may be distributed under the terms of the GNU General Public License.",
-    }
+        ("GPL-1.0-or-later", "This file may be distributed under the terms of the GNU General Public License."),
+    ]
     mit_repo = ("MIT", 1.0, "LICENSE")
-    for expected, notice in notices.items():
+    for expected, notice in notices:
         text = "/*\n" + "\n".join(" * " + line.strip() for line in notice.splitlines()) + "\n */\nint f();\n"
         got = classify(text, mit_repo, "MIT")
         assert (got.spdx, got.source) == (expected, "header_notice"), (expected, got)
