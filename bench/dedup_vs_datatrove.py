@@ -94,7 +94,9 @@ def prepare(corpus: Path, work: Path, parts: int, plant: int, seed: int = 7) -> 
 def side_ours(work: Path, workers: int) -> dict:
     import pyarrow.parquet as pq
 
-    from cpp_data.pipeline.executors import ExecutorConfig, quiet_datatrove
+    from cpp_data.pipeline.contract.executor import ExecutorConfig
+    from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
+    from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
     from cpp_data.stages.near_dedup import NearDedupParams, near_dedup
 
     quiet_datatrove()
@@ -102,7 +104,7 @@ def side_ours(work: Path, workers: int) -> dict:
     out = work / "ours"
     t0 = time.monotonic()
     counts = near_dedup(parts, work / "no_exact_duplicates.parquet", {"corpus": 1}, out, NearDedupParams(),
-                        ExecutorConfig(kind="local", workers=workers, progress=False))
+                        DatatroveExecutor(ExecutorConfig(kind="local", workers=workers, progress=False)))
     wall = time.monotonic() - t0
     t = pq.read_table(out / "near_duplicates.parquet", columns=["source_path", "keeper_path"])
     removed = t.column("source_path").to_pylist()
@@ -124,7 +126,7 @@ def side_datatrove(work: Path, workers: int) -> dict:
     from datatrove.pipeline.writers import ParquetWriter
     from datatrove.utils.text import TextNormConfig
 
-    from cpp_data.pipeline.executors import quiet_datatrove
+    from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
 
     quiet_datatrove()
     from bench_code_words import CodeWordTokenizer  # module beside this script, importable by workers

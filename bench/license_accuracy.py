@@ -425,7 +425,7 @@ def build_tree(root: Path, files: dict[str, str]) -> None:
 def make_recipe(dest: Path) -> list[str]:
     """The v6 recipe cut down to WANTED_STAGES and what they read (pipeline/recipe.cut_recipe); returns the
     stage list."""
-    from cpp_data.pipeline.recipe import cut_recipe
+    from cpp_data.pipeline.runner.recipe import cut_recipe
 
     return cut_recipe("v6", list(WANTED_STAGES), dest)
 

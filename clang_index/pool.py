@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any, Callable
 
 from cpp_data.clang_index.compile_db import CompileCommand
-from cpp_data.pipeline.lifetime import die_with_parent
+from cpp_data.pipeline.foundation.lifetime import die_with_parent
 
 HOOK_ENV = "CLANG_INDEX_TEST_HOOK"
 

@@ -36,7 +36,7 @@ class SpecTokenizer:
 
 def dataset_of(spec: dict, data: str | None) -> dict:
     """The launch spec's dataset `data` ("packed" or "documents"; None: its default)."""
-    from cpp_data.pipeline.errors import BadInput
+    from cpp_data.pipeline.foundation.errors import BadInput
 
     name = data or spec["default_dataset"]
     if name not in spec["datasets"]:
@@ -57,7 +57,7 @@ def build_datasets(spec: dict, dataset: dict, seq_length: int, seed: int, train_
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
-    from cpp_data.pipeline.errors import BadInput
+    from cpp_data.pipeline.foundation.errors import BadInput
 
     packed = dataset["kind"] == "packed"
     if packed and seq_length != spec["seq_length"]:

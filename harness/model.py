@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from cpp_data.harness.presets import SIZES
-from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.foundation.errors import BadInput
 
 ATTENTION = ("sdpa", "local")
 

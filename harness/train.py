@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from cpp_data.harness.presets import PEAK_BF16_FLOPS, SIZES, TrainConfig, flops_per_token
-from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.foundation.errors import BadInput
 
 
 def _free_port() -> int:

@@ -12,8 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
-from cpp_data import __version__
-from cpp_data.pipeline.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_TERMINATED,
+from cpp_data.pipeline.foundation.version import __version__
+from cpp_data.pipeline.foundation.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_TERMINATED,
                                       EXIT_USAGE, BadInput, CheckFailed, CppDataError, Terminated)
 from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 
@@ -405,7 +405,7 @@ def _err(msg: str) -> None:
 def _json_error_event(rc: int) -> None:
     """With --log-format json, a build that fails says so on stdout too, as its last event (a scheduler reading
     the JSON lines had seen the stream stop with no word of why)."""
-    from cpp_data.pipeline.buildlog import utc_now
+    from cpp_data.pipeline.runner.buildlog import utc_now
 
     record = {"time": utc_now(), "event": "error",
               "exit_code": rc, "message": _LAST_ERROR[0] if _LAST_ERROR else ""}
@@ -435,7 +435,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
 
 
 def cmd_show(args) -> int:
-    from cpp_data.pipeline.show import dumps, render, sample_documents
+    from cpp_data.pipeline.commands.show import dumps, render, sample_documents
 
     docs = sample_documents(args.build, args.repo, args.path_glob, args.n, args.columns)
     if args.json:
@@ -456,7 +456,7 @@ def _need_output_directory(out: Path) -> None:
 
 
 def cmd_gc(args) -> int:
-    from cpp_data.pipeline.gc import collect_garbage, format_result
+    from cpp_data.pipeline.commands.gc import collect_garbage, format_result
 
     if args.keep < 1:
         raise BadInput("--keep must be at least 1")
@@ -466,7 +466,7 @@ def cmd_gc(args) -> int:
 
 
 def cmd_recipes_list(args) -> int:
-    from cpp_data.pipeline.recipe import available_versions, load_recipe
+    from cpp_data.pipeline.runner.recipe import available_versions, load_recipe
 
     for version in available_versions():
         r = load_recipe(version)
@@ -479,7 +479,7 @@ def cmd_recipes_list(args) -> int:
 def cmd_recipes_show(args) -> int:
     from importlib import resources
 
-    from cpp_data.pipeline.recipe import available_versions, load_recipe
+    from cpp_data.pipeline.runner.recipe import available_versions, load_recipe
 
     if args.recipe_version not in available_versions():
         raise BadInput(f"no recipe {args.recipe_version!r}; available: {', '.join(available_versions())}")
@@ -493,7 +493,7 @@ def cmd_recipes_show(args) -> int:
 
 
 def cmd_sources_lock(args) -> int:
-    from cpp_data.pipeline.sources import (directory_source_holding, load_sources, lock_path_for, lock_sources,
+    from cpp_data.pipeline.runner.sources import (directory_source_holding, load_sources, lock_path_for, lock_sources,
                                            write_lock)
 
     specs, unmatched = load_sources(args.sources)
@@ -524,7 +524,7 @@ def _unmatched_warnings(sources: Path, entries: list[str]) -> list[str]:
 def _pins(args, warnings: list[str] | None = None):
     """The sources' pins: from --lock or SOURCES.lock when present (a directory edited since is an error unless
     --relock), else resolved now. What a user should hear of the sources file goes to `warnings`."""
-    from cpp_data.pipeline.sources import (check_directory_pins, directory_source_holding, load_sources,
+    from cpp_data.pipeline.runner.sources import (check_directory_pins, directory_source_holding, load_sources,
                                            lock_path_for, lock_sources, read_lock)
 
     specs, unmatched = load_sources(args.sources)
@@ -559,7 +559,7 @@ def _executor_problem(kind: str) -> str | None:
 
 
 def _recipe_of(args):
-    from cpp_data.pipeline.recipe import load_recipe
+    from cpp_data.pipeline.runner.recipe import load_recipe
 
     overrides = parse_overrides(args.overrides)
     if args.seed is not None:
@@ -624,9 +624,9 @@ def _ray_options(args) -> dict:
 
 
 def cmd_plan(args) -> int:
-    from cpp_data.pipeline.executors import ExecutorConfig
-    from cpp_data.pipeline.plan import format_plan, plan
-    from cpp_data.pipeline.runner import Runner
+    from cpp_data.pipeline.contract.executor import ExecutorConfig
+    from cpp_data.pipeline.runner.plan import format_plan, plan
+    from cpp_data.pipeline.runner.dag import Runner
 
     # build --dry-run carries --only, --from and --force, and the plan honours them as the build would
     runner = Runner(args.out, _recipe_of(args), _pins(args), ExecutorConfig(kind="local", workers=1),
@@ -638,8 +638,10 @@ def cmd_plan(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from cpp_data.pipeline.build import format_summary, run_build
-    from cpp_data.pipeline.executors import ExecutorConfig, bind_children_to_this_process, quiet_datatrove
+    from cpp_data.pipeline.runner.build import format_summary, run_build
+    from cpp_data.pipeline.contract.executor import ExecutorConfig
+    from cpp_data.pipeline.runner.executors.task_setup import bind_children_to_this_process
+    from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
 
     if args.dry_run:
         return cmd_plan(args)
@@ -661,11 +663,11 @@ def cmd_build(args) -> int:
                               slurm=_slurm_options(args), ray=_ray_options(args),
                               progress=not args.no_progress and sys.stderr.isatty())
     if executor.kind == "ray":  # a task no node can hold would wait forever: say so before any stage runs
-        from cpp_data.pipeline.executors import check_ray_cluster
+        from cpp_data.pipeline.runner.executors.ray import check_ray_cluster
 
         check_ray_cluster(executor)
-    from cpp_data.pipeline.buildlog import BuildLog
-    from cpp_data.pipeline.sources import uncommitted_files
+    from cpp_data.pipeline.runner.buildlog import BuildLog
+    from cpp_data.pipeline.runner.sources import uncommitted_files
 
     try:
         log = BuildLog(args.out, args.log_format, live=not args.no_progress and sys.stderr.isatty())
@@ -688,7 +690,7 @@ def cmd_build(args) -> int:
                                force=args.force, wait=args.wait, log=log)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the machine's, not the user's input: exit 1, retry
-                from cpp_data.pipeline.runner import stage_failed
+                from cpp_data.pipeline.runner.dag import stage_failed
 
                 raise stage_failed(f"publishing (writing {exc.filename or 'the build'})", exc, args.out) from exc
             raise BadInput(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
@@ -718,7 +720,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from cpp_data.pipeline.status import render_md, write_status
+    from cpp_data.pipeline.commands.status import render_md, write_status
 
     if not args.out.is_dir():
         raise BadInput(f"{args.out}: no such output directory")
@@ -729,7 +731,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from cpp_data.pipeline.report import build_report, default_report_path
+    from cpp_data.pipeline.commands.report import build_report, default_report_path
 
     if args.output is not None:
         _outside_published_builds(args.output, "--output", "OUT/reports/BUILD.html")
@@ -749,7 +751,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from cpp_data.pipeline.diff import diff_builds, render, write_tables
+    from cpp_data.pipeline.commands.diff import diff_builds, render, write_tables
 
     if args.tables and args.tables.exists() and not args.tables.is_dir():  # before the diff's work, not after
         raise BadInput(f"--tables {args.tables}: is a file; give a directory (it is made if missing)")
@@ -771,7 +773,7 @@ def cmd_diff(args) -> int:
 
 
 def cmd_tokenizer_eval(args) -> int:
-    from cpp_data.pipeline.fsutil import atomic_write_json
+    from cpp_data.pipeline.foundation.fsutil import atomic_write_json
     from cpp_data.tokenizer.evaluate import evaluate, format_eval
 
     result = evaluate(args.build)
@@ -782,7 +784,7 @@ def cmd_tokenizer_eval(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from cpp_data.pipeline.verify import promote, record_failure, verify
+    from cpp_data.pipeline.commands.verify import promote, record_failure, verify
 
     out = args.build.parent.parent  # the receipt goes to OUT/verify/, PROMOTED to OUT/builds/: say so before the gates
     for place in (out, args.build.parent):
@@ -811,7 +813,7 @@ def export_directory(build: Path, kind: str, arguments: dict) -> Path:
 def cmd_export(args) -> int:
     import shutil
 
-    from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
+    from cpp_data.pipeline.foundation.fsutil import atomic_write_json, is_sealed, seal
     from cpp_data.schemas.reader import require_complete
 
     require_complete(args.build)
@@ -844,20 +846,24 @@ def cmd_export(args) -> int:
     manifest = load_manifest(args.build)
     weights = {s["name"]: float(s.get("weight", 1.0)) for s in manifest["sources"]}
     if args.export_command == "megatron":
-        from cpp_data.pipeline.executors import ExecutorConfig, quiet_datatrove
+        from cpp_data.pipeline.contract.executor import ExecutorConfig
+        from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+        from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
         from cpp_data.stages.megatron_export import export_shards
 
         quiet_datatrove()
 
         prefixes = export_shards(args.build, args.build / "tokenizer", partial, args.name, weights,
-                                 ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty()))
+                                 DatatroveExecutor(ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty())))
         for p, v in prefixes.items():
             print(f"{p:<16} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
                   f"sha256 {v['bin_sha256'][:16]}")
         meta = json.loads((partial / "export.json").read_text())
         dataset = {"documents": dataset_entry("documents", prefixes, weights)}
     else:
-        from cpp_data.pipeline.executors import ExecutorConfig, quiet_datatrove
+        from cpp_data.pipeline.contract.executor import ExecutorConfig
+        from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+        from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
         from cpp_data.stages.packed_rows import PackedParams, pack_shards
 
         quiet_datatrove()
@@ -865,7 +871,7 @@ def cmd_export(args) -> int:
         p = PackedParams(seq_length=args.seq_length, fim_rate=args.fim_rate, fim_spm_rate=args.fim_spm_rate,
                          seed=args.seed)
         _, telemetry = pack_shards(args.build, args.build / "tokenizer", partial, p, weights,
-                                   ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty()))
+                                   DatatroveExecutor(ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty())))
         for s, t in telemetry.items():
             print(f"{s:<6} {t['rows']:>7,} rows  {t['slot_utilization']:.1%} slots used  "
                   f"{t['docs_per_row']:.2f} docs/row  {t['cropped_token_share']:.1%} cropped  "
@@ -899,7 +905,7 @@ def _fsspec_safe(path: Path, option: str) -> None:
 def _outside_published_builds(path: Path, option: str, default: str) -> None:
     """Refuse a path a command would write inside a published build: its manifest fixes every file there
     (`report --output BUILD/reports/summary.json` had replaced the summary with HTML, exit 0)."""
-    from cpp_data.pipeline.fsutil import is_sealed
+    from cpp_data.pipeline.foundation.fsutil import is_sealed
 
     for parent in [path, *path.parents]:
         if is_sealed(parent) and (parent / "manifest.json").is_file():
@@ -943,7 +949,7 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
     started in: nothing below the CLI ever sees a relative path (datatrove and git resolve relative paths
     against other directories than the user's). BUILD arguments may name an output directory (its latest
     build)."""
-    from cpp_data.pipeline.outlock import hold_for_reading
+    from cpp_data.pipeline.runner.outlock import hold_for_reading
     from cpp_data.schemas.reader import resolve_build
 
     for key, value in vars(args).items():
@@ -982,7 +988,7 @@ def _build_of_launch_spec(spec_dir: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, dispatch from the parser's table (each command's `func`), and turn errors into the exit-code table
-    of pipeline/errors.py: one line on stderr, the traceback only with --debug."""
+    of pipeline/foundation/errors.py: one line on stderr, the traceback only with --debug."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.func is None:  # `cpp-data` or a command group alone: show what there is to run

@@ -4,7 +4,7 @@ The front matter's `configs` tell `datasets.load_dataset(BUILD)` which Parquet f
 the shards (config `documents`, the default) and the packed rows (config `packed`) never merge into one table
 (their columns differ). Every path is relative to the build, so a copied or moved build loads the same. The
 body says, in plain words and numbers from the manifest and the summary, what the build holds and how to load
-it. Written by pipeline/build.py before the manifest, and listed in it (kind "card").
+it. Written by pipeline/runner/build.py before the manifest, and listed in it (kind "card").
 """
 
 from __future__ import annotations

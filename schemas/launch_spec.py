@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpp_data.pipeline.errors import BadInput
-from cpp_data.pipeline.fsutil import atomic_write_json, read_versioned_json
+from cpp_data.pipeline.foundation.errors import BadInput
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, read_versioned_json
 
 FORMAT = "cpp-data-launch/2"
 PACKED_FLAGS = ["--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"]

@@ -17,8 +17,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from cpp_data.pipeline.errors import BadInput
-from cpp_data.pipeline.fsutil import hash_file
+from cpp_data.pipeline.foundation.errors import BadInput
+from cpp_data.pipeline.foundation.fsutil import hash_file
 
 FORMAT = "cpp-data-manifest/1"
 
@@ -30,7 +30,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def load_manifest(build_dir: Path) -> dict[str, Any]:
     """Read and minimally check `manifest.json`; raises ValueError with the file named."""
-    from cpp_data.pipeline.fsutil import read_versioned_json
+    from cpp_data.pipeline.foundation.fsutil import read_versioned_json
 
     path = Path(build_dir) / "manifest.json"
     manifest = read_versioned_json(path, FORMAT)
@@ -55,7 +55,7 @@ def named_build(out: Path, pointer: str) -> str | None:
 def sealed_builds(out: Path) -> list[tuple[Path, dict[str, Any] | None]]:
     """(directory, manifest) of every sealed build under OUT/builds/, in name order (plan and gc look at these);
     the manifest is None where it is missing or damaged (load_manifest says why)."""
-    from cpp_data.pipeline.fsutil import is_sealed
+    from cpp_data.pipeline.foundation.fsutil import is_sealed
 
     builds = Path(out) / "builds"
     if not builds.is_dir():

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cpp_data.pipeline.errors import BadInput, CheckFailed
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
 from cpp_data.schemas.generations import Column, columns, full_schema
 
 COMPLETE_MARKER = "_COMPLETE"

@@ -20,7 +20,7 @@ from cpp_data.schemas.reader import ShardError, read_row_group, require_complete
 
 # The files of a build that its manifest does not list: the manifest itself, the seal, and the build summary
 # (it holds this run's timings, so it is not part of the build's bytes, but the manifest's `summary_sha256`
-# fixes it; pipeline/build.py writes all three).
+# fixes it; pipeline/runner/build.py writes all three).
 BUILD_FILES = frozenset({"manifest.json", "_COMPLETE", "reports/summary.json"})
 
 

@@ -15,7 +15,7 @@ import pkgutil
 @functools.cache
 def registry() -> dict[str, type]:
     """{stage name: Stage subclass} over the modules of this package."""
-    from cpp_data.pipeline.stage import Stage
+    from cpp_data.pipeline.contract.stage import Stage
 
     found: dict[str, type] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from cpp_data.pipeline.sources import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.stages.lib.dir_files import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
 from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
 from cpp_data.stages.lib.scrub import scrub_path
@@ -161,7 +161,7 @@ def walk_git(c: _Collector, ctx: StageContext, scratch: Path) -> None:
     blobs = BlobReader(repo)
     try:
         for path, mode, kind, oid, size in tqdm(tree_entries(repo, src.commit), desc=ctx.label, unit="file",
-                                                leave=False, disable=not ctx.executor.progress):
+                                                leave=False, disable=not ctx.executor.config.progress):
             c.seen += 1
             if is_undecodable(path):  # stored escaped; no stage downstream gets a name it can't write
                 c.skip(path, size, None, "undecodable_path")
@@ -186,7 +186,7 @@ def walk_plain_directory(c: _Collector, ctx: StageContext) -> None:
     root = Path(src.url)
     digest = TreeDigest()
     for path, entry in tqdm(walk_directory(root), desc=ctx.label, unit="file", leave=False,
-                            disable=not ctx.executor.progress):
+                            disable=not ctx.executor.config.progress):
         c.seen += 1
         if entry is None:  # a directory that cannot be listed: one row for it and what it holds
             digest.add(path, unreadable=True)

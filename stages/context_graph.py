@@ -41,9 +41,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import run_datatrove, stat_total
-from cpp_data.pipeline.fsutil import atomic_write_json
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.executor import stat_total
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib import repo_groups
@@ -242,7 +242,7 @@ class ContextGraph(Stage):
         group_of = repo_groups.repository_groups(repo_groups.repository_sizes(extracted, "text_bytes"),
                                                  p.group_bytes)
         groups = repo_groups.route(extracted, function_schema(), group_of, work / "groups", "functions")
-        stats = run_datatrove(ctx.executor, [Documents(work, src / "call_graph.parquet", p.generation,
+        stats = ctx.executor.run([Documents(work, src / "call_graph.parquet", p.generation,
                                                        p.budget_bytes)],
                               groups, work / "_datatrove" / "documents", f"{ctx.label}: documents")
         schema = write_schema(p.generation, DOC_COLUMNS)

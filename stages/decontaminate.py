@@ -1,7 +1,7 @@
 """decontaminate: refuse documents that share a long n-gram of C++ tokens with a reference a user names
 (benchmark prompts and solutions), rule `contamination` (docs/DESIGN.md section 3).
 
-The reference comes from the sources file's [decontaminate] table (pipeline/exclusions.py): JSONL files (every
+The reference comes from the sources file's [decontaminate] table (pipeline/runner/exclusions.py): JSONL files (every
 string value of every line) and files or directories (their text). A document is refused when one of its
 `ngram`-token windows (default 50, BigCode's choice for The Stack) equals one of the reference's; tokens are the
 C++ lexemes of near dedup (stages/lib/shingles.py), so whitespace and reformatting do not hide an overlap. Without a
@@ -17,8 +17,8 @@ import numpy as np
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cpp_data.pipeline.source_batch import SourceTasks
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.executor import SourceTasks
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.contamination import reference_hashes
 from cpp_data.stages.lib.shingles import long_ngram_hashes

@@ -21,8 +21,8 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cpp_data.pipeline.fsutil import atomic_write_json
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import keys
 from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts

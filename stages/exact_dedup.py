@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import DUPLICATE
 from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
 

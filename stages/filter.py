@@ -15,8 +15,8 @@ from typing import ClassVar
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cpp_data.pipeline.source_batch import SourceTasks
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.executor import SourceTasks
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.quality import generated_marker, is_vendored, signals
 from cpp_data.stages.lib.scrub import scrub

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from cpp_data.pipeline.sources import source_weights
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.source import source_weights
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.launch_spec import dataset_entry, weight_groups, write_launch_spec
 
 

@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import run_datatrove
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import LEDGER, REJECTION, rule_of
 from cpp_data.stages.lib import keys
 from cpp_data.stages.lib.inputs import DOCUMENTS, PER_DOCUMENT
@@ -145,7 +144,7 @@ class Ledger(Stage):
         work = ctx.out / WORK
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
-        run_datatrove(ctx.executor, [SourceRows(sources, ctx.input("near_dedup").path / "removed_keys.parquet", work)],
+        ctx.executor.run([SourceRows(sources, ctx.input("near_dedup").path / "removed_keys.parquet", work)],
                       len(sources), work / "_datatrove", f"{ctx.label}: rows")
         writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")
         decisions: Counter = Counter()

@@ -33,10 +33,10 @@ import pyarrow.parquet as pq
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cpp_data.pipeline.executors import worker_cache
-from cpp_data.pipeline.fsutil import atomic_write_json
-from cpp_data.pipeline.source_batch import SourceTasks
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.contract.executor import SourceTasks
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.decode import DecodeNormalize
 from cpp_data.stages.lib.license_match import (LicenseAnswer, classify, identify_license_file, is_primary_license_file,

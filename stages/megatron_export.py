@@ -23,11 +23,11 @@ from typing import ClassVar
 import numpy as np
 import pyarrow.parquet as pq
 
-from cpp_data.pipeline.executors import worker_cache
-from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, plan_slices
-from cpp_data.pipeline.sources import source_weights
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.source import source_weights
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.reader import iter_shard, shard_files
 from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
 from cpp_data.tokenizer.pretokenizer import encode_in_parts

@@ -42,8 +42,7 @@ import xxhash
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import run_datatrove
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io, keys
 from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
@@ -98,7 +97,7 @@ class SignatureStep(PipelineStep):
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         from datasketch import MinHash  # here, not at the top: it imports scipy (0.4 s), and every CLI command
-        # that loads the recipe imports this module; the tasks' forkserver preloads it (executors.WORKER_PRELOAD)
+        # that loads the recipe imports this module; the tasks' forkserver preloads it (executors/local.WORKER_PRELOAD)
 
         p = self.p
         dup = pq.read_table(self.removed_file, columns=["source_repo", "source_path", "source_commit"])
@@ -262,14 +261,14 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
     sig_dir = out / "_signatures"
     sig_dir.mkdir(parents=True, exist_ok=True)
     # one document part per task, across every source, in a fixed order; absolute paths, so it lives with
-    # datatrove's bookkeeping, which is no part of the sealed output (pipeline/cache.py: SCRATCH): the output's
+    # datatrove's bookkeeping, which is no part of the sealed output (pipeline/runner/cache.py: SCRATCH): the output's
     # checksums, which later stages' fingerprints hash, must not depend on where OUT is
     (out / "_datatrove").mkdir(parents=True, exist_ok=True)
     listing = out / "_datatrove" / "inputs.txt"
     listing.write_text("".join(f"{x}\n" for x in parts))
     pipeline = [dt_io.paths_reader(listing), SignatureStep(sig_dir, p, removed_file)]
     t0 = time.monotonic()
-    stats = run_datatrove(executor, pipeline, len(parts), out / "_datatrove", label)
+    stats = executor.run(pipeline, len(parts), out / "_datatrove", label)
     t1 = time.monotonic()
     ranks = list(range(len(parts)))
     counts = np.array([np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r").shape[0] for r in ranks], dtype=np.int64)
@@ -298,7 +297,7 @@ def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int]
     # versions of one file (a history walk) are not each other's duplicates: they are the point of v2/v3
     lineage_of = np.concatenate([np.load(sig_dir / f"lineage-{r:05d}.npy") for r in ranks]) if ranks \
         else np.empty(0, dtype=np.uint64)
-    scratch = out / "_work"  # pipeline/cache.py: SCRATCH, never part of the sealed output
+    scratch = out / "_work"  # pipeline/runner/cache.py: SCRATCH, never part of the sealed output
     spill = scratch / "candidates"
     shutil.rmtree(scratch, ignore_errors=True)
     spill.mkdir(parents=True)

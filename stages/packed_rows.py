@@ -53,9 +53,9 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.fsutil import atomic_write_json
-from cpp_data.pipeline.sources import source_weights
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.contract.source import source_weights
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 from cpp_data.schemas.reader import iter_shard, read_row_group, shard_files
@@ -439,7 +439,6 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     As datatrove tasks on `executor`: one per packing block (`block_plan`), then one per row group of the output
     files and one per file to put them together; the driver joins each prefix's partial bin/idx
     (schemas/indexed.join_partials). Scratch under out/_work."""
-    from cpp_data.pipeline.executors import run_datatrove
     from cpp_data.schemas.indexed import join_partials
     from cpp_data.schemas.launch_spec import split_groups
     from cpp_data.stages.lib.shard_tasks import WORK
@@ -457,16 +456,16 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
               for b in block_plan([Path(f) for f in files[split]], split, split_groups(split, weights), p.block_docs,
                                     p.block_bytes)]
     _write_once(work / "blocks.json", blocks)
-    run_datatrove(executor, [PackBlock(files, work, info, p, meta_cols, fills)], len(blocks),
+    executor.run([PackBlock(files, work, info, p, meta_cols, fills)], len(blocks),
                   work / "_datatrove" / "pack", f"{label}: pack")
     written = [json.loads((work / "parts" / f"{r:05d}.json").read_text()) for r in range(len(blocks))]
     plan = _file_plan(blocks, written, p.rows_per_shard)
     _write_once(work / "files.json", plan)
     groups = _row_group_plan(plan, p.row_group_size)
     _write_once(work / "rowgroups.json", groups)
-    run_datatrove(executor, [WritePackedRowGroup(work, p, meta_cols)], len(groups), work / "_datatrove" / "write",
+    executor.run([WritePackedRowGroup(work, p, meta_cols)], len(groups), work / "_datatrove" / "write",
                   f"{label}: write")
-    run_datatrove(executor, [ConcatPackedFile(out, work)], len(plan), work / "_datatrove" / "concat",
+    executor.run([ConcatPackedFile(out, work)], len(plan), work / "_datatrove" / "concat",
                   f"{label}: concat")
     out_files, telemetry, prefixes = [], {}, {}
     for split in ("train", "valid"):

@@ -33,10 +33,9 @@ import pyarrow.parquet as pq
 
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import run_datatrove
-from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text
-from cpp_data.pipeline.sources import walk_directory
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text
+from cpp_data.stages.lib.dir_files import walk_directory
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 from cpp_data.stages.lib.shard_tasks import WORK
 
@@ -183,7 +182,7 @@ def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsP
     _forget_unrecorded_tasks(work)
     atomic_write_text(recorded, listed, durable=False)
     tasks = -(-len(commands) // p.tus_per_task)
-    run_datatrove(ctx.executor, [IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
+    ctx.executor.run([IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
     return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
 
 

@@ -26,9 +26,9 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import run_datatrove, worker_cache
-from cpp_data.pipeline.fsutil import atomic_write_json
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import keys
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
@@ -220,7 +220,7 @@ class Shards(Stage):
         nb = min(p.max_buckets, max(1, math.ceil(total_bytes / p.bucket_bytes)))
         work = ctx.out / WORK
         work.mkdir(exist_ok=True)  # a resumed stage keeps its finished tasks' buckets
-        run_datatrove(ctx.executor, [RouteDocuments([str(x) for x in parts], removed_file, work, p, nb)], len(parts),
+        ctx.executor.run([RouteDocuments([str(x) for x in parts], removed_file, work, p, nb)], len(parts),
                       work / "_datatrove" / "route", f"{ctx.label}: route")
         routed = [json.loads((work / f"route-{r:05d}.json").read_text()) for r in range(len(parts))]
         seen_docs = sum(r["documents"] for r in routed)
@@ -235,7 +235,7 @@ class Shards(Stage):
         (work / "files.json").write_text(json.dumps(plan))
         shard_dir = ctx.out / "shards"
         shard_dir.mkdir(exist_ok=True)
-        run_datatrove(ctx.executor, [WriteShard(work, shard_dir, p)], len(plan), work / "_datatrove" / "write",
+        ctx.executor.run([WriteShard(work, shard_dir, p)], len(plan), work / "_datatrove" / "write",
                       f"{ctx.label}: write")
         files, text_bytes = [], 0
         for k in range(len(plan)):

@@ -42,10 +42,11 @@ import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.clang_index.levels import dependency_levels
-from cpp_data.pipeline.allocator import give_back_freed_memory
-from cpp_data.pipeline.executors import run_datatrove, stat_total, worker_cache
-from cpp_data.pipeline.fsutil import atomic_write_json
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.allocator import give_back_freed_memory
+from cpp_data.pipeline.contract.executor import stat_total
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import name_graph, repo_groups, syntax
@@ -256,7 +257,7 @@ def repository_graph(defs: pa.Table, calls: pa.Table, max_candidates: int) -> tu
     edges = name_graph.resolve(defs.select(name_graph.DEFINITIONS.names), calls.select(name_graph.CALLS.names),
                                max_candidates)
     # the join's arrays are freed; Python's objects below come from arenas of their own, which cannot reuse
-    # that heap: handed back, the 92 MB repository's graph task peaks 50 MiB lower (pipeline/allocator.py)
+    # that heap: handed back, the 92 MB repository's graph task peaks 50 MiB lower (pipeline/foundation/allocator.py)
     give_back_freed_memory()
     caller_file, caller = edges.column("caller_file").to_pylist(), edges.column("caller").to_pylist()
     callee_file, callee = edges.column("callee_file").to_pylist(), edges.column("callee").to_pylist()
@@ -374,7 +375,7 @@ class Structure(Stage):
         stats = map_shards(ctx, src, listing, job, slices, "analyze")
         t1 = time.monotonic()
         groups = route_to_groups(work, len(slices), p.graph_group_rows)
-        graph_stats = run_datatrove(ctx.executor, [GraphGroup(work, p.max_candidates)], groups,
+        graph_stats = ctx.executor.run([GraphGroup(work, p.max_candidates)], groups,
                                     work / "_datatrove" / "graph", f"{ctx.label}: graph")
         writer = pq.ParquetWriter(ctx.out / "call_graph.parquet", CALL_GRAPH, compression="zstd")
         for g in range(groups):

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from cpp_data.pipeline.executors import tokenizer_threads
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.executor import tokenizer_threads
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.manifest import sha256_file
 from cpp_data.schemas.reader import shard_files
 from cpp_data.stages.lib.tokenizer_training import train_in_own_process
@@ -59,7 +59,7 @@ class TokenizerParams:
         own rule, smallest_vocab_size); a frozen tokenizer brings its own vocabulary, and must load now, before
         any stage runs (a broken tokenizer.json had failed the build at this stage, naming the cache's copy)."""
         if self.frozen:
-            from cpp_data.pipeline.errors import BadInput
+            from cpp_data.pipeline.foundation.errors import BadInput
             from cpp_data.tokenizer.files import tokenizer_info
 
             try:
@@ -111,8 +111,8 @@ class TokenizerStage(Stage):
         job = {"files": [str(f) for f in shard_files(ctx.input("shards").path, "train")],
                "heldout_fraction": p.heldout_fraction, "sample_bytes": p.sample_bytes, "sample_seed": p.sample_seed,
                "band_file": p.band_file, "vocab_size": p.vocab_size, "min_frequency": p.min_frequency,
-               "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.progress, "out": str(ctx.out),
-               "threads": tokenizer_threads(ctx.executor, beside=True)}
+               "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.config.progress, "out": str(ctx.out),
+               "threads": tokenizer_threads(ctx.executor.config, beside=True)}
         trained = train_in_own_process(job, ctx.out / "_work")
         shutil.rmtree(ctx.out / "_work")
         path = ctx.out / "tokenizer" / TOKENIZER_JSON
@@ -132,7 +132,7 @@ def frozen_tokenizer_dir(given: str) -> Path:
     latest build's of an output directory. BadInput naming the path when there is none, and when the tokenizer
     of a build no longer matches that build's manifest (edited after the build: its ids would silently differ
     from the ids the build was written with)."""
-    from cpp_data.pipeline.errors import BadInput
+    from cpp_data.pipeline.foundation.errors import BadInput
     from cpp_data.schemas.reader import require_complete, resolve_build
 
     path = Path(given)
@@ -156,7 +156,7 @@ def frozen_tokenizer_dir(given: str) -> Path:
 
 def _check_against_manifest(tokenizer: Path) -> None:
     """BadInput unless every file of a build's tokenizer/ has the SHA-256 its build's manifest records."""
-    from cpp_data.pipeline.errors import BadInput
+    from cpp_data.pipeline.foundation.errors import BadInput
     from cpp_data.schemas.manifest import load_manifest
 
     build = tokenizer.parent

@@ -139,7 +139,7 @@ def provenance_recipe(directory: Path, *extra: str) -> Path:
     """The v6 recipe cut down to the shards, the ledger, `extra` stages and what they read, written as
     directory/v6.toml (so its builds are still named v6-...): for tests of decisions that the later stages
     (structure, tokenizer, exports) never change, which then build in a fraction of the time."""
-    from cpp_data.pipeline.recipe import cut_recipe
+    from cpp_data.pipeline.runner.recipe import cut_recipe
 
     directory.mkdir(parents=True, exist_ok=True)
     cut_recipe("v6", ["shards", "ledger", *extra], directory / "v6.toml")

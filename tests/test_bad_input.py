@@ -362,7 +362,7 @@ def test_a_full_disk_is_named_with_what_to_do(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cpp_data.pipeline.runner import stage_failed
+    from cpp_data.pipeline.runner.dag import stage_failed
 
     # a native file, not the path: pq.write_table removes a path it failed to write, /dev/full too when root
     with pytest.raises(OSError) as arrow_error, pa.OSFile("/dev/full", "wb") as full:
@@ -419,7 +419,7 @@ def test_a_full_disk_while_publishing_is_a_failure_to_retry_not_bad_input(tmp_pa
     retry', naming a cache file; it is exit 1 with what to do."""
     import errno
 
-    import cpp_data.pipeline.build as build_module
+    import cpp_data.pipeline.runner.build as build_module
     from cpp_data.pipeline.cli import main
 
     def full(*args, **kw):

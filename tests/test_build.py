@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import pyarrow.parquet as pq
 
-from cpp_data.pipeline.outlock import OutputLock
+from cpp_data.pipeline.runner.outlock import OutputLock
 from conftest import build, build_dir, data_digests, run_cli
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)

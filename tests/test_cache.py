@@ -138,7 +138,7 @@ def test_editing_a_stage_reruns_it_and_early_cutoff_keeps_the_rest(corpus, tmp_p
 
 
 def test_a_torn_stage_record_reruns_its_stage(corpus):
-    """Cache records are written without fsync (pipeline/cache.py): what a power loss can leave of one, an
+    """Cache records are written without fsync (pipeline/runner/cache.py): what a power loss can leave of one, an
     empty or cut stage.json, reads as damage and the stage runs again to the same bytes."""
     sources, out = corpus
     before = {p.name: p.read_bytes() for p in (_latest(out) / "shards").glob("*.parquet")}
@@ -197,7 +197,7 @@ def test_code_digest_reads_imports_at_any_depth_of_statements():
     and in every module of this package."""
     import ast
 
-    from cpp_data.pipeline.code_digest import _statements
+    from cpp_data.pipeline.runner.code_digest import _statements
 
     def found(tree, nodes):
         return sorted(a.name if isinstance(n, ast.Import) else f"{n.module}.{a.name}"

@@ -45,12 +45,12 @@ def test_numeric_options_out_of_range_are_usage_errors(args, message):
 
 
 def test_every_exit_code_is_in_the_help_and_the_readme():
-    """The exit-code table is one contract: each EXIT_* of pipeline/errors.py is explained by `cpp-data --help`
+    """The exit-code table is one contract: each EXIT_* of pipeline/foundation/errors.py is explained by `cpp-data --help`
     and is a row of the README's table."""
     import re
     from pathlib import Path
 
-    from cpp_data.pipeline import errors
+    from cpp_data.pipeline.foundation import errors
 
     codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
     helped = " ".join(run_cli("--help").stdout.split())
@@ -229,7 +229,7 @@ def test_every_recipe_default_is_within_its_bounds():
     class's defaults pass its bounds and check (a bound tighter than a default would refuse every build)."""
     import dataclasses
 
-    from cpp_data.pipeline.recipe import available_versions, build_params, load_recipe
+    from cpp_data.pipeline.runner.recipe import available_versions, build_params, load_recipe
     from cpp_data.stages import STAGES
 
     for version in available_versions():
@@ -275,7 +275,7 @@ def test_a_file_system_refusal_is_one_line_with_the_right_exit_code(tmp_path, mo
     'OSError: [Errno 30] ...' line; a path the user must change is exit 2, a full disk exit 1, both say which."""
     import os
 
-    import cpp_data.pipeline.status as status
+    import cpp_data.pipeline.commands.status as status
     from cpp_data.pipeline.cli import main
 
     target = str(tmp_path / "out" / "status" / "current.json")

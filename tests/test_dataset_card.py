@@ -69,7 +69,7 @@ def test_load_build_reads_an_output_directory(reference_build: Path):
     assert docs["train"].num_rows == manifest["totals"]["train_documents"]
     packed = cpp_data.load_build(reference_build, "packed", split="validation")
     assert packed.num_rows >= 1
-    from cpp_data.pipeline.errors import BadInput
+    from cpp_data.pipeline.foundation.errors import BadInput
 
     with pytest.raises(BadInput, match="unknown config"):
         cpp_data.load_build(reference_build, "tokens")

@@ -34,7 +34,7 @@ def test_gc_keeps_latest_and_promoted_and_what_they_need(reference_build: Path, 
     # a command reading the old build (verify, export, train ...) keeps it from this gc: it had been removed
     # under a running verify, whose gates then failed on FileNotFoundError
     reader = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from cpp_data.pipeline.outlock import hold_for_reading; "
+                               "from cpp_data.pipeline.runner.outlock import hold_for_reading; "
                                "hold_for_reading(Path(sys.argv[1])); print('reading', flush=True); time.sleep(120)",
                                str(out / "builds" / old)], stdout=subprocess.PIPE, text=True)
     try:
@@ -67,7 +67,7 @@ def test_reading_commands_hold_their_builds_against_gc(reference_build: Path, tm
     copy of the build: other tests read the shared one, and their locks would answer for these commands."""
     import os
 
-    from cpp_data.pipeline import outlock
+    from cpp_data.pipeline.runner import outlock
     from cpp_data.pipeline.cli import _parser, absolute_paths
 
     build = tmp_path / "builds" / reference_build.name

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cpp_data.pipeline.errors import UnexplainedOutput
-from cpp_data.pipeline.exclusions import canonical_url
-from cpp_data.pipeline.outlock import BuildLocked, LockLost, OutputLock
+from cpp_data.pipeline.foundation.errors import UnexplainedOutput
+from cpp_data.pipeline.runner.exclusions import canonical_url
+from cpp_data.pipeline.runner.outlock import BuildLocked, LockLost, OutputLock
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.scrub import SECRET, scrub_path
 

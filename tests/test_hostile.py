@@ -35,7 +35,7 @@ TIMEOUT = 300
 HOLD_DRIVER = r'''
 import os, sys, time
 def _patch():
-    from cpp_data.pipeline import runner
+    from cpp_data.pipeline.runner import dag as runner
     seal, done = runner.Runner._seal, []
     def held(self, task, *a, **k):
         if task.name == os.environ["HOLD_STAGE"] and not done:
@@ -360,7 +360,7 @@ def test_cache_file_rewritten_with_its_checksum_record_is_not_published(work, pr
     validate is published, and the next build rebuilds the entry."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from cpp_data.pipeline.cache import checksum_outputs
+    from cpp_data.pipeline.runner.cache import checksum_outputs
 
     out = copy_out(prov, tmp_path / "out")
     shutil.rmtree(out / "builds")

@@ -73,7 +73,7 @@ def test_source_weights_become_the_megatron_blend(reference_build: Path, tmp_pat
 
     from cpp_data.harness.data import build_datasets, dataset_of
     from cpp_data.harness.train import _init_distributed
-    from cpp_data.pipeline.verify import Verifier
+    from cpp_data.pipeline.commands.verify import Verifier
 
     out = tmp_path / "out"
     shutil.copytree(reference_build.parent.parent, out, symlinks=True)

@@ -64,13 +64,13 @@ def test_every_module_in_stages_is_a_stage():
 
 
 def test_build_py_asks_for_no_stage_by_name():
-    """pipeline/build.py builds the summary and chooses what to publish from what stages declare
+    """pipeline/runner/build.py builds the summary and chooses what to publish from what stages declare
     (Stage.summary_counts, Stage.publishes): it never asks the runner for a stage's artifacts by name."""
-    tree = ast.parse((ROOT / "pipeline" / "build.py").read_text())
+    tree = ast.parse((ROOT / "pipeline" / "runner" / "build.py").read_text())
     by_name = [node.lineno for node in ast.walk(tree)
                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                and node.func.attr == "artifacts" and node.args and isinstance(node.args[0], ast.Constant)]
-    assert not by_name, f"pipeline/build.py asks for stages by name at lines {by_name}"
+    assert not by_name, f"pipeline/runner/build.py asks for stages by name at lines {by_name}"
 
 
 def test_the_registry_finds_every_stage_module():

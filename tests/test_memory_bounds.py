@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.run import run_datatrove
 from cpp_data.schemas.reader import BATCH_ROWS, read_row_group
 from cpp_data.stages.packed_rows import block_plan
 
@@ -66,7 +67,7 @@ def test_blocks_of_a_weight_group_count_only_its_own_documents(tmp_path):
 
 
 def test_build_processes_use_glibcs_allocator_unless_the_user_chose_one():
-    code = ("import os, pyarrow as pa\nfrom cpp_data.pipeline.allocator import use_system_allocator\n"
+    code = ("import os, pyarrow as pa\nfrom cpp_data.pipeline.foundation.allocator import use_system_allocator\n"
             "name = use_system_allocator()\n"
             "print(name, pa.default_memory_pool().backend_name, os.environ['ARROW_DEFAULT_MEMORY_POOL'])\n")
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
@@ -85,7 +86,7 @@ class RecordPid(PipelineStep):
         self.out = out
 
     def run(self, data, rank: int = 0, world_size: int = 1):
-        from cpp_data.pipeline.allocator import POOL_VARIABLE
+        from cpp_data.pipeline.foundation.allocator import POOL_VARIABLE
 
         (self.out / f"{rank}.json").write_text(json.dumps({"pid": os.getpid(), "pool": pa.default_memory_pool(
             ).backend_name, "variable": os.environ.get(POOL_VARIABLE)}))
@@ -112,7 +113,7 @@ def test_loguru_works_out_its_library_directories_once_per_sys_path():
 import io, sys, sysconfig
 from loguru import logger
 from loguru._better_exceptions import ExceptionFormatter
-from cpp_data.pipeline.executors import remember_loguru_lib_dirs
+from cpp_data.pipeline.runner.executors.task_logging import remember_loguru_lib_dirs
 calls = [0]
 get_path = sysconfig.get_path
 def counted(*a, **k):

@@ -81,14 +81,14 @@ def test_two_node_ray_build_matches_local_bytes(tiny_reference, tmp_path, two_no
     assert '"log_first"' in record and '"cpus_per_task"' in record  # datatrove's Ray executor wrote it
 
 
-# A local Ray of one CPU, and datatrove's Ray executor as the build makes it (pipeline/ray_executor.py): tasks
+# A local Ray of one CPU, and datatrove's Ray executor as the build makes it (pipeline/runner/executors/ray.py): tasks
 # whose actors cannot start (a runtime_env working_dir that does not exist) must fail the run with the reason,
 # and leave no placement group holding the CPU, so the next run on the same Ray completes. Before, the first
 # run waited forever.
 SUBMIT_FAILS = """
 import json, sys
 import ray
-from cpp_data.pipeline.ray_executor import RayExecutor, RaySubmitFailed
+from cpp_data.pipeline.runner.executors.ray import RayExecutor, RaySubmitFailed
 
 def step(data, rank=0, world_size=1):
     yield from data or []

@@ -21,11 +21,12 @@ from conftest import (CLI, GOOGLETEST, NLOHMANN, build, build_dir, clang_fixture
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 # Four tasks on the local executor's pool of two processes (run_datatrove, as every stage calls it); task 1's
-# process sends itself SIGSEGV the first time. Before pipeline/task_watch.py, run() waited for it forever.
+# process sends itself SIGSEGV the first time. Before pipeline/runner/executors/task_watch.py, run() waited for it forever.
 CRASHING_TASK = """
 import json, sys
 from pathlib import Path
-from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.run import run_datatrove
 
 logs = Path(sys.argv[1])
 
@@ -128,7 +129,7 @@ def test_sigkill_mid_stage_resumes_to_identical_bytes(tmp_path):
         # no worker's traceback, whatever the signal: after a SIGKILL to the build's process, a worker whose task
         # finished found the pipe back to it broken (executors._quiet_pool_worker)
         assert "Traceback" not in output and "BrokenPipe" not in output, (stage, output[-3000:])
-        if sig != signal.SIGKILL:  # one line and the exit code of pipeline/errors.py
+        if sig != signal.SIGKILL:  # one line and the exit code of pipeline/foundation/errors.py
             assert proc.returncode == 128 + sig, (stage, proc.returncode, signal.getsignal(signal.SIGINT),
                                                   output[-3000:])
             said = [ln for ln in output.splitlines() if ln.startswith("cpp-data: error:")]

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import cpp_data.stages
-from cpp_data.pipeline.executors import ExecutorConfig
-from cpp_data.pipeline.fsutil import is_sealed
-from cpp_data.pipeline.recipe import Recipe
-from cpp_data.pipeline.runner import Runner, StageFailed
-from cpp_data.pipeline.stage import Stage, StageContext
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.foundation.fsutil import is_sealed
+from cpp_data.pipeline.runner.recipe import Recipe
+from cpp_data.pipeline.runner.dag import Runner, StageFailed
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 
 B_STARTED = threading.Event()
 FAIL: set[str] = set()  # stage names whose run raises

@@ -1,4 +1,4 @@
-"""The tasks of several sources as one executor run (pipeline/source_batch.py): each source's steps see the rank
+"""The tasks of several sources as one executor run (pipeline/runner/executors/source_batch.py): each source's steps see the rank
 and world size they would alone, its stats and completion markers land in its own logging directory, and a
 task whose source marker exists is not run again, whatever the batch."""
 
@@ -12,8 +12,9 @@ BATCH = """
 import json, os, sys
 from pathlib import Path
 from datatrove.pipeline.base import PipelineStep
-from cpp_data.pipeline.executors import ExecutorConfig
-from cpp_data.pipeline.source_batch import SourceTasks, run_sources
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.contract.executor import SourceTasks
+from cpp_data.pipeline.runner.executors.source_batch import run_sources
 
 
 class Record(PipelineStep):
@@ -99,7 +100,7 @@ def test_a_task_carries_paths_not_every_sources_steps(tmp_path):
     242 kB and 0.16 s of the build's process per task. Each task still gets steps of its own."""
     from multiprocess.reduction import ForkingPickler
 
-    from cpp_data.pipeline.source_batch import SourceDispatch
+    from cpp_data.pipeline.runner.executors.source_batch import SourceDispatch
 
     units = [([_Heavy(f"{i:02d}" + "x" * 100_000)], 2, str(tmp_path / f"s{i}")) for i in range(50)]
     whole = len(ForkingPickler.dumps(SourceDispatch(units)))

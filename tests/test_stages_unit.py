@@ -18,11 +18,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from cpp_data.pipeline.executors import ExecutorConfig
-from cpp_data.pipeline.fsutil import atomic_write_json
-from cpp_data.pipeline.recipe import load_recipe
-from cpp_data.pipeline.sources import SourceSpec, lock_sources
-from cpp_data.pipeline.stage import Artifact, StageContext
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.runner.recipe import load_recipe
+from cpp_data.pipeline.runner.sources import SourceSpec, lock_sources
+from cpp_data.pipeline.contract.stage import Artifact, StageContext
 
 MIT = ("MIT License\n\nCopyright (c) 2024 Alpha\n\nPermission is hereby granted, free of charge, to any person "
        "obtaining a copy of this software and associated documentation files (the \"Software\"), to deal in the "
@@ -79,8 +80,8 @@ def _run(name: str, params, inputs: dict[str, list[Artifact]], out: Path, source
 
     out.mkdir(parents=True)
     label = f"{name}[{source.name}]" if source else name
-    ctx = StageContext(out=out, inputs=inputs, source=source, executor=ExecutorConfig(kind="local", workers=1,
-                                                                                      progress=False),
+    executor = DatatroveExecutor(ExecutorConfig(kind="local", workers=1, progress=False))
+    ctx = StageContext(out=out, inputs=inputs, source=source, executor=executor,
                        label=label, sources=list(sources))
     counts = registry()[name](params).run(ctx)
     atomic_write_json(out / "stage.json", {"stage": name, "counts": counts})
@@ -472,7 +473,7 @@ def test_which_files_are_cpp(path: str, head: bytes, taken: bool):
 def test_a_source_left_without_documents_is_warned_of():
     """GSL's headers had all been skipped and the build said nothing about the source; the summary now names a
     source whose files all failed collect, the license policy or the filters (not one with no files at all)."""
-    from cpp_data.pipeline.build import SUMMARY_FIELDS, _warnings
+    from cpp_data.pipeline.runner.build import SUMMARY_FIELDS, _warnings
 
     summary = {**SUMMARY_FIELDS, "documents": 40, "valid_documents": 12,
                "files_seen_by_source": {"gsl": 15, "fmt": 30, "empty": 0},

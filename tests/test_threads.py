@@ -1,11 +1,11 @@
-"""tokenizers' share of the cores in a build's processes (pipeline/threads.py, executors.tokenizer_threads)."""
+"""tokenizers' share of the cores in a build's processes (pipeline/foundation/threads.py, executors.tokenizer_threads)."""
 
 import os
 
 import pytest
 
-from cpp_data.pipeline import threads
-from cpp_data.pipeline.executors import ExecutorConfig, tokenizer_threads
+from cpp_data.pipeline.foundation import threads
+from cpp_data.pipeline.contract.executor import ExecutorConfig, tokenizer_threads
 
 
 @pytest.fixture

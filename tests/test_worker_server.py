@@ -1,4 +1,4 @@
-"""The local executor's forkserver starts when the first stage begins (executors.start_worker_server), so its
+"""The local executor's forkserver starts when the first stage begins (executors/local.start_worker_server), so its
 imports overlap the driver's work, and every run's tasks then go to processes forked from that same server:
 a pool with two workers or more, one process of its own with one worker
 (executors.run_in_one_worker), so the build's own process never runs a task."""
@@ -14,8 +14,10 @@ import json, os, sys
 from pathlib import Path
 import multiprocess.forkserver as fs
 from datatrove.pipeline.base import PipelineStep
-from cpp_data.pipeline.errors import BadInput
-from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove, start_worker_server
+from cpp_data.pipeline.foundation.errors import BadInput
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.local import start_worker_server
+from cpp_data.pipeline.runner.executors.run import run_datatrove
 
 
 class Record(PipelineStep):
@@ -93,7 +95,8 @@ def test_every_run_forks_its_task_processes_from_the_server_started_before_it(tm
 FAILING_TASK = """
 import sys
 from pathlib import Path
-from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.run import run_datatrove
 
 
 def step(data, rank=0, world_size=1):
@@ -112,7 +115,7 @@ if __name__ == "__main__":
 
 def test_a_failing_task_prints_no_traceback_and_logs_it_to_its_file(tmp_path):
     """datatrove logs a task's exception to the terminal with loguru's defaults: the traceback with every frame's
-    local variables. executors.task_logger keeps the terminal to the build's one-line error; the task's log file
+    local variables. executors/task_logging.task_logger keeps the terminal to the build's one-line error; the task's log file
     still has the traceback."""
     script = tmp_path / "failing.py"
     script.write_text(FAILING_TASK)
@@ -131,7 +134,8 @@ FRESH_COPIES = """
 import json, sys
 from pathlib import Path
 from datatrove.pipeline.base import PipelineStep
-from cpp_data.pipeline.executors import ExecutorConfig, run_datatrove
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.run import run_datatrove
 
 
 def total(stat):  # datatrove writes a stat updated once as its value, else as a dict of aggregates
@@ -186,7 +190,7 @@ def test_a_task_log_that_cannot_be_written_fails_the_task_without_loguru_traceba
 
     from loguru import logger
 
-    from cpp_data.pipeline.executors import task_logger
+    from cpp_data.pipeline.runner.executors.task_logging import task_logger
 
     class FullDisk:
         def write(self, text):
@@ -213,7 +217,7 @@ def test_a_task_process_whose_build_is_gone_ends_without_a_traceback(capfd):
     ends quietly, with the run's result and with the run's exception alike. A real pipe whose reader is closed."""
     import multiprocess
 
-    from cpp_data.pipeline.executors import _run_executor
+    from cpp_data.pipeline.runner.executors.local import _run_executor
 
     class Done:
         def run(self):

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.foundation.errors import BadInput
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards
 from cpp_data.stages.lib import keys

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from cpp_data.pipeline.fsutil import atomic_write_text
+from cpp_data.pipeline.foundation.fsutil import atomic_write_text
 from cpp_data.tokenizer.band import Band
 
 TOKENIZER_JSON = "tokenizer.json"

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from tokenizers import AddedToken, Tokenizer, models, trainers
 from tokenizers import pre_tokenizers as pt
 
-from cpp_data.pipeline.allocator import give_back_freed_memory
+from cpp_data.pipeline.foundation.allocator import give_back_freed_memory
 from cpp_data.tokenizer.band import Band
 from cpp_data.tokenizer.pretokenizer import byte_symbols, empty_code_tokenizer, pieces, to_byte_symbols
 

@@ -13,7 +13,7 @@ from datatrove.data import Document
 from datatrove.pipeline.readers import ParquetReader
 from datatrove.pipeline.writers import ParquetWriter
 
-from cpp_data.pipeline.errors import UnexplainedOutput
+from cpp_data.pipeline.foundation.errors import UnexplainedOutput
 from cpp_data.schemas.artifacts import DOCUMENT, REJECTION, rejection_row, rule_of
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cpp_data.pipeline.stage import StageContext
+from cpp_data.pipeline.contract.stage import StageContext
 
 
 # The per-document stages in the order they run (docs/DESIGN.md section 2); each writes its rejections beside

@@ -40,14 +40,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.allocator import give_back_freed_memory
-from cpp_data.pipeline.executors import run_datatrove
+from cpp_data.pipeline.foundation.allocator import give_back_freed_memory
 from cpp_data.schemas.manifest import sha256_file
 from cpp_data.schemas.parquet_concat import concat_parquet_file, splice_row_groups_file
 from cpp_data.schemas.reader import read_row_group
 from cpp_data.schemas.shard_writer import open_writer
 
-WORK = "_work"  # scratch of the tasks (pieces, plans); pipeline/cache.py leaves it out of the sealed outputs
+WORK = "_work"  # scratch of the tasks (pieces, plans); pipeline/runner/cache.py leaves it out of the sealed outputs
 
 
 @dataclass(frozen=True)
@@ -245,7 +244,7 @@ class MergeRowGroup(PipelineStep):
         write_one_row_group(table, out, self.compression, self.compression_level)
         self.stat_update("rows", value=table.num_rows)
         del table
-        give_back_freed_memory()  # else a worker grows with the row groups it merged (pipeline/allocator.py)
+        give_back_freed_memory()  # else a worker grows with the row groups it merged (pipeline/foundation/allocator.py)
         return
         yield  # a generator that yields nothing: the last step of its pipeline
 
@@ -306,7 +305,7 @@ def map_shards(ctx, src: Path, listing: list[dict], job: SliceWork, slices: list
     (work / "pieces").mkdir(parents=True, exist_ok=True)
     _write_plan(work, np.array([[s.file, s.row_group, s.start, s.stop, s.first_row] for s in slices],
                                dtype=np.int64).reshape(-1, 5))
-    return run_datatrove(ctx.executor, [MapSlices(src, [e["path"] for e in listing], work, job)], len(slices),
+    return ctx.executor.run([MapSlices(src, [e["path"] for e in listing], work, job)], len(slices),
                           work / "_datatrove" / what, f"{ctx.label}: {what}")
 
 
@@ -317,9 +316,9 @@ def merge_shards(ctx, src: Path, listing: list[dict], job: SliceWork, compressio
     `keep_work`."""
     work = Path(ctx.out) / WORK
     files = [e["path"] for e in listing]
-    run_datatrove(ctx.executor, [MergeRowGroup(src, files, work, job, compression, compression_level)],
+    ctx.executor.run([MergeRowGroup(src, files, work, job, compression, compression_level)],
                   len(row_groups(load_plan(work))), work / "_datatrove" / "merge", f"{ctx.label}: merge")
-    run_datatrove(ctx.executor, [ConcatFile(src, files, ctx.out, work, job, compression, compression_level)],
+    ctx.executor.run([ConcatFile(src, files, ctx.out, work, job, compression, compression_level)],
                   len(files), work / "_datatrove" / "concat", f"{ctx.label}: concat")
     out = []
     for k, entry in enumerate(listing):

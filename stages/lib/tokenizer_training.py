@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from cpp_data.pipeline.fsutil import atomic_write_json
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.stages.lib import keys
 
 
@@ -63,7 +63,7 @@ def run_job(job: dict) -> dict:
     """Train on the job's shards and write job["out"]/tokenizer/ and job["out"]/sample.parquet; returns the
     sample's record and the training documents seen. Job keys: files, heldout_fraction, sample_bytes,
     sample_seed, band_file, vocab_size, min_frequency, cap_to_corpus, show_progress, out; and threads, which
-    main() applies before training (tokenizers' threads, pipeline/threads.py)."""
+    main() applies before training (tokenizers' threads, pipeline/foundation/threads.py)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -125,15 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job_path = Path(argv[0])
     result_path = job_path.with_name("result.json")
-    from cpp_data.pipeline.lifetime import die_with_parent
+    from cpp_data.pipeline.foundation.lifetime import die_with_parent
 
     job = json.loads(job_path.read_text())
     die_with_parent()  # killed when the thread that started this process ends (PR_SET_PDEATHSIG) ...
     if job.get("parent_pid") not in (None, os.getppid()):  # ... or already gone, before that took hold
         return 1
     try:
-        from cpp_data.pipeline.allocator import use_system_allocator
-        from cpp_data.pipeline.threads import limit_tokenizer_threads
+        from cpp_data.pipeline.foundation.allocator import use_system_allocator
+        from cpp_data.pipeline.foundation.threads import limit_tokenizer_threads
 
         use_system_allocator()  # inherited from the build already; set again for a process started otherwise
         if job.get("threads"):  # the cores left beside structure's tasks, before the trainer starts its pool

@@ -8,7 +8,7 @@ running, done, repaired, or a message. Formats:
   `seconds`, `message`), and the build summary as a last `summary` event;
 - live (text format in a terminal, unless --no-progress): the same lines, above a bar of stage k/N with the
   stage running now and its elapsed time; stages that run datatrove tasks add a bar of tasks done/total with
-  rate and ETA (pipeline/executors.py).
+  rate and ETA (pipeline/runner/executors/run.py).
 Every event is also appended to OUT/logs/build-<UTC time>-<pid>.log (JSON lines when the format is json).
 """
 

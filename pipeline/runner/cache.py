@@ -29,7 +29,7 @@ from pathlib import Path
 
 import xxhash
 
-from cpp_data.pipeline.fsutil import hash_file
+from cpp_data.pipeline.foundation.fsutil import hash_file
 
 # datatrove's task logs, stats and completions, and the tasks' intermediate files (stages/lib/shard_tasks.py):
 # bookkeeping and scratch, not outputs

@@ -13,13 +13,10 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from cpp_data.pipeline.executors import ExecutorConfig
-from cpp_data.pipeline.sources import LockedSource
-
-if TYPE_CHECKING:
-    from cpp_data.pipeline.source_batch import SourceTasks
+from cpp_data.pipeline.contract.executor import Executor, SourceTasks
+from cpp_data.pipeline.contract.source import LockedSource
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ class StageContext:
     out: Path
     inputs: dict[str, list[Artifact]]
     source: LockedSource | None
-    executor: ExecutorConfig
+    executor: Executor
     label: str
     sources: list[LockedSource] = field(default_factory=list)
 
@@ -69,7 +66,7 @@ class Stage(ABC):
     resumable_tasks: ClassVar[bool] = False
     # Its work runs in a process of its own, so the driver thread that runs it only waits: the runner starts it
     # as soon as its inputs are done and goes on with the stages after it that do not read its output, joining
-    # it before the first one that does (pipeline/runner.py). The tokenizer's training runs beside structure.
+    # it before the first one that does (pipeline/runner/dag.py). The tokenizer's training runs beside structure.
     runs_beside: ClassVar[bool] = False
     # Installed distributions whose version shapes this stage's output bytes (part of its fingerprint).
     libraries: ClassVar[tuple[str, ...]] = ("pyarrow", "numpy")
@@ -78,7 +75,7 @@ class Stage(ABC):
     # gives {source: counts[KEY]} and "per_source:*" {source: counts}. Where several stages of a recipe give a
     # field, the latest in recipe order wins (a missing key then gives the field's default).
     summary_counts: ClassVar[dict[str, str]] = {}
-    # What a build publishes of this stage's artifact (pipeline/build.py): "shards" (the files its shards.json
+    # What a build publishes of this stage's artifact (pipeline/runner/build.py): "shards" (the files its shards.json
     # lists; of several such stages the latest in recipe order is published), "tokenizer" (its tokenizer/
     # directory, recorded in the manifest), "ledger" (ledger.parquet, as provenance/ledger.parquet), or an
     # export directory ("megatron", "packed") whose files are copied as they are; "." copies the files at the
@@ -96,7 +93,7 @@ class Stage(ABC):
 
     def source_tasks(self, ctx: StageContext) -> SourceTasks | None:
         """A per-source stage whose work is datatrove tasks returns them here, unstarted, so that the runner
-        runs the tasks of every source that has to run as one executor run (pipeline/source_batch.py); such a
+        runs the tasks of every source that has to run as one executor run (pipeline/runner/executors/source_batch.py); such a
         stage's `run` is `self.source_tasks(ctx).run(ctx.executor, ctx.label)`. None: the runner calls `run`."""
         return None
 

@@ -2,7 +2,7 @@
 
 Snapshot: builds/<version>-<YYYYMMDD>-<fp8>/ where fp8 starts the build fingerprint (the hash of every stage
 instance's fingerprint). Shards, the ledger and the exports are copies out of the sealed cache (never links:
-pipeline/cache.py says why), read-only;
+pipeline/runner/cache.py says why), read-only;
 reports/summary.json and manifest.json (which holds the summary's SHA-256) are written, then `_COMPLETE`, then the directory is renamed into place.
 A build whose fingerprint already has a snapshot publishes nothing new ("nothing to do").
 """
@@ -17,16 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cpp_data import __version__
-from cpp_data.pipeline.cache import copy_file
-from cpp_data.pipeline.errors import CheckFailed
-from cpp_data.pipeline.executors import ExecutorConfig
-from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
-from cpp_data.pipeline.outlock import OutputLock
-from cpp_data.pipeline.recipe import Recipe
-from cpp_data.pipeline.runner import RunReport, Runner
-from cpp_data.pipeline.sources import LockedSource, write_lock
-from cpp_data.pipeline.terminal_text import printable
+from cpp_data.pipeline.foundation.version import __version__
+from cpp_data.pipeline.runner.cache import copy_file
+from cpp_data.pipeline.foundation.errors import CheckFailed
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
+from cpp_data.pipeline.runner.outlock import OutputLock
+from cpp_data.pipeline.runner.recipe import Recipe
+from cpp_data.pipeline.runner.dag import RunReport, Runner
+from cpp_data.pipeline.contract.source import LockedSource
+from cpp_data.pipeline.runner.sources import write_lock
+from cpp_data.pipeline.foundation.terminal_text import printable
 from cpp_data.schemas.dataset_card import dataset_card
 from cpp_data.schemas.generations import SCHEMA_REVISION
 from cpp_data.schemas.manifest import FORMAT, sha256_file
@@ -99,7 +100,7 @@ def summarize(runner: Runner, seconds: float, report: RunReport | None = None) -
             value = _summary_value(cls, artifacts, key)
             summary[field_name] = SUMMARY_FIELDS.get(field_name) if value is None else value
     stage_seconds = sum(r.get("seconds") or 0 for r in runner.stage_records())
-    from cpp_data.pipeline.executors import TASKS_PER_NODE
+    from cpp_data.pipeline.runner.executors.task_setup import TASKS_PER_NODE
 
     spent = report.seconds if report is not None and report.ran and not report.cached else stage_seconds
     summary.update({
@@ -198,7 +199,7 @@ def _read_only(path: Path) -> None:
 
 
 def _publish_file(src: Path, dst: Path) -> None:
-    """A published data file: a copy out of the cache (pipeline/cache.py says why), read-only."""
+    """A published data file: a copy out of the cache (pipeline/runner/cache.py says why), read-only."""
     copy_file(src, dst)
     _read_only(dst)
 
@@ -267,7 +268,7 @@ def build_damage(build: Path) -> str | None:
 
 def _check_shards(artifact, partial: Path, files: list[dict]) -> None:
     """Each published shard against the SHA-256 its stage recorded when it wrote it (shards.json), before the
-    build is sealed. The cache's own check (pipeline/cache.py) cannot see a file rewritten together with its
+    build is sealed. The cache's own check (pipeline/runner/cache.py) cannot see a file rewritten together with its
     checksum record in stage.json; this record is another. On a mismatch the cache entry is set aside (the next
     build runs that stage again) and nothing is published."""
     for entry in files:
@@ -358,9 +359,9 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
 def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: ExecutorConfig,
               only: str | None = None, from_stage: str | None = None, force: bool = False,
               wait: bool = False, log=None) -> BuildResult:
-    """Lock OUT, run the stages, publish the build; `log` hears of every stage (pipeline/buildlog.py)."""
-    from cpp_data.pipeline.allocator import use_system_allocator
-    from cpp_data.pipeline.runner import _print_log
+    """Lock OUT, run the stages, publish the build; `log` hears of every stage (pipeline/runner/buildlog.py)."""
+    from cpp_data.pipeline.foundation.allocator import use_system_allocator
+    from cpp_data.pipeline.runner.dag import _print_log
 
     use_system_allocator()
     log = log or _print_log

@@ -5,9 +5,9 @@ Cache layout (shared by every build in OUT):
     cache/<stage>/<fingerprint>.partial/    a run in progress; deleted on the next run unless the stage keeps
                                             finished datatrove tasks (resumable_tasks)
 A fingerprint is the SHA-256 of (stage name, stage version, the digest of the stage's code and of the libraries
-that shape its bytes (pipeline/code_digest.py), parameters, the source pin for per-source stages, and the
+that shape its bytes (pipeline/runner/code_digest.py), parameters, the source pin for per-source stages, and the
 checksums of its inputs' outputs). A sealed entry's stage.json records a checksum of every output file
-(pipeline/cache.py); an entry is verified before it is reused, and a damaged one runs again. A rerun with the
+(pipeline/runner/cache.py); an entry is verified before it is reused, and a damaged one runs again. A rerun with the
 same sources and recipe therefore does no work; a moved pin reruns that source's per-source stages.
 
 Early cutoff: because a stage hashes what its inputs hold rather than how they were made, a stage that runs
@@ -31,16 +31,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from cpp_data import __version__
-from cpp_data.pipeline.cache import checksum_outputs, damage, outputs_digest
-from cpp_data.pipeline.code_digest import code_digest
-from cpp_data.pipeline.errors import BadInput, CheckFailed, UnexplainedOutput
-from cpp_data.pipeline.executors import ExecutorConfig, start_worker_server
-from cpp_data.pipeline.fsutil import atomic_write_json, is_sealed, seal
-from cpp_data.pipeline.recipe import Recipe
-from cpp_data.pipeline.source_batch import run_sources
-from cpp_data.pipeline.sources import LockedSource
-from cpp_data.pipeline.stage import Artifact, Stage, StageContext
+from cpp_data.pipeline.foundation.version import __version__
+from cpp_data.pipeline.runner.cache import checksum_outputs, damage, outputs_digest
+from cpp_data.pipeline.runner.code_digest import code_digest
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed, UnexplainedOutput
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.local import start_worker_server
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, is_sealed, seal
+from cpp_data.pipeline.runner.recipe import Recipe
+from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+from cpp_data.pipeline.runner.executors.source_batch import run_sources
+from cpp_data.pipeline.contract.source import LockedSource
+from cpp_data.pipeline.contract.stage import Artifact, Stage, StageContext
 
 
 class StageFailed(CheckFailed):
@@ -222,7 +224,7 @@ class Runner:
         beside the others (Stage.runs_beside) starts, in a thread of its own, as soon as the instances it reads
         are done, and is waited for before the first instance that reads it and at the end (not with --only).
         `log(text, event=..., **fields)` hears of each one: stage_cached, stage_repaired, stage_start,
-        stage_done (pipeline/buildlog.py); calls to it never overlap."""
+        stage_done (pipeline/runner/buildlog.py); calls to it never overlap."""
         log = _one_at_a_time(log or _print_log)
         report = RunReport()
         t0 = time.monotonic()
@@ -302,7 +304,7 @@ class Runner:
 
     def _visit_group(self, group: list[Task], index: dict[int, int], total: int, log, report: RunReport) -> None:
         """Visit the instances of one per-source stage: reuse the sealed ones, then run the datatrove tasks of
-        all the others as one executor run (pipeline/source_batch.py), and seal each source's output as its
+        all the others as one executor run (pipeline/runner/executors/source_batch.py), and seal each source's output as its
         tasks' counts come in. The run's seconds are shared out by task count (stage.json keeps the whole)."""
         pending = []
         for task in group:
@@ -369,7 +371,7 @@ class Runner:
             out=partial,
             inputs={k: [t.artifact(self.out) for t in v] for k, v in task.inputs.items()},
             source=task.source,
-            executor=dataclasses.replace(self.executor, progress=False) if beside else self.executor,
+            executor=DatatroveExecutor(dataclasses.replace(self.executor, progress=False) if beside else self.executor),
             label=task.label,
             sources=self.sources,
         )
@@ -401,7 +403,7 @@ class Runner:
             "cpp_data_version": __version__,
         }, durable=False)
         self.guard()
-        seal(partial, task.directory(self.out), durable=False)  # verified before reuse (pipeline/cache.py)
+        seal(partial, task.directory(self.out), durable=False)  # verified before reuse (pipeline/runner/cache.py)
         together = f" (its share of {ran_with['sources']} sources run together in {ran_with['seconds']:.1f}s)" \
             if ran_with else ""
         log(f"{task.label}: done in {seconds:.1f}s{together}", event="stage_done", seconds=seconds, **where)

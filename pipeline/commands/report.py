@@ -19,9 +19,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 
-from cpp_data.pipeline.errors import BadInput
-from cpp_data.pipeline.fsutil import atomic_write_text
-from cpp_data.pipeline.terminal_text import printable
+from cpp_data.pipeline.foundation.errors import BadInput
+from cpp_data.pipeline.foundation.fsutil import atomic_write_text
+from cpp_data.pipeline.foundation.terminal_text import printable
 from cpp_data.schemas.artifacts import rule_of
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards, read_ledger, require_complete

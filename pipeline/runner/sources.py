@@ -32,14 +32,15 @@ import os
 import re
 import subprocess
 import tomllib
-from collections.abc import Iterator
-from typing import NamedTuple
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
-from cpp_data.pipeline.errors import BadInput
-from cpp_data.pipeline.exclusions import Decontamination, OptOutRules, load_exclusions
+from cpp_data.pipeline.foundation.errors import BadInput
+from cpp_data.pipeline.contract.source import Decontamination, LockedSource, OptOutRules
+from cpp_data.pipeline.runner.exclusions import load_exclusions
+from cpp_data.stages.lib.dir_files import TreeDigest, file_sha256, walk_directory
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -59,44 +60,10 @@ class SourceSpec:
     history_from: str | None = None
     configure: bool = True
     weight: float = 1.0
-    opt_out: OptOutRules = OptOutRules()  # pipeline/exclusions.py: the opt-out rules that apply to this source
+    opt_out: OptOutRules = OptOutRules()  # pipeline/runner/exclusions.py: the opt-out rules that apply to this source
     decontaminate: Decontamination | None = None  # and the decontamination reference
 
 
-@dataclass(frozen=True)
-class LockedSource:
-    name: str
-    url: str
-    kind: str  # git | dir
-    requested_ref: str | None
-    commit: str  # 40-hex SHA for git, tree:<sha256> for a directory
-    locked_at: str
-    license: str | None = None
-    vendored: bool = False
-    history_from: str | None = None  # requested
-    history_from_commit: str | None = None  # resolved
-    configure: bool = True
-    weight: float = 1.0
-    opt_out: OptOutRules = OptOutRules()
-    decontaminate: Decontamination | None = None
-
-    def pin(self) -> dict:
-        """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
-        is provenance only: the same commit or tree digest read from another place is the same source."""
-        pin = {"name": self.name, "kind": self.kind, "commit": self.commit,
-               "license": self.license, "vendored": self.vendored}
-        if self.history_from_commit:  # only then, so pins of sources without history keep their fingerprints
-            pin["history_from_commit"] = self.history_from_commit
-        if not self.configure:
-            pin["configure"] = False
-        if self.opt_out:
-            pin["opt_out"] = self.opt_out.pin()
-        return pin
-
-
-def source_weights(sources: list[LockedSource]) -> dict[str, float]:
-    """{source name: blend weight} (the sources file's `weight`, default 1.0)."""
-    return {s.name: float(s.weight) for s in sorted(sources, key=lambda s: s.name)}
 
 
 class SourcesFile(NamedTuple):
@@ -233,73 +200,6 @@ def directory_source_holding(specs: list[SourceSpec], path: Path) -> SourceSpec 
     return None
 
 
-def walk_directory(root: Path) -> Iterator[tuple[str, os.DirEntry | None]]:
-    """Yield (relative posix path, entry) for every non-directory entry under root, sorted, never
-    following symbolic links (so links to directories, outside targets and loops are never entered). A
-    directory that cannot be listed is yielded as ("its/path/", None), so callers record it instead of
-    losing what it holds without a trace."""
-    stack = [(root, "")]
-    while stack:
-        directory, prefix = stack.pop()
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
-            yield prefix or "./", None
-            continue
-        subdirs = []
-        for entry in entries:
-            rel = f"{prefix}{entry.name}"
-            if entry.is_dir(follow_symlinks=False):
-                if entry.name != ".git":
-                    subdirs.append((Path(entry.path), rel + "/"))
-            else:
-                yield rel, entry
-        stack.extend(reversed(subdirs))
-
-
-def printable_path(rel: str) -> str:
-    """A path as it can be stored and shown: a file name's bytes that are not UTF-8 (held as surrogate
-    escapes by os.scandir and by collect's git reader) become `\\xNN`."""
-    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def is_undecodable(rel: str) -> bool:
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-class TreeDigest:
-    """`tree:<sha256>` of a directory, fed entry by entry in walk order: path, then a link's target or a
-    file's content digest. Collect feeds it the very bytes it reads, so what it collected is what the pin
-    names."""
-
-    def __init__(self) -> None:
-        self._h = hashlib.sha256()
-
-    def add(self, rel: str, link_target: str | None = None, file_sha256: bytes | None = None,
-            unreadable: bool = False) -> None:
-        self._h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
-        if link_target is not None:
-            self._h.update(b"L" + link_target.encode("utf-8", "surrogateescape"))
-        elif file_sha256 is not None:
-            self._h.update(b"F" + file_sha256)
-        elif unreadable:
-            self._h.update(b"U")
-        self._h.update(b"\n")
-
-    def hexdigest(self) -> str:
-        return "tree:" + self._h.hexdigest()
-
-
-def file_sha256(path: str) -> bytes:
-    from cpp_data.pipeline.fsutil import hash_file
-
-    return hash_file(hashlib.sha256(), path).digest()
-
-
 def directory_digest(root: Path) -> str:
     """`tree:<sha256>` over every path, link target and file content under root (sorted, links not followed);
     a directory or file that cannot be read counts as unreadable (as collect records it)."""
@@ -399,7 +299,7 @@ def _toml(value) -> str:
 
 def write_lock(path: Path, locked: list[LockedSource]) -> None:
     """Write a lock file (TOML, one [[source]] per pin) atomically."""
-    from cpp_data.pipeline.fsutil import atomic_write_text
+    from cpp_data.pipeline.foundation.fsutil import atomic_write_text
 
     lines = ["# Written by `cpp-data sources lock`: every ref resolved to the commit a build will use.", ""]
     for src in locked:

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.foundation.errors import BadInput
 
 
 class RecipeError(BadInput):

@@ -10,7 +10,7 @@ refused build prints, and is removed when the lock is released; deleting it chan
 The lock dies with its process (the kernel drops it), so a killed build never leaves a stale lock. A flock
 belongs to the open file description, which forked children share: the descriptor is opened close-on-exec, so
 exec'd children (git, the executors' forkservers, Ray) never hold it, and the children the build forks directly
-die with it (executors.bind_children_to_this_process) and close the descriptor as they start
+die with it (executors/task_setup.bind_children_to_this_process) and close the descriptor as they start
 (`_close_held_in_child`), so no child ever holds the lock in the build's place.
 """
 
@@ -23,7 +23,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cpp_data.pipeline.errors import BadInput, CheckFailed, Locked
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed, Locked
 
 HOLDER = ".lock"  # the holder's pid and start time, while the lock is held
 

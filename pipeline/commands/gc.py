@@ -17,8 +17,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpp_data.pipeline.errors import BadInput
-from cpp_data.pipeline.outlock import OutputLock, lock_for_removal
+from cpp_data.pipeline.foundation.errors import BadInput
+from cpp_data.pipeline.runner.outlock import OutputLock, lock_for_removal
 from cpp_data.schemas.manifest import named_build, sealed_builds
 
 

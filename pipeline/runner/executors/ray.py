@@ -26,8 +26,9 @@ from concurrent.futures import Future
 
 from datatrove.executor.ray import RayPipelineExecutor, RayTaskManager
 
-from cpp_data.pipeline.errors import BadInput, CheckFailed
-from cpp_data.pipeline.executors import TaskLoggerMixin
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.runner.executors.task_logging import TaskLoggerMixin
 
 GIB = 1024 ** 3
 _RUN = threading.local()  # the failures list of the RayExecutor.run on this thread; read by the task manager
@@ -81,7 +82,7 @@ def _remove_placement_groups(error: BaseException) -> None:
 
 class RayExecutor(TaskLoggerMixin, RayPipelineExecutor):
     """RayPipelineExecutor with `SurfacingTaskManager`, rerunning unfinished ranks up to `attempts` times; its
-    tasks log as the local executor's do (executors.task_logger: no traceback on the driver's terminal)."""
+    tasks log as the local executor's do (executors/task_logging.task_logger: no traceback on the driver's terminal)."""
 
     attempts = 3
 
@@ -126,3 +127,46 @@ def check_feasible(bundle: dict[str, float], nodes: list[dict], where: str) -> N
     raise BadInput(f"ray: no node of the cluster at {where} can run a task, which asks {show(bundle)} "
                    f"(nodes: {offers or 'none alive'}); ask less with --ray-cpus-per-task, --ray-mem-per-cpu or "
                    f"--ray-resource, or add a node that has it")
+
+
+def _ensure_ray(cfg: ExecutorConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    if cfg.ray_address:
+        ray.init(address=cfg.ray_address, log_to_driver=False, logging_level="WARNING")
+    else:
+        ray.init(num_cpus=cfg.workers, log_to_driver=False, logging_level="WARNING", include_dashboard=False)
+
+
+def ray_task_resources(cfg: ExecutorConfig) -> tuple[float, float, dict[str, float]]:
+    """(cpus_per_task, mem_per_cpu_gb, custom resources) that each Ray task reserves."""
+    return cfg.ray.get("cpus_per_task", 1), cfg.ray.get("mem_per_cpu_gb", 0.5), cfg.ray.get("resources") or {}
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """A --ray-address whose head does not answer: ray.init retries it for minutes, printing 'Failed to connect
+    to GCS' every ~40 s and never giving up in a build, so the head's port is tried once here first."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal
+    if not host or not port.isdigit():
+        raise BadInput(f"--ray-address {address}: not HOST:PORT (the head's GCS port, 6379 by default)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise BadInput(f"--ray-address {address}: no Ray head answers there ({exc.strerror or exc}); start one "
+                       f"with `ray start --head` or give its address") from None
+
+
+def check_ray_cluster(cfg: ExecutorConfig) -> None:
+    """Join (or start) the build's Ray and raise BadInput unless one of its nodes can hold a task as `cfg` asks
+    for it: otherwise datatrove's Ray executor would wait forever for a placement (pipeline/runner/executors/ray.py)."""
+    import ray
+
+    if cfg.ray_address and cfg.ray_address != "auto":
+        _check_reachable(cfg.ray_address)
+    _ensure_ray(cfg)
+    check_feasible(task_bundle(*ray_task_resources(cfg)), ray.nodes(), cfg.ray_address or "a local Ray")

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text, is_sealed
-from cpp_data.pipeline.sources import SourcesError, read_lock
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text, is_sealed
+from cpp_data.pipeline.runner.sources import SourcesError, read_lock
 from cpp_data.schemas.manifest import named_build
 
 

@@ -38,22 +38,8 @@ from typing import Any, Callable
 
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.executors import ExecutorConfig, collect_stats, run_datatrove
-
-
-@dataclass
-class SourceTasks:
-    """One source's datatrove work in a per-source stage: `tasks` ranks of `pipeline`, logging to
-    `logging_dir`; `finish(stats)` turns the merged step statistics into the stage's counts once all are done."""
-
-    pipeline: list
-    tasks: int
-    logging_dir: Path
-    finish: Callable[[dict[str, int]], dict[str, Any]]
-
-    def run(self, cfg: ExecutorConfig, label: str) -> dict[str, Any]:
-        """Run this source alone (a stage run outside the runner's batching) and return its counts."""
-        return run_sources(cfg, [self], self.logging_dir / "batch", label)[0]
+from cpp_data.pipeline.contract.executor import ExecutorConfig, SourceTasks
+from cpp_data.pipeline.runner.executors.run import collect_stats, run_datatrove
 
 
 class SourceDispatch(PipelineStep):

@@ -2,7 +2,7 @@
 
 Each stage instance is `cached` when its sealed cache entry exists (its fingerprint matches), else `run`. A
 stage after one that runs cannot be fingerprinted before its input exists (fingerprints hash the inputs'
-bytes, pipeline/runner.py): it is listed as `run`, and the build will still reuse it if that input comes out
+bytes, pipeline/runner/dag.py): it is listed as `run`, and the build will still reuse it if that input comes out
 byte for byte the same. The reason for a run comes from comparing what its fingerprint hashes
 (`fingerprint_of`, kept in stage.json and the manifest) with the same stage instance of the build it compares
 with (LATEST when it is of the same recipe, else the newest build of the recipe in OUT): the stage's code or
@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cpp_data.pipeline.fsutil import is_sealed
-from cpp_data.pipeline.runner import Runner, fingerprint_payload
+from cpp_data.pipeline.foundation.fsutil import is_sealed
+from cpp_data.pipeline.runner.dag import Runner, fingerprint_payload
 
 
 def compared_build(out: Path, version: str) -> tuple[str, dict] | None:
@@ -132,7 +132,7 @@ def plan(runner: Runner) -> dict[str, Any]:
 def _publish(runner: Runner) -> str | None:
     """What a build would publish when every stage is cached: nothing (None, the published build is whole), a
     new build from the cache, or the published one again because it is damaged."""
-    from cpp_data.pipeline.build import build_damage, find_build
+    from cpp_data.pipeline.runner.build import build_damage, find_build
 
     if any(t.fingerprint is None for t in runner.tasks):
         return None

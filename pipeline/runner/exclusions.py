@@ -36,56 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.contract.source import Decontamination, OptOutRules
+from cpp_data.pipeline.foundation.errors import BadInput
 
 _HEX64 = frozenset("0123456789abcdef")
-
-
-@dataclass(frozen=True)
-class OptOutRules:
-    """The opt-out rules that apply to one source: every file of it (`whole_source`), files whose path in the
-    source matches a glob of `paths` (`*` crosses `/`), files whose bytes have a SHA-256 of `sha256`."""
-
-    whole_source: bool = False
-    paths: tuple[str, ...] = ()
-    sha256: tuple[str, ...] = ()  # sorted, lower-case hex
-
-    def __bool__(self) -> bool:
-        return self.whole_source or bool(self.paths) or bool(self.sha256)
-
-    def pin(self) -> dict:
-        """What a source's pin (and so every fingerprint of its stages) records of these rules."""
-        return {"whole_source": self.whole_source, "paths": list(self.paths), "sha256": list(self.sha256)}
-
-    def path_rule(self, rel: str) -> str | None:
-        """The rule that opts out the file at `rel` by its path ("repo" or "path:GLOB"), or None."""
-        if self.whole_source:
-            return "repo"
-        return next((f"path:{g}" for g in self.paths if fnmatch.fnmatchcase(rel, g)), None)
-
-    def content_rule(self, sha256_hex: str) -> str | None:
-        """The rule that opts out a file of these bytes ("sha256:HEX"), or None."""
-        return f"sha256:{sha256_hex}" if sha256_hex in self.sha256 else None
-
-    def rules(self) -> list[str]:
-        """Every rule by the name path_rule and content_rule give it (what collect's counts are keyed by)."""
-        return ["repo"] if self.whole_source else [*(f"path:{g}" for g in self.paths),
-                                                   *(f"sha256:{s}" for s in self.sha256)]
-
-
-@dataclass(frozen=True)
-class Decontamination:
-    """A decontamination reference: refuse files sharing an n-gram of `ngram` C++ tokens with the texts of
-    `files` (absolute paths), whose contents have the digest `digest`."""
-
-    ngram: int
-    digest: str
-    files: tuple[str, ...]
-
-    def settings(self) -> dict:
-        """What the decontaminate stage's fingerprint takes of it: the n-gram and the contents' digest (the
-        files' paths are provenance)."""
-        return {"ngram": self.ngram, "digest": self.digest}
 
 
 def canonical_url(url: str, base: Path) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpp_data.pipeline.errors import BadInput, CheckFailed
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
 from cpp_data.schemas.dataset_card import CONFIGS, SPLIT_NAMES as SPLITS
 
 

@@ -26,7 +26,7 @@ import signal
 import threading
 from pathlib import Path
 
-from cpp_data.pipeline.errors import CheckFailed
+from cpp_data.pipeline.foundation.errors import CheckFailed
 
 
 class TaskProcessDied(CheckFailed):

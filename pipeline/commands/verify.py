@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cpp_data.pipeline.fsutil import atomic_write_json, atomic_write_text
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text
 from cpp_data.schemas.manifest import load_manifest
 
 
@@ -395,7 +395,7 @@ def _bin_array(ds) -> np.ndarray:
 
 def verify(build: Path, log=print, **kw) -> tuple[bool, list[Gate]]:
     from cpp_data.harness.megatron_cpu import quiet_missing_fast_kernels
-    from cpp_data.pipeline.errors import CheckFailed
+    from cpp_data.pipeline.foundation.errors import CheckFailed
 
     quiet_missing_fast_kernels()  # megatron-core's optimizer modules are imported on the way to GPTDataset
 

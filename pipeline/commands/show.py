@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cpp_data.pipeline.terminal_text import json_printable, printable
+from cpp_data.pipeline.foundation.terminal_text import json_printable, printable
 
 BASE_COLUMNS = ["text", "doc_id", "source_repo", "source_path", "source_commit", "license_spdx", "license_source",
                 "license_confidence", "size_bytes"]
@@ -56,7 +56,7 @@ def sample_documents(build: Path, repo: str | None = None, path_glob: str | None
     wanted = list(dict.fromkeys(BASE_COLUMNS + [c for c in OPTIONAL if c in have] + list(columns or [])))  # once each
     unknown = [c for c in (columns or []) if c not in have]
     if unknown:
-        from cpp_data.pipeline.errors import BadInput
+        from cpp_data.pipeline.foundation.errors import BadInput
 
         raise BadInput(f"{build}: no column(s) {unknown} in its shards; it has: {', '.join(sorted(have))}")
     found: list[dict[str, Any]] = []

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cpp_data.pipeline.errors import BadInput
+from cpp_data.pipeline.foundation.errors import BadInput
 
 COMPLETE = "_COMPLETE"
 
@@ -38,7 +38,7 @@ def _umask() -> int:
 def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """Write `data` to `path` via a temporary file in the same directory, fsync (unless not `durable`), then
     rename. The rename makes the write atomic against a killed process; the fsync makes it survive a power
-    loss. Cache entries skip it (pipeline/cache.py: their outputs are verified before reuse, so a torn entry
+    loss. Cache entries skip it (pipeline/runner/cache.py: their outputs are verified before reuse, so a torn entry
     runs again). An fsync waits for the journal to commit what else was written, so behind a stage's Parquet
     writes one took up to 0.34 s here: a small 4-source build made 81 fsyncs costing 0.79 s, now 21 (0.02 s)."""
     path = Path(path)

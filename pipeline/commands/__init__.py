@@ -1,0 +1,1 @@
+"""One module per CLI verb (pipeline/cli.py dispatches)."""

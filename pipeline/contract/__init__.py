@@ -1,0 +1,1 @@
+"""What a stage sees of the runner: the stage contract, the executor it runs tasks on."""

@@ -1,0 +1,1 @@
+"""What every layer may use and that imports nothing of ours."""

@@ -1,0 +1,1 @@
+"""Recipes, sources, the stage cache and the DAG runner, publishing a build."""

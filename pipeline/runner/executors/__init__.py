@@ -1,0 +1,1 @@
+"""Running datatrove steps: one module per engine, task logging apart."""
