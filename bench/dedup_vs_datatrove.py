@@ -95,8 +95,8 @@ def side_ours(work: Path, workers: int) -> dict:
     import pyarrow.parquet as pq
 
     from cpp_data.pipeline.contract.executor import ExecutorConfig
-    from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
     from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+    from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
     from cpp_data.stages.near_dedup import NearDedupParams, near_dedup
 
     quiet_datatrove()
@@ -120,8 +120,13 @@ class _CodeWords:
 
 def side_datatrove(work: Path, workers: int) -> dict:
     from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
-                                                  MinhashDedupFilter, MinhashDedupSignature)
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.writers import ParquetWriter
     from datatrove.utils.text import TextNormConfig

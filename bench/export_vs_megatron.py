@@ -27,7 +27,7 @@ from pathlib import Path
 OURS = """
 import os, sys, time
 os.environ["RAYON_NUM_THREADS"] = sys.argv[4]
-from cpp_data.stages.megatron_export import jsonl_token_arrays, write_indexed
+from cpp_data.stages.lib.export_megatron import jsonl_token_arrays, write_indexed
 from cpp_data.tokenizer.files import load_tokenizer, tokenizer_info
 info = tokenizer_info(sys.argv[2])
 tok = load_tokenizer(sys.argv[2])

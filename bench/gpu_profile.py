@@ -192,7 +192,7 @@ def _kernels(prof, micro_batches: int) -> None:
 def steps(spec, dev, impl: str, micro: int, patch: str | None, prof_: bool, out: Path | None) -> None:
     from cpp_data.harness.model import build_model
     from cpp_data.harness.presets import PEAK_BF16_FLOPS, flops_per_token
-    from cpp_data.harness.train import _forward_loss, _init_distributed, _loss
+    from cpp_data.harness.train import _forward_loss, _loss, init_distributed
 
     accum = BATCH // micro
     batches = _batches(spec, micro, (WARM_STEPS + TIMED_STEPS) * accum)
@@ -200,7 +200,7 @@ def steps(spec, dev, impl: str, micro: int, patch: str | None, prof_: bool, out:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(0)
     if impl == "harness":
-        _init_distributed(dev, 0)
+        init_distributed(dev, 0)
         if patch == "megatron-rope":
             from megatron.core.models.common.embeddings import rope_utils
             from megatron.core.transformer import attention as mattn

@@ -655,8 +655,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Prepare trees, build, score and report; returns the exit status."""
     args = parse_args(argv)
-    from cpp_data.stages.license import DEFAULT_ALLOW
     from cpp_data.stages.lib.license_match import policy
+    from cpp_data.stages.license import DEFAULT_ALLOW
 
     packages = [p.strip() for p in args.packages.split(",") if p.strip()] if args.packages else list(DEFAULT_PACKAGES)
     timings: dict[str, float] = {}

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
 from presets import PEAK_BF16_FLOPS, SIZES, flops_per_token  # noqa: E402  (the harness's presets, torch-free,
+
 # without installing cpp_data: the same FLOP count and peak as the harness's MFU)
 
 # Megatron .idx header: 9-byte magic, <Q version, <B dtype code (docs/FORMATS.md)

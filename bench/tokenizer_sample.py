@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from cpp_data.schemas.reader import resolve_build, shard_files
-from cpp_data.stages.lib import keys
 from cpp_data.stages.lib.tokenizer_training import candidate_bytes, iter_documents, training_texts
 from cpp_data.stages.tokenizer import TokenizerParams
+from cpp_data.tokenizer import sample
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.train import train_cpp_tokenizer
 
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 def heldout_texts(build: Path, heldout_fraction: float) -> list[str]:
     texts = [r["text"] for r in iter_documents(shard_files(build, "valid"), ["text"])]
     for r in iter_documents(shard_files(build, "train"), ["text", "source_repo", "source_path"]):
-        if keys.tokenizer_heldout(r["source_repo"], r["source_path"], heldout_fraction):
+        if sample.tokenizer_heldout(r["source_repo"], r["source_path"], heldout_fraction):
             texts.append(r["text"])
     return texts
 

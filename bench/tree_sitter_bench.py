@@ -7,8 +7,8 @@ Times are CPU seconds of one process (one core), and `parse alone` is tree-sitte
 
 from __future__ import annotations
 
-from cpp_data.stages.lib.syntax import CPP_SUFFIXES, analyze, call_graph, new_parser
-
+from cpp_data.stages.lib.name_graph import call_graph
+from cpp_data.stages.lib.syntax import CPP_SUFFIXES, analyze, new_parser
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ import clang.cindex as ci
 
 from cpp_data.clang_index.compile_db import CompileCommand, check_libclang, find_resource_dir
 from cpp_data.clang_index.pool import run_pool
-from cpp_data.clang_index.walker import CLASS_KINDS, DEF_KINDS, NS_KINDS, PARSE_OPTIONS, _parse, _Walker
+from cpp_data.clang_index.walker import CLASS_KINDS, DEF_KINDS, NS_KINDS, PARSE_OPTIONS, Walker, parse_tu
 
 DETAILED_PREPROCESSING_RECORD = 0x01  # CXTranslationUnit_DetailedPreprocessingRecord: keeps the skipped ranges
 _DESCEND = NS_KINDS | {ci.CursorKind.FRIEND_DECL}  # friend functions defined in a class are definitions too
@@ -65,11 +65,11 @@ def _spelled_by_macro(c: ci.Cursor, line_text: str) -> bool:
 def definitions_tu(cmd: CompileCommand, project_root: str | Path, resource_dir: str | None = None) -> dict:
     """Parse one TU (in a pool worker) and list its project definitions, project files and skipped lines."""
     root = os.path.realpath(project_root)
-    tu, res = _parse(cmd, resource_dir, PARSE_OPTIONS | DETAILED_PREPROCESSING_RECORD)
+    tu, res = parse_tu(cmd, resource_dir, PARSE_OPTIONS | DETAILED_PREPROCESSING_RECORD)
     res.update(definitions=[], skipped=[], files=[])
     if tu is None:
         return res
-    lib, w = _lib(), _Walker(root, cmd.file)
+    lib, w = _lib(), Walker(root, cmd.file)
     stack = list(tu.cursor.get_children())[::-1]
     while stack:
         c = stack.pop()

@@ -43,7 +43,7 @@ MAX_ERROR_MESSAGES = 5
 
 
 
-class _Walker:
+class Walker:
     """Iterative AST walk of one TU; keeps the per-TU caches (file -> in project, USR -> qualified name)."""
 
     def __init__(self, root: str, tu_file: str, skip_files: frozenset[str] = frozenset()) -> None:
@@ -184,7 +184,7 @@ def _diagnostics(tu: ci.TranslationUnit) -> dict:
 
 
 
-def _parse(cmd: CompileCommand, resource_dir: str | None,
+def parse_tu(cmd: CompileCommand, resource_dir: str | None,
            options: int = PARSE_OPTIONS) -> tuple[ci.TranslationUnit | None, dict]:
     """Parse from the command's directory; on a libclang load failure return (None, a 'crashed' result)."""
     os.chdir(cmd.directory)
@@ -208,7 +208,7 @@ def _parse(cmd: CompileCommand, resource_dir: str | None,
 
 def bare_parse(cmd: CompileCommand, project_root: str | Path, resource_dir: str | None = None) -> dict:
     """Parse only (same arguments and options as `index_tu`, no walk): the baseline for the indexing overhead."""
-    tu, res = _parse(cmd, resource_dir)
+    tu, res = parse_tu(cmd, resource_dir)
     if tu is not None:
         res["source_bytes"] = os.path.getsize(cmd.file)
     return res
@@ -219,13 +219,13 @@ def index_tu(cmd: CompileCommand, project_root: str | Path, resource_dir: str | 
              skip_files: frozenset[str] = frozenset()) -> dict:
     """Parse and index one TU (meant to run in a worker process: it chdirs to cmd.directory). Plain dicts/lists.
     Declarations located in `skip_files` (files already walked by another TU) are not walked again."""
-    root = os.path.realpath(project_root)  # before _parse's chdir: a relative root is relative to the caller
-    tu, res = _parse(cmd, resource_dir)
+    root = os.path.realpath(project_root)  # before parse_tu's chdir: a relative root is relative to the caller
+    tu, res = parse_tu(cmd, resource_dir)
     res.update(functions=[], edges=[], type_refs=[], includes=[], preamble=[], source_bytes=0, header_bytes=0)
     if tu is None:
         return res
     t0 = time.perf_counter()
-    w = _Walker(root, cmd.file, skip_files)
+    w = Walker(root, cmd.file, skip_files)
     w.walk(tu)
     headers: set[str] = set()
     for inc in tu.get_includes():

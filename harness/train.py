@@ -43,7 +43,7 @@ def _world() -> tuple[int, int, int]:
             int(os.environ.get("LOCAL_RANK", 0)))
 
 
-def _init_distributed(device: torch.device, seed: int) -> None:
+def init_distributed(device: torch.device, seed: int) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -61,8 +61,8 @@ def _init_distributed(device: torch.device, seed: int) -> None:
         model_parallel_cuda_manual_seed(seed)
 
 
-def _close_distributed() -> None:
-    """Undo _init_distributed: megatron-core's model-parallel groups, then the process group. For a caller that
+def close_distributed() -> None:
+    """Undo init_distributed: megatron-core's model-parallel groups, then the process group. For a caller that
     only needed them for a moment (verify's gpt_dataset gate) and must leave its process as it found it."""
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -229,7 +229,7 @@ def train(c: TrainConfig, log=print) -> dict:
     out = Path(c.out)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     torch.manual_seed(c.seed)
-    _init_distributed(device, c.seed)
+    init_distributed(device, c.seed)
     masks = c.attention == "local"  # megatron-core's own attention needs GPTDataset's [s, s] masks
     train_ds, valid_ds = build_datasets(spec, dataset, seq, c.seed, c.steps * c.batch_size,
                                         c.eval_batches * c.batch_size, out / "index_cache", attention_mask=masks)

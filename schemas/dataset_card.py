@@ -10,7 +10,6 @@ it. Written by pipeline/runner/build.py before the manifest, and listed in it (k
 from __future__ import annotations
 
 import re
-
 from collections import Counter
 from pathlib import Path
 from typing import Any

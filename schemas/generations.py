@@ -38,6 +38,11 @@ class Column:
 
 SCHEMA_REVISION = 3
 
+# The categories of `structure_ids` (one per character of `text`; stages/lib/syntax.py paints them).
+OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
+CATEGORY_NAMES = ("OTHER", "PREAMBLE", "FUNC_SIGNATURE", "FUNC_BODY", "CLASS_DECL", "CLASS_MEMBER", "COMMENT",
+                  "TYPEDEF", "NAMESPACE")
+
 
 _EDGE = pa.struct([("from", pa.int32()), ("to", pa.int32())])
 _CHUNK = pa.struct(

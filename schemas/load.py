@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
-from cpp_data.schemas.dataset_card import CONFIGS, SPLIT_NAMES as SPLITS
+from cpp_data.schemas.dataset_card import CONFIGS
+from cpp_data.schemas.dataset_card import SPLIT_NAMES as SPLITS
 
 
 def load_build(path: str | Path, config: str = "documents", split: str | None = None, verify: bool = True):

@@ -27,14 +27,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from cpp_data.stages.lib.dir_files import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
 from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
+from cpp_data.stages.lib.dir_files import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
 from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.repo_files import (
+    DEFAULT_EXTENSIONS,
+    HEAD_BYTES,
+    BlobReader,
+    fetch_commit,
+    is_cpp,
+    is_lfs_pointer,
+    tree_entries,
+)
 from cpp_data.stages.lib.scrub import scrub_path
-from cpp_data.stages.lib.repo_files import (DEFAULT_EXTENSIONS, HEAD_BYTES, BlobReader, fetch_commit, is_cpp,
-                                            is_lfs_pointer, tree_entries)
-
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.contract.executor import stat_total
-from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib import repo_groups

@@ -50,6 +50,7 @@ class Decontaminate(Stage):
     scope = "source"
     inputs = ("filter",)
     Params = DecontaminateParams
+    per_document = True
     resumable_tasks = True
 
     def settings(self, source, sources) -> dict | None:

@@ -21,12 +21,12 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
-from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.generations import write_schema
-from cpp_data.stages.lib import keys
-from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
+from cpp_data.stages.lib import keys
+from cpp_data.stages.lib.inputs import document_parts
 
 DOC_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "license_spdx", "license_source",
                "license_confidence", "license_family", "text_sha256", "size_bytes", "target_name", "max_dep_level",

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.schemas.artifacts import DUPLICATE
-from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
+from cpp_data.stages.lib.inputs import document_parts
 
 _COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
          "license_confidence", "license_family"]

@@ -111,6 +111,7 @@ class Filter(Stage):
     scope = "source"
     inputs = ("license",)
     Params = FilterParams
+    per_document = True
     resumable_tasks = True
     summary_counts = {"documents_after_filters": "per_source:documents_out"}  # a source left with none is warned of
 

@@ -19,10 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import PER_DOCUMENT, Stage, StageContext
 from cpp_data.schemas.artifacts import LEDGER, REJECTION, rule_of
 from cpp_data.stages.lib import keys
-from cpp_data.stages.lib.inputs import DOCUMENTS, PER_DOCUMENT
 from cpp_data.stages.lib.shard_tasks import WORK
 
 
@@ -91,9 +90,10 @@ class SourceRows(PipelineStep):
     type = "📒 - LEDGER"
     name = "ledger"
 
-    def __init__(self, sources: list[dict[str, str]], removed: Path, work: Path):
+    def __init__(self, sources: list[dict[str, str]], removed: Path, work: Path, per_document: tuple[str, ...]):
         super().__init__()
         self.sources, self.removed, self.work = sources, Path(removed), Path(work)
+        self.per_document = tuple(per_document)  # the per-document stages, in order: the last one's parts are kept
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         dirs = {k: Path(v) for k, v in self.sources[rank].items()}
@@ -107,10 +107,10 @@ class SourceRows(PipelineStep):
                 self.stat_update("rows", value=table.num_rows)
 
         emit(_from_rejections(pq.read_table(dirs["collect"] / "skipped.parquet")))
-        for stage in PER_DOCUMENT:
+        for stage in self.per_document:
             for f in sorted(dirs[stage].glob("rejected-*.parquet")):
                 emit(_from_rejections(pq.read_table(f).cast(REJECTION)))
-        for f in sorted(dirs[DOCUMENTS].glob("part-*.parquet")):
+        for f in sorted(dirs[self.per_document[-1]].glob("part-*.parquet")):
             t = pq.read_table(f, columns=_KEPT)
             gone = keys.contains(removed, keys.table_keys(t))
             evidence.append(t.filter(pa.array(gone)).select(_EVIDENCE.names))
@@ -127,7 +127,7 @@ class Ledger(Stage):
     name = "ledger"
     version = 7
     scope = "corpus"
-    inputs = ("collect", *PER_DOCUMENT, "exact_dedup", "near_dedup")
+    inputs = ("collect", PER_DOCUMENT, "exact_dedup", "near_dedup")
     Params = LedgerParams
 
     summary_counts = {"decisions": "decisions", "refused_by_rule": "reasons"}
@@ -139,12 +139,13 @@ class Ledger(Stage):
         dup = pq.read_table(ctx.input("exact_dedup").path / "duplicates.parquet")
         near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")
         by_source = {stage: {a.source: str(a.path) for a in ctx.inputs[stage]}
-                     for stage in ("collect", *PER_DOCUMENT)}
+                     for stage in ("collect", *ctx.per_document)}
         sources = [{stage: by_source[stage][name] for stage in by_source} for name in sorted(by_source["collect"])]
         work = ctx.out / WORK
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
-        ctx.executor.run([SourceRows(sources, ctx.input("near_dedup").path / "removed_keys.parquet", work)],
+        ctx.executor.run([SourceRows(sources, ctx.input("near_dedup").path / "removed_keys.parquet", work,
+                                     ctx.per_document)],
                       len(sources), work / "_datatrove", f"{ctx.label}: rows")
         writer = pq.ParquetWriter(ctx.out / "ledger.parquet", LEDGER, compression="zstd")
         decisions: Counter = Counter()

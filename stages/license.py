@@ -33,14 +33,21 @@ import pyarrow.parquet as pq
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cpp_data.pipeline.foundation.worker_cache import worker_cache
-from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.pipeline.contract.executor import SourceTasks
 from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
 from cpp_data.stages.lib import dt_io
 from cpp_data.stages.lib.decode import DecodeNormalize
-from cpp_data.stages.lib.license_match import (LicenseAnswer, classify, identify_license_file, is_primary_license_file,
-                                            offers_choice, parse_spdx, policy)
+from cpp_data.stages.lib.license_match import (
+    LicenseAnswer,
+    classify,
+    identify_license_file,
+    is_primary_license_file,
+    offers_choice,
+    parse_spdx,
+    policy,
+)
 from cpp_data.stages.lib.quality import vendored_root
 from cpp_data.stages.lib.shard_tasks import WORK, clean_work
 
@@ -291,6 +298,7 @@ class License(Stage):
     scope = "source"
     inputs = ("collect",)
     Params = LicenseParams
+    per_document = True
     resumable_tasks = True
 
     def run(self, ctx: StageContext) -> dict:

@@ -42,9 +42,9 @@ import xxhash
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.stages.lib import dt_io, keys
-from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
+from cpp_data.stages.lib.inputs import document_parts
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
 NEAR_DUPLICATE = pa.schema([

@@ -30,12 +30,11 @@ from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from datatrove.pipeline.base import PipelineStep
 
+from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text
 from cpp_data.stages.lib.dir_files import walk_directory
-from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 from cpp_data.stages.lib.shard_tasks import WORK
 
@@ -197,8 +196,12 @@ class Semantics(Stage):
     summary_counts = {"semantic_coverage": "per_source:*"}
 
     def run(self, ctx: StageContext) -> dict:
-        from cpp_data.clang_index.compile_db import (check_libclang, find_resource_dir, load_compile_commands,
-                                                     relocate_commands)
+        from cpp_data.clang_index.compile_db import (
+            check_libclang,
+            find_resource_dir,
+            load_compile_commands,
+            relocate_commands,
+        )
         from cpp_data.clang_index.configure import discover
         from cpp_data.clang_index.index import merge_tus
         from cpp_data.clang_index.levels import dependency_levels

@@ -26,13 +26,13 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.foundation.worker_cache import worker_cache
+from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
-from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
 from cpp_data.schemas.generations import write_schema
-from cpp_data.stages.lib import keys
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
-from cpp_data.stages.lib.inputs import DOCUMENTS, document_parts
+from cpp_data.stages.lib import keys
+from cpp_data.stages.lib.inputs import document_parts
 from cpp_data.stages.lib.shard_tasks import WORK, write_task_table
 
 SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256",

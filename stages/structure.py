@@ -42,17 +42,24 @@ import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.clang_index.levels import dependency_levels
-from cpp_data.pipeline.foundation.allocator import give_back_freed_memory
 from cpp_data.pipeline.contract.executor import stat_total
-from cpp_data.pipeline.foundation.worker_cache import worker_cache
-from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.allocator import give_back_freed_memory
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.stages.lib import name_graph, repo_groups, syntax
 from cpp_data.stages.lib.list_columns import list_array
-from cpp_data.stages.lib.shard_tasks import (WORK, SliceWork, clean_work, map_shards, merge_shards, plan_slices,
-                                             write_task_table)
+from cpp_data.stages.lib.shard_tasks import (
+    WORK,
+    SliceWork,
+    clean_work,
+    map_shards,
+    merge_shards,
+    plan_slices,
+    write_task_table,
+)
 
 CHUNK_KINDS = frozenset({"function", "class", "struct", "union", "enum", "namespace", "typedef"})
 ENRICHED = "v6"  # the generation whose columns these shards carry, whatever the recipe's (they feed v4 too)

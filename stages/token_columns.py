@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.contract.executor import stat_total
-from cpp_data.pipeline.foundation.worker_cache import worker_cache
-from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.foundation.worker_cache import worker_cache
 from cpp_data.schemas.generations import columns as generation_columns
 from cpp_data.schemas.generations import write_schema
 from cpp_data.schemas.reader import shard_files

@@ -6,7 +6,7 @@ held-out set of `cpp-data tokenizer eval`, and writes tokenizer/ (see cpp_data.t
 
 The trainer counts pre-tokens in memory, which grows with the text it sees, so it trains on a bounded sample:
 when the candidate documents hold more than `sample_bytes` of text, each is taken when a hash keyed by
-`sample_seed` and its (repo, path, commit) falls under sample_bytes / total (keys.tokenizer_sampled): about
+`sample_seed` and its (repo, path, commit) falls under sample_bytes / total (tokenizer/sample.py): about
 sample_bytes of text, the same documents on every run, chosen without reading them. The sample is recorded:
 its fraction, documents and bytes in the stage's counts and the manifest, and the doc_id of every document in
 sample.parquet. A corpus under the budget trains on all of it, as before. The same shards and recipe give a byte-identical

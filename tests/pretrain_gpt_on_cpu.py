@@ -34,8 +34,8 @@ os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 _so = [p for d in sys.path for p in glob.glob(os.path.join(d, "megatron/core/datasets/helpers_cpp*.so"))]
 assert _so, "megatron-core (with its compiled helpers_cpp) is not installed"
 sys.path.insert(0, MLM)
-import torch
 import megatron.core.datasets
+import torch
 
 megatron.core.datasets.__path__.append(os.path.dirname(_so[0]))
 assert megatron.core.__version__ == importlib.metadata.version("megatron-core"), "tree/wheel mismatch"

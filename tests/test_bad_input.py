@@ -6,11 +6,20 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 import pyarrow.parquet as pq
-
-from conftest import (GOOGLETEST, build, build_dir, make_git_repo, need, provenance_build, provenance_recipe, run_bounded,
-                      run_cli, write_sources)
+import pytest
+from conftest import (
+    GOOGLETEST,
+    build,
+    build_dir,
+    make_git_repo,
+    need,
+    provenance_build,
+    provenance_recipe,
+    run_bounded,
+    run_cli,
+    write_sources,
+)
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 

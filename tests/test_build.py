@@ -7,11 +7,11 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 import pyarrow.parquet as pq
+import pytest
+from conftest import build, build_dir, data_digests, run_cli
 
 from cpp_data.pipeline.runner.outlock import OutputLock
-from conftest import build, build_dir, data_digests, run_cli
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import GOOGLETEST, copy_tree, need, run_bounded, run_cli, write_sources
 
 pytestmark = pytest.mark.slow

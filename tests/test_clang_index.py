@@ -9,14 +9,21 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import (
+    GOOGLETEST,
+    build_dir,
+    clang_fixture_source,
+    data_digests,
+    need,
+    provenance_recipe,
+    run_cli,
+    write_sources,
+)
 
-from cpp_data.clang_index.compile_db import (CompileCommand, clean_args, find_resource_dir, load_compile_commands)
+from cpp_data.clang_index.compile_db import CompileCommand, clean_args, find_resource_dir, load_compile_commands
 from cpp_data.clang_index.index import index_project
 from cpp_data.clang_index.levels import dependency_levels
 from cpp_data.clang_index.pool import HOOK_ENV
-
-from conftest import (GOOGLETEST, build_dir, clang_fixture_source, data_digests, need, provenance_recipe, run_cli,
-                      write_sources)
 
 FIX = Path(__file__).parent / "fixtures" / "clang_project"
 

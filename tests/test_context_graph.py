@@ -6,9 +6,8 @@ from __future__ import annotations
 import glob
 import json
 
-import pytest
 import pyarrow.parquet as pq
-
+import pytest
 from conftest import GOOGLETEST, NLOHMANN, build_dir, data_digests, need, run_cli, write_sources
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)

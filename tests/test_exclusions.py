@@ -7,9 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import pytest
 import pyarrow.parquet as pq
-
+import pytest
 from conftest import GOOGLETEST, build_dir, need, provenance_build, run_cli
 
 # A benchmark solution (a HumanEval-style C++ task) and its prompt, as JSONL

@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from cpp_data.schemas.manifest import load_manifest, sha256_file
-from cpp_data.schemas.indexed import indexed_dtype as megatron_dtype
-from cpp_data.stages.megatron_export import write_indexed
-from cpp_data.tokenizer.band import load_band
-
 from conftest import run_cli
+
+from cpp_data.schemas.indexed import indexed_dtype as megatron_dtype
+from cpp_data.schemas.manifest import load_manifest, sha256_file
+from cpp_data.stages.lib.export_megatron import write_indexed
+from cpp_data.tokenizer.band import load_band
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import GOOGLETEST, JUCE, NLOHMANN, POCO, need
+
 from cpp_data.stages.filter import FilterParams
 from cpp_data.stages.lib.license_match import classify, policy
 from cpp_data.stages.lib.quality import byte_entropy, comment_chars, generated_marker, is_vendored, signals

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import CLI, GOOGLETEST, copy_tree, make_git_repo, need, run_bounded, run_cli
 
 pytestmark = pytest.mark.slow

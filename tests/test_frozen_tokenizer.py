@@ -8,9 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import pyarrow.parquet as pq
-
+import pytest
 from conftest import build, run_cli
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)

@@ -67,8 +67,8 @@ def test_reading_commands_hold_their_builds_against_gc(reference_build: Path, tm
     copy of the build: other tests read the shared one, and their locks would answer for these commands."""
     import os
 
-    from cpp_data.pipeline.runner import outlock
     from cpp_data.pipeline.cli import _parser, absolute_paths
+    from cpp_data.pipeline.runner import outlock
 
     build = tmp_path / "builds" / reference_build.name
     shutil.copytree(reference_build, build)

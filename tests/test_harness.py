@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 
@@ -69,13 +68,13 @@ def test_a_document_in_a_packed_row_sees_nothing_of_its_neighbours(packed_256: P
     from cpp_data.harness.data import build_datasets, dataset_of
     from cpp_data.harness.megatron_cpu import apply_cpu_patches
     from cpp_data.harness.model import build_model
-    from cpp_data.harness.train import _init_distributed
+    from cpp_data.harness.train import init_distributed
     from cpp_data.schemas.launch_spec import load_launch_spec
 
     spec = load_launch_spec(packed_256)
     T, eod = spec["seq_length"], spec["eod"]
     apply_cpu_patches()
-    _init_distributed(torch.device("cpu"), 0)
+    init_distributed(torch.device("cpu"), 0)
     torch.manual_seed(0)
     rows = spec["datasets"]["packed"]["documents"]["train"] * 4
     train, _ = build_datasets(spec, dataset_of(spec, "packed"), T, 1234, rows, 0, tmp_path / "cache")
@@ -124,12 +123,12 @@ def test_document_segments_are_gpt_datasets_own_masks(packed_256: Path, tmp_path
 
     from cpp_data.harness.attention import document_segments, segments_mask
     from cpp_data.harness.data import build_datasets, dataset_of
-    from cpp_data.harness.train import _init_distributed
+    from cpp_data.harness.train import init_distributed
     from cpp_data.schemas.launch_spec import load_launch_spec
 
     spec = load_launch_spec(packed_256)
     T = spec["seq_length"]
-    _init_distributed(torch.device("cpu"), 0)
+    init_distributed(torch.device("cpu"), 0)
     train, _ = build_datasets(spec, dataset_of(spec, "packed"), T, 1234, 48, 0, tmp_path / "cache")
     batch = [train[i] for i in range(len(train))]
     pos = torch.stack([s["position_ids"] for s in batch])
@@ -148,13 +147,13 @@ def test_sdpa_attention_computes_megatron_cores_attention(packed_256: Path, refe
     from cpp_data.harness.data import build_datasets, dataset_of
     from cpp_data.harness.megatron_cpu import apply_cpu_patches
     from cpp_data.harness.model import build_model
-    from cpp_data.harness.train import _init_distributed, _segments
+    from cpp_data.harness.train import _segments, init_distributed
     from cpp_data.schemas.launch_spec import load_launch_spec
 
     spec = load_launch_spec(packed_256)
     T = spec["seq_length"]
     apply_cpu_patches()
-    _init_distributed(torch.device("cpu"), 0)
+    init_distributed(torch.device("cpu"), 0)
     cpu = torch.device("cpu")
     torch.manual_seed(0)
     local, _ = build_model("tiny", spec["vocab_size"], T, cpu, attention="local")

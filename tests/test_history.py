@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import GOOGLETEST, build_dir, need, provenance_build, run_cli, write_sources
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)

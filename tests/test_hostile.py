@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CLI, NLOHMANN, POCO, make_git_repo, need, provenance_recipe, run_bounded, write_sources
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
@@ -360,6 +359,7 @@ def test_cache_file_rewritten_with_its_checksum_record_is_not_published(work, pr
     validate is published, and the next build rebuilds the entry."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from cpp_data.pipeline.runner.cache import checksum_outputs
 
     out = copy_out(prov, tmp_path / "out")

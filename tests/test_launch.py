@@ -10,11 +10,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import GOOGLETEST, NLOHMANN, POCO, build, write_sources
 
 from cpp_data.harness.presets import SIZES, TrainConfig
 from cpp_data.schemas.launch_spec import load_launch_spec, weight_groups
-
-from conftest import GOOGLETEST, NLOHMANN, POCO, build, write_sources
 
 
 def _flag(args: list[str], name: str, n: int = 1) -> list[str]:
@@ -72,7 +71,7 @@ def test_source_weights_become_the_megatron_blend(reference_build: Path, tmp_pat
     import torch
 
     from cpp_data.harness.data import build_datasets, dataset_of
-    from cpp_data.harness.train import _init_distributed
+    from cpp_data.harness.train import init_distributed
     from cpp_data.pipeline.commands.verify import Verifier
 
     out = tmp_path / "out"
@@ -106,7 +105,7 @@ def test_source_weights_become_the_megatron_blend(reference_build: Path, tmp_pat
     v = Verifier(weighted)  # every document is in exactly one prefix, and comes back from the packed rows
     v.counts(), v.decode(), v.megatron_read(), v.packed_binidx()
     spec = load_launch_spec(weighted)
-    _init_distributed(torch.device("cpu"), 1)
+    init_distributed(torch.device("cpu"), 1)
     train, _ = build_datasets(spec, dataset_of(spec, "documents"), 256, 3, 400, 0, tmp_path / "cache")
     drawn = Counter(int(train[i]["dataset_id"]) for i in range(len(train)))
     share = drawn[1] / sum(drawn.values())

@@ -17,7 +17,7 @@ from datatrove.pipeline.base import PipelineStep
 from cpp_data.pipeline.contract.executor import ExecutorConfig
 from cpp_data.pipeline.runner.executors.run import run_datatrove
 from cpp_data.schemas.reader import BATCH_ROWS, read_row_group
-from cpp_data.stages.packed_rows import block_plan
+from cpp_data.stages.lib.packing import block_plan
 
 
 def _shard(path: Path, sizes: list[int], repos: list[str] | None = None, row_group: int = 1024) -> Path:
@@ -155,7 +155,7 @@ def test_piece_rows_come_a_batch_at_a_time_and_equal_the_whole_pieces_rows(tmp_p
 
 
 def test_a_documents_end_keeps_its_columns_type():
-    from cpp_data.stages.packed_rows import _with_end
+    from cpp_data.stages.lib.packing import _with_end
 
     for dtype, end in ((np.uint8, 0), (np.int8, -1), (np.int16, -1), (np.int32, 65_535)):
         got = _with_end(np.array([3, 4, 5], dtype), end)

@@ -18,8 +18,8 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import GOOGLETEST, POCO, build, build_dir, need, provenance_recipe, write_sources
+
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)

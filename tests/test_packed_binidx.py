@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from cpp_data.harness.data import SpecTokenizer
-from cpp_data.harness.train import _init_distributed
+from cpp_data.harness.train import init_distributed
 from cpp_data.schemas.indexed import read_sequences
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
@@ -33,7 +33,7 @@ def test_gpt_dataset_samples_are_whole_rows(reference_build: Path, tmp_path: Pat
     assert len(rows) == len(parquet) >= 10 and all(len(rows[i]) == T for i in range(len(rows)))
     assert all(np.array_equal(rows[i], parquet[i]) for i in range(len(rows)))
     by_content = {np.asarray(rows[i]).tobytes(): i for i in range(len(rows))}
-    _init_distributed(torch.device("cpu"), 1)
+    init_distributed(torch.device("cpu"), 1)
     # as pretrain_gpt.py configures it for packed rows: shuffling on, boundaries reset, loss masked at EOD
     config = GPTDatasetConfig(random_seed=1234, sequence_length=T, tokenizer=SpecTokenizer(spec),
                               blend_per_split=[([prefix], None), None, None], split=None,

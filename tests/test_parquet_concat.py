@@ -11,8 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cpp_data.schemas.parquet_concat import (ParquetConcatError, _read_struct, _Reader, concat_parquet,
-                                            footer_bytes, read_footer, splice_row_groups)
+from cpp_data.schemas.parquet_concat import (
+    ParquetConcatError,
+    _read_struct,
+    _Reader,
+    concat_parquet,
+    footer_bytes,
+    read_footer,
+    splice_row_groups,
+)
 
 
 def _tables(n_groups: int) -> list[pa.Table]:

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import CLI, build, build_dir, data_digests, run_bounded
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)

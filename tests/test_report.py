@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import run_cli
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)

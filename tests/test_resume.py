@@ -14,9 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import (CLI, GOOGLETEST, NLOHMANN, build, build_dir, clang_fixture_source, data_digests, need,
-                      provenance_recipe, run_bounded, write_sources)
+from conftest import (
+    CLI,
+    GOOGLETEST,
+    NLOHMANN,
+    build,
+    build_dir,
+    clang_fixture_source,
+    data_digests,
+    need,
+    provenance_recipe,
+    run_bounded,
+    write_sources,
+)
 
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 

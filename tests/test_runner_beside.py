@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 import cpp_data.stages
 from cpp_data.pipeline.contract.executor import ExecutorConfig
-from cpp_data.pipeline.foundation.fsutil import is_sealed
-from cpp_data.pipeline.runner.recipe import Recipe
-from cpp_data.pipeline.runner.dag import Runner, StageFailed
 from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.foundation.fsutil import is_sealed
+from cpp_data.pipeline.runner.dag import Runner, StageFailed
+from cpp_data.pipeline.runner.recipe import Recipe
 
 B_STARTED = threading.Event()
 FAIL: set[str] = set()  # stage names whose run raises

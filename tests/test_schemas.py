@@ -190,7 +190,7 @@ def test_token_id_columns_are_written_without_a_dictionary(tmp_path, generation)
     """dictionary_columns names Parquet's leaves as the writer does (pyarrow's own file is the judge), and a
     shard written by ShardWriter has plain token ids and dictionary-encoded everything else."""
     from cpp_data.schemas.shard_writer import PLAIN_COLUMNS, ShardParams, ShardWriter, dictionary_columns
-    from cpp_data.stages.packed_rows import packed_schema
+    from cpp_data.stages.lib.packing import packed_schema
 
     schema = packed_schema("v6", ["token_structure_ids"]) if generation == "packed" else full_schema(generation)
     pq.write_table(schema.empty_table(), tmp_path / "empty.parquet")

@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import JUCE, need
+
 from cpp_data.stages.lib.scrub import SECRET, find_secrets, scrub
 
 FIXTURES = Path(__file__).parent / "fixtures" / "secrets"

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 from conftest import GOOGLETEST, build_dir, make_git_repo, need, provenance_build, run_cli, write_sources
+
 from cpp_data.pipeline.runner.sources import load_sources, read_lock
 
 

@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cpp_data.pipeline.contract.executor import ExecutorConfig
-from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+from cpp_data.pipeline.contract.stage import Artifact, StageContext, resolve_inputs
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
+from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
 from cpp_data.pipeline.runner.recipe import load_recipe
 from cpp_data.pipeline.runner.sources import SourceSpec, lock_sources
-from cpp_data.pipeline.contract.stage import Artifact, StageContext
 
 MIT = ("MIT License\n\nCopyright (c) 2024 Alpha\n\nPermission is hereby granted, free of charge, to any person "
        "obtaining a copy of this software and associated documentation files (the \"Software\"), to deal in the "
@@ -74,15 +74,21 @@ def corpus(tmp_path_factory) -> tuple[Path, Path]:
     return alpha, beta
 
 
-def _run(name: str, params, inputs: dict[str, list[Artifact]], out: Path, source=None, sources=()) -> Artifact:
-    """One stage instance through a StageContext, sealed as the runner would leave it."""
+def _run(name: str, params, inputs: dict[str, list[Artifact]], out: Path, source=None, sources=(),
+         order: tuple[str, ...] = ()) -> Artifact:
+    """One stage instance through a StageContext, sealed as the runner would leave it; `order` is the recipe's
+    stage list, which the DOCUMENTS and PER_DOCUMENT inputs resolve against."""
+    from cpp_data.pipeline.contract.stage import DOCUMENTS, PER_DOCUMENT, per_document_before
     from cpp_data.stages import registry
 
     out.mkdir(parents=True)
     label = f"{name}[{source.name}]" if source else name
     executor = DatatroveExecutor(ExecutorConfig(kind="local", workers=1, progress=False))
-    ctx = StageContext(out=out, inputs=inputs, source=source, executor=executor,
-                       label=label, sources=list(sources))
+    cls = registry()[name]
+    per_document = per_document_before(name, list(order), registry())
+    ctx = StageContext(out=out, inputs=inputs, source=source, executor=executor, label=label, sources=list(sources),
+                       documents=per_document[-1] if DOCUMENTS in cls.inputs else None,
+                       per_document=per_document if PER_DOCUMENT in cls.inputs else ())
     counts = registry()[name](params).run(ctx)
     atomic_write_json(out / "stage.json", {"stage": name, "counts": counts})
     (out / "_COMPLETE").write_text("")
@@ -108,9 +114,10 @@ def chain(sources, tmp_path_factory) -> dict[str, list[Artifact]]:
         cls = registry()[name]
         for src in (sources if cls.scope == "source" else [None]):
             inputs = {dep: [a for a in done[dep] if src is None or a.source in (None, src.name)]
-                      for dep in cls.inputs}
+                      for dep in resolve_inputs(cls, recipe.stages, registry())}
             where = out / name / (src.name if src else "corpus")
-            done.setdefault(name, []).append(_run(name, recipe.params[name], inputs, where, src, sources))
+            done.setdefault(name, []).append(_run(name, recipe.params[name], inputs, where, src, sources,
+                                                  tuple(recipe.stages)))
     return done
 
 
@@ -243,7 +250,7 @@ def test_semantics_source_files_survive_a_path_longer_than_path_max(tmp_path):
 
 def test_structure_labels_every_character(chain):
     rows = _rows(chain["structure"], "shards/*.parquet", ["text", "structure_ids", "source_path"])
-    from cpp_data.stages.lib.syntax import CATEGORY_NAMES
+    from cpp_data.schemas.generations import CATEGORY_NAMES
 
     for r in rows:
         assert len(r["structure_ids"]) == len(r["text"])
@@ -356,7 +363,7 @@ def test_context_graph_makes_a_document_per_function_within_budget(chain, tmp_pa
 def test_dependency_documents_root_each_file_with_its_dependencies(chain, sources, tmp_path):
     params = load_recipe("v5").params["dependency_documents"]
     art = _run("dependency_documents", params, {k: chain[k] for k in ("semantics", "decontaminate", "near_dedup")},
-               tmp_path / "dd", sources=sources)
+               tmp_path / "dd", sources=sources, order=tuple(load_recipe("v5").stages))
     rows = _rows([art], "shards/*.parquet", ["text", "constituents"])
     assert art.counts["roots"] >= 1 and len(rows) == art.counts["documents"] >= 1
     kept = {r["source_path"] for r in _rows(chain["shards"], "shards/*.parquet", ["source_path"])}
@@ -369,7 +376,7 @@ def test_packed_rows_table_is_the_one_from_pylist_builds():
     import numpy as np
     import pyarrow as pa
 
-    from cpp_data.stages.packed_rows import _rows_table, packed_schema
+    from cpp_data.stages.lib.packing import _rows_table, packed_schema
 
     schema = packed_schema("v6", ["token_structure_ids", "token_ast_depth", "token_sibling_index",
                                   "token_ast_node_type"])
@@ -422,7 +429,7 @@ def test_packed_files_written_by_row_group_are_one_writers_bytes(chain, tmp_path
     import pyarrow as pa
 
     from cpp_data.schemas.shard_writer import dictionary_columns
-    from cpp_data.stages.packed_rows import PACKED_COMPRESSION, packed_schema
+    from cpp_data.stages.lib.packing import PACKED_COMPRESSION, packed_schema
 
     recipe = load_recipe("v6", overrides={"packed_rows": {"seq_length": 256}})
     params = dataclasses.replace(recipe.params["packed_rows"], row_group_size=2, rows_per_shard=3)

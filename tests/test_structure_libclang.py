@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import GOOGLETEST, need
 
 from cpp_data.stages.lib import syntax as st
-
-from conftest import GOOGLETEST, need
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from cpp_data.stages.lib import name_graph
 from cpp_data.stages.lib import syntax as st
 
 FIXTURE = """\
@@ -211,7 +212,7 @@ int main() { geo::Point p; p.norm(); geo::helper(3); helper(4); std::sort(0, 0);
 
 def test_fixture_call_graph():
     files = {path: st.analyze(text) for path, text in CALL_FILES.items()}
-    edges = {(e.caller, e.caller_file, e.callee, e.callee_file, e.candidates) for e in st.call_graph(files)}
+    edges = {(e.caller, e.caller_file, e.callee, e.callee_file, e.candidates) for e in name_graph.call_graph(files)}
     assert edges == {
         ("geo::Point::norm", "a.cc", "geo::helper", "a.cc", 1),  # same file wins over b.cc's helper
         ("main", "b.cc", "geo::Point::norm", "a.cc", 1),         # method call p.norm()
@@ -220,7 +221,7 @@ def test_fixture_call_graph():
         ("other::run", "c.cc", "geo::helper", "a.cc", 2),        # ambiguous: linked to both
         ("other::run", "c.cc", "helper", "b.cc", 2),
     }
-    assert not {e for e in st.call_graph(files, max_candidates=1) if e.caller == "other::run"}
+    assert not {e for e in name_graph.call_graph(files, max_candidates=1) if e.caller == "other::run"}
 
 
 def _load_tree(root: str) -> dict[str, str]:
@@ -240,7 +241,7 @@ GTEST = "/usr/src/googletest"
 def test_googletest_sample1_edges():
     samples = _load_tree(os.path.join(GTEST, "googletest", "samples"))
     files = {p: st.analyze(t) for p, t in samples.items()}
-    edges = st.call_graph(files)
+    edges = name_graph.call_graph(files)
     test_file = os.path.join(GTEST, "googletest", "samples", "sample1_unittest.cc")
     impl = os.path.join(GTEST, "googletest", "samples", "sample1.cc")
     got = {(e.caller, e.callee) for e in edges if e.caller_file == test_file and e.callee_file == impl}
@@ -270,7 +271,7 @@ def test_structure_columns_in_a_build(reference_build):
     """The structure stage's columns on every document of a real build, and their per-token mirrors."""
     import pyarrow.parquet as pq
 
-    from cpp_data.stages.lib.syntax import CATEGORY_NAMES
+    from cpp_data.schemas.generations import CATEGORY_NAMES
 
     rows = 0
     for f in sorted((reference_build / "shards").glob("*.parquet")):
@@ -325,9 +326,9 @@ def test_calls_that_name_no_definition_make_no_edges():
     has no edges; the join had no chunk to run and failed on it ("need at least one array")."""
     files = {"main.cc": st.analyze('#include <cstdio>\nint main() { printf("x"); puts("y"); return 0; }\n'),
              "util.cc": st.analyze("static int twice(int x) { return 2 * x; }\n")}
-    assert st.call_graph(files) == []
+    assert name_graph.call_graph(files) == []
     files["main.cc"] = st.analyze("int twice(int);\nint main() { return twice(2); }\n")
-    assert [(e.caller, e.callee) for e in st.call_graph(files)] == [("main", "twice")]
+    assert [(e.caller, e.callee) for e in name_graph.call_graph(files)] == [("main", "twice")]
 
 
 def test_call_graph_keeps_first_order_and_last_candidate_count():
@@ -336,7 +337,7 @@ def test_call_graph_keeps_first_order_and_last_candidate_count():
     definition order, the order of the file's spans (here ns2::f before ns1::f)."""
     files = {"a.cc": st.analyze("namespace ns1 { void f() {} }\nnamespace ns2 { void f() {} }\n"
                                 "void g() { f(); ns1::f(); }\nvoid h() { ns2::f(); f(); }\n")}
-    edges = [(e.caller, e.callee, e.candidates) for e in st.call_graph(files)]
+    edges = [(e.caller, e.callee, e.candidates) for e in name_graph.call_graph(files)]
     assert edges == [("g", "ns2::f", 2), ("g", "ns1::f", 1), ("h", "ns2::f", 2), ("h", "ns1::f", 2)]
 
 

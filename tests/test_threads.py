@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from cpp_data.pipeline.foundation import threads
 from cpp_data.pipeline.contract.executor import ExecutorConfig, tokenizer_threads
+from cpp_data.pipeline.foundation import threads
 
 
 @pytest.fixture

@@ -9,19 +9,26 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import JUCE, POCO, need, run_cli
 from tokenizers import AddedToken, pre_tokenizers
 
 from cpp_data.schemas.manifest import load_manifest, sha256_file
-from cpp_data.schemas.reader import conform, iter_build_shards
+from cpp_data.schemas.reader import iter_build_shards
 from cpp_data.stages.token_columns import add_token_columns
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.evaluate import split_documents
 from cpp_data.tokenizer.files import load_tokenizer
-from cpp_data.tokenizer.pretokenizer import (ASCII_CODE_PATTERN, PieceMemo, ascii_twin, cuts_keep_ids,
-                                             encode_in_parts, encoding_parts, pieces, to_byte_symbols)
+from cpp_data.tokenizer.pretokenizer import (
+    ASCII_CODE_PATTERN,
+    PieceMemo,
+    ascii_twin,
+    cuts_keep_ids,
+    encode_in_parts,
+    encoding_parts,
+    pieces,
+    to_byte_symbols,
+)
 from cpp_data.tokenizer.train import check_band_pieces, train_cpp_tokenizer
-
-from conftest import JUCE, POCO, need, run_cli
 
 # Revision 1 of the band: its specials and entries in id order. Changing, reordering or inserting an entry moves
 # ids that trained models depend on; a new revision may only append (see tokenizer/cpp_band.toml).

@@ -17,7 +17,7 @@ from pathlib import Path
 from cpp_data.pipeline.foundation.errors import BadInput
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards
-from cpp_data.stages.lib import keys
+from cpp_data.tokenizer import sample
 from cpp_data.tokenizer.files import load_tokenizer
 from cpp_data.tokenizer.train import train_generic_tokenizer
 
@@ -46,9 +46,9 @@ def split_documents(build: Path) -> tuple[Iterator[str], list[tuple[str, str]]]:
     frac = manifest["recipe"]["params"].get("tokenizer", {}).get("heldout_fraction", 0.05)
     heldout = [(r["source_repo"], r["text"]) for r in _rows(build, "valid")]
     heldout += [(r["source_repo"], r["text"]) for r in _rows(build, "train")
-                if keys.tokenizer_heldout(r["source_repo"], r["source_path"], frac)]
+                if sample.tokenizer_heldout(r["source_repo"], r["source_path"], frac)]
     train = (r["text"] for r in _rows(build, "train")
-             if not keys.tokenizer_heldout(r["source_repo"], r["source_path"], frac))
+             if not sample.tokenizer_heldout(r["source_repo"], r["source_path"], frac))
     return train, heldout
 
 

@@ -18,7 +18,6 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
-
 from cpp_data.pipeline.foundation.errors import BadInput
 from cpp_data.pipeline.foundation.fsutil import atomic_write_text
 from cpp_data.pipeline.foundation.terminal_text import printable

@@ -14,19 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from cpp_data.pipeline.foundation.terminal_text import json_printable, printable
+from cpp_data.schemas.generations import CATEGORY_NAMES
 
 BASE_COLUMNS = ["text", "doc_id", "source_repo", "source_path", "source_commit", "license_spdx", "license_source",
                 "license_confidence", "size_bytes"]
 OPTIONAL = ["structure_ids", "token_ids"]
-# ANSI colours per structure category (stages/lib/syntax.py CATEGORY_NAMES order); 0 (OTHER) stays plain
+# ANSI colours per structure category (schemas/generations.CATEGORY_NAMES order); 0 (OTHER) stays plain
 BODY = "\t\n"  # what a shown text body keeps of the characters `printable` escapes
 _COLOURS = {1: "35", 2: "1;33", 3: "33", 4: "1;36", 5: "36", 6: "2;32", 7: "34", 8: "1;34"}
-
-
-def _category_names() -> tuple[str, ...]:
-    from cpp_data.stages.lib.syntax import CATEGORY_NAMES
-
-    return CATEGORY_NAMES
 
 
 def spans(ids: list[int]) -> list[tuple[int, int, int]]:
@@ -75,14 +70,14 @@ def sample_documents(build: Path, repo: str | None = None, path_glob: str | None
 def as_json(doc: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in doc.items() if k != "structure_ids"}
     if doc.get("structure_ids") is not None:
-        names = _category_names()
+        names = CATEGORY_NAMES
         out["structure_spans"] = [{"start": a, "end": b, "category": names[c]} for a, b, c in spans(doc["structure_ids"])
                                   if c]
     return out
 
 
 def render(doc: dict[str, Any], colour: bool, max_lines: int = 40, extra: list[str] | None = None) -> str:
-    names = _category_names()
+    names = CATEGORY_NAMES
     text = doc["text"]
     head = (f"── {printable(doc['source_repo'])}:{printable(doc['source_path'])}  "
             f"(doc {doc['doc_id']}, commit {doc['source_commit'][:12]})\n"

@@ -252,21 +252,21 @@ class Verifier:
     def gpt_dataset(self) -> str:
         self._need_export()
         self._need_both_splits()
-        from cpp_data.harness.train import _close_distributed, _init_distributed
-        from cpp_data.schemas.launch_spec import load_launch_spec
-
         import torch
+
+        from cpp_data.harness.train import close_distributed, init_distributed
+        from cpp_data.schemas.launch_spec import load_launch_spec
 
         spec = load_launch_spec(self.spec_path)
         # GPTDataset wants a process group; one made here is closed again, so that `cpp-data verify` (or a
         # program calling it) is left without one
         made_here = not (torch.distributed.is_available() and torch.distributed.is_initialized())
-        _init_distributed(torch.device("cpu"), 1234)
+        init_distributed(torch.device("cpu"), 1234)
         try:
             return self._gpt_dataset_samples(spec)
         finally:
             if made_here:
-                _close_distributed()
+                close_distributed()
 
     def _gpt_dataset_samples(self, spec: dict) -> str:
         from cpp_data.harness.data import build_datasets, dataset_of

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+
 @dataclass(frozen=True)
 class ExecutorConfig:
     kind: str = "local"  # local | ray | slurm

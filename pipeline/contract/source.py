@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class OptOutRules:
     """The opt-out rules that apply to one source: every file of it (`whole_source`), files whose path in the

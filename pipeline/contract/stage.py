@@ -18,6 +18,13 @@ from typing import Any, ClassVar
 from cpp_data.pipeline.contract.executor import Executor, SourceTasks
 from cpp_data.pipeline.contract.source import LockedSource
 
+# Markers a stage's `inputs` may hold in place of stage names, resolved against the recipe (resolve_inputs):
+# DOCUMENTS is the last per-document stage before the stage (its parts hold the documents every check kept,
+# with every column those stages filled in), PER_DOCUMENT every per-document stage before it, in recipe order.
+# So a per-document stage added to a recipe needs only its module (Stage.per_document) and its recipe line.
+DOCUMENTS = "<documents>"
+PER_DOCUMENT = "<per-document>"
+
 
 @dataclass(frozen=True)
 class Artifact:
@@ -47,6 +54,8 @@ class StageContext:
     executor: Executor
     label: str
     sources: list[LockedSource] = field(default_factory=list)
+    documents: str | None = None  # the stage DOCUMENTS resolved to, when the stage reads it
+    per_document: tuple[str, ...] = ()  # the stages PER_DOCUMENT resolved to
 
     def input(self, name: str) -> Artifact:
         """The single artifact of input stage `name` (per-source stages reading their own source)."""
@@ -62,6 +71,9 @@ class Stage(ABC):
     scope: ClassVar[str]  # "source" | "corpus"
     inputs: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type]
+    # A per-source stage that writes the documents it keeps as part-*.parquet and those it refuses, each with its
+    # rule, as rejected-*.parquet (the markers DOCUMENTS and PER_DOCUMENT name such stages).
+    per_document: ClassVar[bool] = False
     # Keep a killed run's finished datatrove tasks (their outputs are whole files named by rank).
     resumable_tasks: ClassVar[bool] = False
     # Its work runs in a process of its own, so the driver thread that runs it only waits: the runner starts it
@@ -100,3 +112,27 @@ class Stage(ABC):
     @abstractmethod
     def run(self, ctx: StageContext) -> dict[str, Any]:
         """Write the artifact into ctx.out; return counts for stage.json and the build summary."""
+
+
+def per_document_before(name: str, order: list[str], registry: dict[str, type[Stage]]) -> tuple[str, ...]:
+    """The per-document stages listed before stage `name` in `order` (a recipe), in order."""
+    before = order[:order.index(name)] if name in order else list(order)
+    return tuple(n for n in before if n in registry and registry[n].per_document)
+
+
+def resolve_inputs(cls: type[Stage], order: list[str], registry: dict[str, type[Stage]]) -> tuple[str, ...]:
+    """`cls.inputs` with the markers DOCUMENTS and PER_DOCUMENT replaced by stage names, against the stages of
+    `order` (a recipe) listed before `cls`; ValueError when DOCUMENTS has no per-document stage to name."""
+    per_document = per_document_before(cls.name, order, registry)
+    out: list[str] = []
+    for dep in cls.inputs:
+        if dep == DOCUMENTS:
+            if not per_document:
+                raise ValueError(f"stage {cls.name!r} reads the kept documents, but no per-document stage "
+                                 f"(license, filter, ...) is listed before it")
+            out.append(per_document[-1])
+        elif dep == PER_DOCUMENT:
+            out += per_document
+        else:
+            out.append(dep)
+    return tuple(out)

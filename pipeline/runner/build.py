@@ -17,17 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.contract.source import LockedSource
+from cpp_data.pipeline.foundation.errors import CheckFailed
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
+from cpp_data.pipeline.foundation.terminal_text import printable
 from cpp_data.pipeline.foundation.version import __version__
 from cpp_data.pipeline.runner.cache import copy_file
-from cpp_data.pipeline.foundation.errors import CheckFailed
-from cpp_data.pipeline.contract.executor import ExecutorConfig
-from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
+from cpp_data.pipeline.runner.dag import Runner, RunReport
 from cpp_data.pipeline.runner.outlock import OutputLock
 from cpp_data.pipeline.runner.recipe import Recipe
-from cpp_data.pipeline.runner.dag import RunReport, Runner
-from cpp_data.pipeline.contract.source import LockedSource
 from cpp_data.pipeline.runner.sources import write_lock
-from cpp_data.pipeline.foundation.terminal_text import printable
 from cpp_data.schemas.dataset_card import dataset_card
 from cpp_data.schemas.generations import SCHEMA_REVISION
 from cpp_data.schemas.manifest import FORMAT, sha256_file
@@ -361,10 +361,10 @@ def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: 
               wait: bool = False, log=None) -> BuildResult:
     """Lock OUT, run the stages, publish the build; `log` hears of every stage (pipeline/runner/buildlog.py)."""
     from cpp_data.pipeline.foundation.allocator import use_system_allocator
-    from cpp_data.pipeline.runner.dag import _print_log
+    from cpp_data.pipeline.runner.dag import print_log
 
     use_system_allocator()
-    log = log or _print_log
+    log = log or print_log
     out = Path(out)
     t0 = time.monotonic()
     with OutputLock(out, wait=wait) as lock:

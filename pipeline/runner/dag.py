@@ -31,18 +31,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.contract.source import LockedSource
+from cpp_data.pipeline.contract.stage import (
+    DOCUMENTS,
+    PER_DOCUMENT,
+    Artifact,
+    Stage,
+    StageContext,
+    per_document_before,
+    resolve_inputs,
+)
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed, UnexplainedOutput
+from cpp_data.pipeline.foundation.fsutil import atomic_write_json, is_sealed, seal
 from cpp_data.pipeline.foundation.version import __version__
 from cpp_data.pipeline.runner.cache import checksum_outputs, damage, outputs_digest
 from cpp_data.pipeline.runner.code_digest import code_digest
-from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed, UnexplainedOutput
-from cpp_data.pipeline.contract.executor import ExecutorConfig
-from cpp_data.pipeline.runner.executors.local import start_worker_server
-from cpp_data.pipeline.foundation.fsutil import atomic_write_json, is_sealed, seal
-from cpp_data.pipeline.runner.recipe import Recipe
 from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+from cpp_data.pipeline.runner.executors.local import start_worker_server
 from cpp_data.pipeline.runner.executors.source_batch import run_sources
-from cpp_data.pipeline.contract.source import LockedSource
-from cpp_data.pipeline.contract.stage import Artifact, Stage, StageContext
+from cpp_data.pipeline.runner.recipe import Recipe
 
 
 class StageFailed(CheckFailed):
@@ -70,6 +78,8 @@ class Task:
     fingerprint: str | None = None  # None until every input is sealed (Runner.resolve)
     payload: dict[str, Any] = field(default_factory=dict)  # what the fingerprint hashes
     settings: Any = None  # Stage.settings, computed once when the build is planned
+    documents: str | None = None  # what the input markers resolved to (contract/stage.resolve_inputs)
+    per_document: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -146,16 +156,21 @@ class Runner:
         for name in self.recipe.stages:
             cls = registry[name]
             stage = cls(self.recipe.params[name])
+            reads = resolve_inputs(cls, self.recipe.stages, registry)
             instances = []
             if cls.scope == "source":
                 for src in self.sources:
                     inputs = {}
-                    for dep in cls.inputs:
+                    for dep in reads:
                         dep_tasks = by_stage[dep]
                         inputs[dep] = [t for t in dep_tasks if t.source and t.source.name == src.name] or dep_tasks
                     instances.append(Task(stage, src, inputs))
             else:
-                instances.append(Task(stage, None, {dep: by_stage[dep] for dep in cls.inputs}))
+                instances.append(Task(stage, None, {dep: by_stage[dep] for dep in reads}))
+            per_document = per_document_before(name, self.recipe.stages, registry)
+            for task in instances:
+                task.documents = per_document[-1] if DOCUMENTS in cls.inputs else None
+                task.per_document = per_document if PER_DOCUMENT in cls.inputs else ()
             for task in instances:  # now, so that a bad setting (a frozen tokenizer that is not one) fails the
                 task.settings = stage.settings(task.source, list(self.sources))  # plan, not a stage hours later
             by_stage[name] = instances
@@ -225,7 +240,7 @@ class Runner:
         are done, and is waited for before the first instance that reads it and at the end (not with --only).
         `log(text, event=..., **fields)` hears of each one: stage_cached, stage_repaired, stage_start,
         stage_done (pipeline/runner/buildlog.py); calls to it never overlap."""
-        log = _one_at_a_time(log or _print_log)
+        log = _one_at_a_time(log or print_log)
         report = RunReport()
         t0 = time.monotonic()
         self.clean_temporaries()
@@ -374,6 +389,8 @@ class Runner:
             executor=DatatroveExecutor(dataclasses.replace(self.executor, progress=False) if beside else self.executor),
             label=task.label,
             sources=self.sources,
+            documents=task.documents,
+            per_document=task.per_document,
         )
         log(f"{task.label}: running{' (resuming finished tasks)' if resumed else ''}"
             f"{' beside the next stages' if beside else ''}", event="stage_start", **where)
@@ -476,7 +493,7 @@ def release_freed_heap() -> None:
         pass
 
 
-def _print_log(text: str, **_event) -> None:
+def print_log(text: str, **_event) -> None:
     print(f"[{_now()}] {text}", flush=True)
 
 

@@ -26,9 +26,7 @@ matched no file, are warned of in the build summary. The decontaminate stage ref
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
-import json
 import os
 import re
 import tomllib

@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from cpp_data.pipeline.contract.stage import resolve_inputs
 from cpp_data.pipeline.foundation.errors import BadInput
 
 
@@ -182,7 +183,11 @@ def load_recipe(version: str | None = None, path: Path | None = None,
             f"(implemented: {', '.join(STAGES)})"
         )
     for name in stages:
-        for dep in STAGES[name].inputs:
+        try:
+            reads = resolve_inputs(STAGES[name], stages, STAGES)
+        except ValueError as exc:
+            raise RecipeError(f"{where}: {exc}") from None
+        for dep in reads:
             if dep not in stages[: stages.index(name)]:
                 raise RecipeError(f"{where}: stage {name!r} reads {dep!r}, which must be listed before it")
     param_tables = data.get("params", {})
@@ -231,7 +236,7 @@ def cut_recipe(version: str, wanted: list[str], dest: Path) -> list[str]:
             raise RecipeError(f"no stage {name!r} (stages: {', '.join(STAGES)})")
         if name not in need:
             need.add(name)
-            todo += list(STAGES[name].inputs)
+            todo += list(resolve_inputs(STAGES[name], order, STAGES))
     stages = [s for s in order if s in need]
     text, n = re.subn(r"^stages\s*=\s*\[.*?\]", "stages = [" + ", ".join(f'"{s}"' for s in stages) + "]", text,
                       count=1, flags=re.S | re.M)

@@ -26,7 +26,6 @@ resolved pins, never a branch name.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -37,8 +36,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from cpp_data.pipeline.foundation.errors import BadInput
 from cpp_data.pipeline.contract.source import Decontamination, LockedSource, OptOutRules
+from cpp_data.pipeline.foundation.errors import BadInput
 from cpp_data.pipeline.runner.exclusions import load_exclusions
 from cpp_data.stages.lib.dir_files import TreeDigest, file_sha256, walk_directory
 

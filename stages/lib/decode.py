@@ -10,7 +10,6 @@ from __future__ import annotations
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-
 # Byte-order marks of the wide encodings (UTF-32's first: its little-endian mark starts with UTF-16's).
 _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32le"), (b"\x00\x00\xfe\xff", "utf-32be"), (b"\xff\xfe", "utf-16le"),
               (b"\xfe\xff", "utf-16be"))

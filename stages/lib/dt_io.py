@@ -63,8 +63,9 @@ def output_counts(folder: Path, tasks: int, stats: dict, inputs: list[Path]) -> 
     stage whose outputs account for fewer documents than it read (a task's output lost while its completion
     marker stayed, another process writing into the same entry) raises UnexplainedOutput instead of sealing
     an output its input cannot explain."""
-    import pyarrow.parquet as pq
     from collections import Counter
+
+    import pyarrow.parquet as pq
 
     kept = sum(pq.read_metadata(p).num_rows for p in Path(folder).glob("part-*.parquet"))
     reasons: Counter = Counter()

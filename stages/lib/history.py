@@ -26,8 +26,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cpp_data.stages.lib.repo_files import BlobReader, git, is_cpp
 from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.repo_files import BlobReader, git, is_cpp
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The name-level call graph of a repository, computed on tables (docs/DESIGN.md section 6).
 
-The rule is stages/lib/syntax.py's `call_graph`: a call's short name is matched against every function of the
+The rule is `call_graph`'s (below): a call's short name is matched against every function of the
 repository with that short name; the candidates are narrowed by (1) a written qualifier being a suffix of the
 candidate's scope, (2) the caller's file, (3) the caller's scope, each filter skipped when it would leave none;
 what remains is linked, unless more than `max_candidates` remain. Edges are deduplicated per (caller, caller
@@ -25,6 +25,8 @@ Hand-written because no library resolves C++ calls by name; pyarrow and numpy do
 """
 
 from __future__ import annotations
+
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -258,3 +260,33 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
                      "callee_file": _plain(pc.take(defs.column("source_path"), pa.array(d[first]))),
                      "callee": _plain(pc.take(defs.column("qualname"), pa.array(d[first]))),
                      "candidates": pa.array(n[last], pa.int32())}, schema=EDGES)
+
+
+class CallEdge(NamedTuple):
+    caller: str
+    caller_file: str
+    callee: str
+    callee_file: str
+    candidates: int  # how many definitions the name resolved to (> 1: ambiguous, linked to all)
+
+
+def call_graph(files: Mapping[str, FileStructure], max_candidates: int | None = 8) -> list[CallEdge]:
+    """Name-level caller -> callee edges within a repository.
+
+    A call's short name is matched against every function defined in `files` with that short name (calls to names
+    defined nowhere, e.g. std or macros, are dropped). The candidates are then narrowed by each of these filters in
+    turn, a filter being skipped when it would leave none: (1) a written qualifier (`ns::A::f()`, `A::f()`) must be a
+    suffix of the candidate's scope; (2) candidates in the caller's file; (3) candidates whose scope equals the
+    caller's (same class/namespace). Whatever remains is linked, all of it when ambiguous (`candidates` > 1),
+    unless more than `max_candidates` remain (generic names such as `size`, `get`): such calls are dropped.
+    Edges are deduplicated per (caller, caller file, callee, callee file). The rule runs on tables
+    (stages/lib/name_graph.py), which is how the structure stage calls it for a whole repository."""
+    defs, calls = [], []
+    for k, (path, fs) in enumerate(files.items()):
+        d, c = file_rows(path, fs, k)
+        defs += d
+        calls += c
+    edges = resolve(pa.Table.from_pylist(defs, schema=DEFINITIONS),
+                               pa.Table.from_pylist(calls, schema=CALLS), max_candidates)
+    return [CallEdge(*row) for row in zip(*(edges.column(c).to_pylist()
+                                            for c in ("caller", "caller_file", "callee", "callee_file", "candidates")))]

@@ -19,7 +19,7 @@ statement macros next to an ERROR or MISSING node (`void f() const LOCK_EXCLUDED
 (incrementally), so offsets do not move; the arrays and the ERROR share describe that repaired parse.
 bench/structure_vs_libclang.py measures the spans against libclang.
 
-`call_graph` links the calls of many files by name (see its docstring for the resolution rule).
+stages/lib/name_graph.py links the calls of many files by name (`call_graph`'s docstring gives the resolution rule).
 
 Structure precedence: spans are painted outer to inner, so the innermost span wins, and comments are painted last
 (a comment inside a function body is COMMENT). FUNC_SIGNATURE runs from the function (or its `template <...>` head)
@@ -42,15 +42,23 @@ import itertools
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import tree_sitter_cpp
 from tree_sitter import Language, Node, Parser, Point, Tree
 
-OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
-CATEGORY_NAMES = ("OTHER", "PREAMBLE", "FUNC_SIGNATURE", "FUNC_BODY", "CLASS_DECL", "CLASS_MEMBER", "COMMENT",
-                  "TYPEDEF", "NAMESPACE")
+from cpp_data.schemas.generations import (
+    CLASS_DECL,
+    CLASS_MEMBER,
+    COMMENT,
+    FUNC_BODY,
+    FUNC_SIGNATURE,
+    NAMESPACE,
+    PREAMBLE,
+    TYPEDEF,
+)
+
 MAX_DEPTH, MAX_SIBLING = 127, 63
 LANGUAGE = Language(tree_sitter_cpp.language())
 COMMON_NODE_TYPES = (
@@ -495,14 +503,6 @@ class Call(NamedTuple):
     offset: int     # character offset of the call
 
 
-class CallEdge(NamedTuple):
-    caller: str
-    caller_file: str
-    callee: str
-    callee_file: str
-    candidates: int  # how many definitions the name resolved to (> 1: ambiguous, linked to all)
-
-
 @dataclass
 class FileStructure:
     spans: list[Span]
@@ -863,32 +863,6 @@ def components(qualified: str) -> list[str]:
     while prev != qualified:
         prev, qualified = qualified, _TEMPLATE_ARGS.sub("", qualified)
     return [c for c in qualified.split("::") if c]
-
-
-def call_graph(files: Mapping[str, FileStructure], max_candidates: int | None = 8) -> list[CallEdge]:
-    """Name-level caller -> callee edges within a repository.
-
-    A call's short name is matched against every function defined in `files` with that short name (calls to names
-    defined nowhere, e.g. std or macros, are dropped). The candidates are then narrowed by each of these filters in
-    turn, a filter being skipped when it would leave none: (1) a written qualifier (`ns::A::f()`, `A::f()`) must be a
-    suffix of the candidate's scope; (2) candidates in the caller's file; (3) candidates whose scope equals the
-    caller's (same class/namespace). Whatever remains is linked, all of it when ambiguous (`candidates` > 1),
-    unless more than `max_candidates` remain (generic names such as `size`, `get`): such calls are dropped.
-    Edges are deduplicated per (caller, caller file, callee, callee file). The rule runs on tables
-    (stages/lib/name_graph.py), which is how the structure stage calls it for a whole repository."""
-    import pyarrow as pa
-
-    from cpp_data.stages.lib import name_graph
-
-    defs, calls = [], []
-    for k, (path, fs) in enumerate(files.items()):
-        d, c = name_graph.file_rows(path, fs, k)
-        defs += d
-        calls += c
-    edges = name_graph.resolve(pa.Table.from_pylist(defs, schema=name_graph.DEFINITIONS),
-                               pa.Table.from_pylist(calls, schema=name_graph.CALLS), max_candidates)
-    return [CallEdge(*row) for row in zip(*(edges.column(c).to_pylist()
-                                            for c in ("caller", "caller_file", "callee", "callee_file", "candidates")))]
 
 
 CPP_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".tpp")

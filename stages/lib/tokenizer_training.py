@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
-from cpp_data.stages.lib import keys
+from cpp_data.tokenizer import sample
 
 
 def iter_documents(files: list[Path], columns: list[str]) -> Iterator[dict]:
@@ -38,9 +38,9 @@ def training_texts(files: list[Path], heldout_fraction: float, fraction: float =
     of the hash space); the doc_id and size of each one yielded go to `taken`."""
     cols = ["text", "doc_id", "source_repo", "source_path", "source_commit", "size_bytes"]
     for row in iter_documents(files, cols):
-        if keys.tokenizer_heldout(row["source_repo"], row["source_path"], heldout_fraction):
+        if sample.tokenizer_heldout(row["source_repo"], row["source_path"], heldout_fraction):
             continue
-        if keys.tokenizer_sampled(seed, row["source_repo"], row["source_path"], row["source_commit"], fraction):
+        if sample.tokenizer_sampled(seed, row["source_repo"], row["source_path"], row["source_commit"], fraction):
             if taken is not None:
                 taken.append((row["doc_id"], row["size_bytes"]))
             yield row["text"]
@@ -54,7 +54,7 @@ def candidate_bytes(files: list[Path], heldout_fraction: float) -> tuple[int, in
     n = total = 0
     for t in (t for f in files for t in iter_shard(f, None, ["source_repo", "source_path", "size_bytes"])):
         for repo, path, size in zip(*(t.column(c).to_pylist() for c in t.column_names)):
-            if not keys.tokenizer_heldout(repo, path, heldout_fraction):
+            if not sample.tokenizer_heldout(repo, path, heldout_fraction):
                 n, total = n + 1, total + size
     return n, total
 

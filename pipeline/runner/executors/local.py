@@ -16,6 +16,7 @@ from cpp_data.pipeline.contract.executor import ExecutorConfig
 from cpp_data.pipeline.runner.executors.task_logging import TaskLoggerMixin, quiet_datatrove
 from cpp_data.pipeline.runner.executors.task_setup import bind_children_to_this_process
 
+
 class QuietLocalExecutor(TaskLoggerMixin, LocalPipelineExecutor):
     """LocalPipelineExecutor whose tasks log to their log files only (task_logger: errors as one line on the
     terminal, no tracebacks)."""

@@ -26,8 +26,8 @@ from concurrent.futures import Future
 
 from datatrove.executor.ray import RayPipelineExecutor, RayTaskManager
 
-from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
 from cpp_data.pipeline.contract.executor import ExecutorConfig
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
 from cpp_data.pipeline.runner.executors.task_logging import TaskLoggerMixin
 
 GIB = 1024 ** 3

@@ -25,6 +25,7 @@ from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
 from cpp_data.pipeline.runner.executors.task_setup import DieWithParent, count_nodes
 from cpp_data.pipeline.runner.executors.task_watch import TaskDeathWatch
 
+
 def _progress(logging_dir: Path, tasks: int, label: str, enabled: bool) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
 

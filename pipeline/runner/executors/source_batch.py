@@ -32,9 +32,7 @@ import bisect
 import hashlib
 import os
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 from datatrove.pipeline.base import PipelineStep
 

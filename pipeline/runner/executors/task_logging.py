@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+
 def quiet_datatrove() -> None:
     """Keep datatrove's per-step INFO logging out of the terminal (it stays in each task's log file)."""
     from loguru import logger

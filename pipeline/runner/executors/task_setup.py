@@ -11,6 +11,7 @@ from cpp_data.pipeline.foundation.lifetime import die_with_parent
 from cpp_data.pipeline.runner.executors.task_logging import remember_loguru_lib_dirs
 from cpp_data.pipeline.runner.executors.task_watch import record_task_process
 
+
 def bind_children_to_this_process() -> None:
     """Every child this process forks from now on dies with it (pool workers and what a task forks would
     otherwise outlive a killed build). Processes started by exec (git, the forkserver) are not affected."""
