@@ -1,6 +1,6 @@
-"""The harness's presets as plain data (no torch import): model sizes and training defaults. The launch spec
-turns them into Megatron-LM flags (schemas/launch_spec.py), so a Megatron-LM launch can use the settings of a
-harness run."""
+"""The harness's presets as plain data (no torch import): model sizes and training defaults, and the same as
+Megatron-LM flags (megatron_flags), which the launch spec records (schemas/launch_spec.py) so that a
+Megatron-LM launch can use the settings of a harness run."""
 
 from __future__ import annotations
 
@@ -67,3 +67,26 @@ def flops_per_token(parameters: int, size: str, seq_length: int) -> int:
     convention, although causal attention computes about half of it. MFU = tokens/s x this / peak FLOP/s."""
     s = SIZES[size]
     return 6 * parameters + 12 * s.num_layers * s.hidden_size * seq_length
+
+
+def model_args(size) -> list[str]:
+    """A harness model preset (harness/model.ModelSize) as pretrain_gpt.py flags (no dropout, RoPE, tied
+    embeddings: the harness's GPTModel)."""
+    return ["--num-layers", str(size.num_layers), "--hidden-size", str(size.hidden_size),
+            "--num-attention-heads", str(size.num_attention_heads), "--ffn-hidden-size", str(size.ffn_hidden_size),
+            "--position-embedding-type", "rope", "--hidden-dropout", "0", "--attention-dropout", "0"]
+
+
+def train_args(c) -> list[str]:
+    """The harness's training defaults (harness/train.TrainConfig) as pretrain_gpt.py flags."""
+    return ["--micro-batch-size", str(c.micro_batch_size or c.batch_size), "--global-batch-size", str(c.batch_size),
+            "--train-iters", str(c.steps), "--lr", str(c.lr), "--min-lr", f"{c.lr * c.min_lr_ratio:g}",
+            "--lr-decay-style", "cosine", "--lr-warmup-iters", str(c.warmup), "--lr-decay-iters", str(c.steps),
+            "--weight-decay", str(c.weight_decay), "--adam-beta1", "0.9", "--adam-beta2", "0.95",
+            "--clip-grad", str(c.grad_clip), "--seed", str(c.seed)]
+
+
+def megatron_flags() -> tuple[dict[str, list[str]], list[str]]:
+    """(every model preset's flags, the training defaults' flags): what launch.json's model_args and
+    train_args hold."""
+    return {k: model_args(v) for k, v in SIZES.items()}, train_args(TrainConfig(launch_spec=Path("."), out=Path(".")))

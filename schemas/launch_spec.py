@@ -16,7 +16,7 @@ Format "cpp-data-launch/2" (`launch.json` at the root of a build, or of an expor
                          --eod-mask-loss (no second FIM: no --fim-* flag), then the harness's default batch and
                          learning-rate flags (`train_args`)
   megatron_args          the default dataset's megatron_args
-  model_args: {preset: [flags]}    the harness's model presets (harness/model.py) as pretrain_gpt.py flags
+  model_args: {preset: [flags]}    the harness's model presets (harness/presets.py) as pretrain_gpt.py flags
   train_args: [flags]              the harness's default batch, schedule and optimizer as pretrain_gpt.py flags
 Every path (prefixes, tokenizer) is relative to the directory of launch.json, so a moved or copied build still
 works: run pretrain_gpt.py from that directory (`cd BUILD && torchrun pretrain_gpt.py $(megatron_args) ...`),
@@ -65,23 +65,6 @@ def split_groups(split: str, weights: dict[str, float]) -> list[tuple[str, list[
     return [(suffix, members, set(members)) for suffix, _, members in groups]
 
 
-def model_args(size) -> list[str]:
-    """A harness model preset (harness/model.ModelSize) as pretrain_gpt.py flags (no dropout, RoPE, tied
-    embeddings: the harness's GPTModel)."""
-    return ["--num-layers", str(size.num_layers), "--hidden-size", str(size.hidden_size),
-            "--num-attention-heads", str(size.num_attention_heads), "--ffn-hidden-size", str(size.ffn_hidden_size),
-            "--position-embedding-type", "rope", "--hidden-dropout", "0", "--attention-dropout", "0"]
-
-
-def train_args(c) -> list[str]:
-    """The harness's training defaults (harness/train.TrainConfig) as pretrain_gpt.py flags."""
-    return ["--micro-batch-size", str(c.micro_batch_size or c.batch_size), "--global-batch-size", str(c.batch_size),
-            "--train-iters", str(c.steps), "--lr", str(c.lr), "--min-lr", f"{c.lr * c.min_lr_ratio:g}",
-            "--lr-decay-style", "cosine", "--lr-warmup-iters", str(c.warmup), "--lr-decay-iters", str(c.steps),
-            "--weight-decay", str(c.weight_decay), "--adam-beta1", "0.9", "--adam-beta2", "0.95",
-            "--clip-grad", str(c.grad_clip), "--seed", str(c.seed)]
-
-
 def _dataset_args(spec: dict, d: dict) -> list[str]:
     args = []
     for split in ("train", "valid", "test"):
@@ -125,17 +108,17 @@ def dataset_entry(kind: str, splits: dict, weights: dict[str, float]) -> dict:
 
 def write_launch_spec(path: Path, name: str, datasets: dict[str, dict], vocab_size: int, seq_length: int,
                       tokenizer_dir: str, eod: int, pad: int | None, weights: dict[str, float],
-                      default_dataset: str | None = None) -> dict:
+                      default_dataset: str | None = None, *, model_args: dict[str, list[str]],
+                      train_args: list[str]) -> dict:
     """Write launch.json; `datasets` are `dataset_entry` results with prefixes relative to `path`'s directory;
-    the default dataset is `default_dataset`, else packed rows when present."""
-    from cpp_data.harness.presets import SIZES, TrainConfig
-
+    the default dataset is `default_dataset`, else packed rows when present. `model_args` and `train_args` are
+    the training harness's presets as pretrain_gpt.py flags (harness/presets.megatron_flags)."""
     spec = {
         "format": FORMAT, "name": name, "vocab_size": vocab_size, "seq_length": seq_length, "eod": eod, "pad": pad,
         "tokenizer": {"type": "HuggingFaceTokenizer", "model": tokenizer_dir}, "weights": dict(sorted(weights.items())),
         "default_dataset": default_dataset or ("packed" if "packed" in datasets else "documents"),
-        "model_args": {k: model_args(v) for k, v in SIZES.items()},
-        "train_args": train_args(TrainConfig(launch_spec=Path(path), out=Path("."))),
+        "model_args": model_args,
+        "train_args": train_args,
     }
     spec["datasets"] = {k: {**d, "megatron_args": _dataset_args(spec, d)} for k, d in sorted(datasets.items())}
     spec["megatron_args"] = spec["datasets"][spec["default_dataset"]]["megatron_args"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from cpp_data.harness.presets import megatron_flags
 from cpp_data.pipeline.contract.source import source_weights
 from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.launch_spec import dataset_entry, weight_groups, write_launch_spec
@@ -50,7 +51,9 @@ class LaunchSpecStage(Stage):
                                        weights),
             "packed": dataset_entry("packed", {f"packed/{k}": v for k, v in packed["prefixes"].items()}, weights),
         }
+        model_args, train_args = megatron_flags()
         write_launch_spec(ctx.out / "launch.json", p.name, datasets, export["vocab_size"], packed["seq_length"],
-                          "tokenizer", export["eod"], export.get("pad"), weights, p.default_dataset)
+                          "tokenizer", export["eod"], export.get("pad"), weights, p.default_dataset,
+                          model_args=model_args, train_args=train_args)
         return {"seq_length": packed["seq_length"], "default_dataset": p.default_dataset,
                 "train_prefixes": len(datasets["packed"]["blend_per_split"]["train"])}

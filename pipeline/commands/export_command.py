@@ -130,9 +130,12 @@ def cmd_export(args) -> int:
                   f"{t['fim_documents']:,} FIM")
         meta = json.loads((partial / "packed.json").read_text())
         dataset = {"packed": dataset_entry("packed", meta["prefixes"], weights)}
+    from cpp_data.harness.presets import megatron_flags
+
+    model_args, train_args = megatron_flags()
     write_launch_spec(partial / "launch.json", args.name if args.export_command == "megatron" else "cpp", dataset,
                       meta["vocab_size"], args.seq_length, os.path.relpath(args.build / "tokenizer", out),
-                      meta["eod"], meta.get("pad"), weights)
+                      meta["eod"], meta.get("pad"), weights, model_args=model_args, train_args=train_args)
     atomic_write_json(partial / "arguments.json", arguments)
     out.parent.mkdir(parents=True, exist_ok=True)
     seal(partial, out)
