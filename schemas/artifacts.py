@@ -7,6 +7,19 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from cpp_data.schemas.provenance import (
+    IDENTITY,
+    LICENSE,
+    LICENSE_EVIDENCE,
+    LICENSE_FAMILY,
+    RAW_SHA256,
+    SIZE_BYTES,
+    SOURCE_PATH,
+    SOURCE_REPO,
+    TEXT_SHA256,
+    row,
+)
+
 # collect: one row per C/C++ file taken from a source at its pinned commit; content is the raw bytes.
 # History versions (v2, v3): what a document of a commit walk carries besides its (repo, path, commit); null for
 # a snapshot at the pin. `commit` of the row is the commit the text is read at (the parent, for a v2 "before").
@@ -28,11 +41,9 @@ HISTORY = pa.struct(
 
 COLLECTED_FILE = pa.schema(
     [
-        ("source_repo", pa.string()),
-        ("source_commit", pa.string()),
-        ("source_path", pa.string()),
-        ("size_bytes", pa.int64()),
-        ("raw_sha256", pa.string()),  # of the file's bytes at the commit
+        *IDENTITY,
+        SIZE_BYTES,
+        RAW_SHA256,
         ("content", pa.binary()),
         ("history", HISTORY),
     ]
@@ -41,8 +52,8 @@ COLLECTED_FILE = pa.schema(
 # collect: repository-level license texts (LICENSE*, COPYING*, LICENCE*) found anywhere in the tree.
 LICENSE_FILE = pa.schema(
     [
-        ("source_repo", pa.string()),
-        ("source_path", pa.string()),
+        SOURCE_REPO,
+        SOURCE_PATH,
         ("content", pa.binary()),
         ("state", pa.string()),  # history walks: the tree state these files belong to; null at a pin
     ]
@@ -51,17 +62,13 @@ LICENSE_FILE = pa.schema(
 # One row per file that a stage set aside, with the rule that did it. Assembled into the provenance ledger.
 REJECTION = pa.schema(
     [
-        ("source_repo", pa.string()),
-        ("source_commit", pa.string()),
-        ("source_path", pa.string()),
-        ("size_bytes", pa.int64()),
-        ("raw_sha256", pa.string()),
+        *IDENTITY,
+        SIZE_BYTES,
+        RAW_SHA256,
         ("decision", pa.string()),  # skipped | filtered | license_refused
         ("reason", pa.string()),  # rule name, e.g. "max_line_length" or "license_not_allowed"
-        ("license_spdx", pa.string()),
-        ("license_source", pa.string()),
-        ("license_confidence", pa.float32()),
-        ("license_evidence", pa.string()),  # the file(s) or rule that decided the license, and how they combined
+        *LICENSE,
+        LICENSE_EVIDENCE,
     ]
 )
 
@@ -69,13 +76,11 @@ REJECTION = pa.schema(
 # scrubbed text and dedup key (filter); a column a stage has not filled yet is null.
 DOCUMENT = pa.schema(
     [
-        ("source_repo", pa.string()),
-        ("source_commit", pa.string()),
-        ("source_path", pa.string()),
-        ("text_sha256", pa.string()),  # of the normalized, scrubbed text: the exact-dedup key
-        ("raw_sha256", pa.string()),  # of the file's bytes at its pinned commit (what the ledger identifies)
+        *IDENTITY,
+        TEXT_SHA256,
+        RAW_SHA256,
         ("text", pa.string()),
-        ("size_bytes", pa.int64()),
+        SIZE_BYTES,
         ("n_lines", pa.int32()),
         ("max_line_length", pa.int32()),
         ("unique_line_ratio", pa.float32()),
@@ -83,11 +88,9 @@ DOCUMENT = pa.schema(
         ("byte_entropy", pa.float32()),
         ("is_vendored", pa.bool_()),
         ("redactions", pa.int32()),
-        ("license_spdx", pa.string()),
-        ("license_source", pa.string()),
-        ("license_confidence", pa.float32()),
-        ("license_family", pa.string()),  # permissive | weak_copyleft | copyleft | unknown
-        ("license_evidence", pa.string()),
+        *LICENSE,
+        LICENSE_FAMILY,
+        LICENSE_EVIDENCE,
         ("history", HISTORY),
     ]
 )
@@ -95,15 +98,11 @@ DOCUMENT = pa.schema(
 # exact dedup: one row per removed copy, with its keeper.
 DUPLICATE = pa.schema(
     [
-        ("source_repo", pa.string()),
-        ("source_commit", pa.string()),
-        ("source_path", pa.string()),
-        ("text_sha256", pa.string()),  # normalized text (the cluster key)
-        ("raw_sha256", pa.string()),  # the file at its pin
-        ("size_bytes", pa.int64()),
-        ("license_spdx", pa.string()),
-        ("license_source", pa.string()),
-        ("license_confidence", pa.float32()),
+        *IDENTITY,
+        TEXT_SHA256,  # the cluster key
+        RAW_SHA256,
+        SIZE_BYTES,
+        *LICENSE,
         ("keeper_repo", pa.string()),
         ("keeper_path", pa.string()),
         ("cluster_size", pa.int32()),
@@ -115,22 +114,18 @@ DUPLICATE = pa.schema(
 # (the raw bytes'), text_sha256 and size, and schemas.reader.read_ledger renames them on reading.
 LEDGER = pa.schema(
     [
-        ("source_repo", pa.string()),
-        ("source_commit", pa.string()),
-        ("source_path", pa.string()),
-        ("raw_sha256", pa.string()),  # of the file's bytes at the pinned commit, for every row
-        ("text_sha256", pa.string()),  # of the normalized, scrubbed text, where the file got that far
-        ("size_bytes", pa.int64()),
-        ("license_spdx", pa.string()),
-        ("license_source", pa.string()),
-        ("license_confidence", pa.float32()),
+        *IDENTITY,
+        RAW_SHA256,  # for every row
+        TEXT_SHA256,  # where the file got that far
+        SIZE_BYTES,
+        *LICENSE,
         ("decision", pa.string()),  # kept | skipped | filtered | license_refused | exact_duplicate | near_duplicate
         ("reason", pa.string()),
         ("keeper_repo", pa.string()),
         ("keeper_path", pa.string()),
         ("cluster_id", pa.string()),  # near duplicates: the cluster (keeper's key)
         ("similarity", pa.float32()),  # near duplicates: estimated Jaccard to the keeper
-        ("license_evidence", pa.string()),  # what decided license_spdx: a tag, a notice, license file(s) and rule
+        LICENSE_EVIDENCE,
     ]
 )
 
@@ -149,16 +144,5 @@ def rule_of(reason: str) -> str:
 
 def rejection_row(doc_meta: dict, decision: str, reason: str) -> dict:
     """A REJECTION row from a document's metadata (missing fields become nulls)."""
-    return {
-        "source_repo": doc_meta.get("source_repo"),
-        "source_commit": doc_meta.get("source_commit"),
-        "source_path": doc_meta.get("source_path"),
-        "size_bytes": doc_meta.get("size_bytes"),
-        "raw_sha256": doc_meta.get("raw_sha256"),
-        "decision": decision,
-        "reason": reason,
-        "license_spdx": doc_meta.get("license_spdx"),
-        "license_source": doc_meta.get("license_source"),
-        "license_confidence": doc_meta.get("license_confidence"),
-        "license_evidence": doc_meta.get("license_evidence"),
-    }
+    return {**row(doc_meta, *IDENTITY, SIZE_BYTES, RAW_SHA256), "decision": decision, "reason": reason,
+            **row(doc_meta, *LICENSE, LICENSE_EVIDENCE)}

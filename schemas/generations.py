@@ -24,6 +24,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from cpp_data.schemas.provenance import (
+    IDENTITY,
+    LICENSE_CONFIDENCE,
+    LICENSE_FAMILY,
+    LICENSE_SOURCE,
+    LICENSE_SPDX,
+    RAW_SHA256,
+    SIZE_BYTES,
+    SOURCE_COMMIT,
+    SOURCE_PATH,
+    SOURCE_REPO,
+    TEXT_SHA256,
+)
+
 
 @dataclass(frozen=True)
 class Column:
@@ -54,30 +68,27 @@ _CHUNK = pa.struct(
         ("dep_level", pa.int32()),
     ]
 )
-_CONSTITUENT = pa.struct(
-    [
-        ("source_repo", pa.string()),
-        ("source_commit", pa.string()),
-        ("source_path", pa.string()),
-        ("start", pa.int32()),
-        ("end", pa.int32()),
-        ("license_spdx", pa.string()),
-    ]
-)
+_CONSTITUENT = pa.struct([*IDENTITY, ("start", pa.int32()), ("end", pa.int32()), LICENSE_SPDX])
+
+
+def _provenance(field: pa.Field, fill: Any) -> Column:
+    """A provenance column (schemas/provenance.py) as a generation's optional column with its typed fill."""
+    return Column(field.name, field.type, fill=fill)
+
 
 # Columns every file-level document of ours carries: provenance, license and the filter metadata.
 _FILE_DOC = [
     Column("doc_id", pa.string(), fill=""),
-    Column("source_repo", pa.string(), fill=""),
-    Column("source_commit", pa.string(), fill=""),
-    Column("source_path", pa.string(), fill=""),
-    Column("text_sha256", pa.string(), fill="", formerly="sha256"),  # of the text as published
-    Column("raw_sha256", pa.string(), fill=""),  # of the file's bytes at source_commit (the ledger's key)
-    Column("license_spdx", pa.string(), fill="NOASSERTION"),
-    Column("license_source", pa.string(), fill="unknown"),
-    Column("license_confidence", pa.float32(), fill=0.0),
-    Column("license_family", pa.string(), fill="unknown"),
-    Column("size_bytes", pa.int64(), fill=-1),
+    _provenance(SOURCE_REPO, ""),
+    _provenance(SOURCE_COMMIT, ""),
+    _provenance(SOURCE_PATH, ""),
+    Column(TEXT_SHA256.name, TEXT_SHA256.type, fill="", formerly="sha256"),  # of the text as published
+    _provenance(RAW_SHA256, ""),  # of the file's bytes at source_commit (the ledger's key)
+    _provenance(LICENSE_SPDX, "NOASSERTION"),
+    _provenance(LICENSE_SOURCE, "unknown"),
+    _provenance(LICENSE_CONFIDENCE, 0.0),
+    _provenance(LICENSE_FAMILY, "unknown"),
+    _provenance(SIZE_BYTES, -1),
     Column("n_lines", pa.int32(), fill=-1),
     Column("max_line_length", pa.int32(), fill=-1),
     Column("unique_line_ratio", pa.float32(), fill=-1.0),

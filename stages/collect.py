@@ -97,8 +97,7 @@ class _Collector:
         self.reasons[reason] += 1
         self.skipped.append({"source_repo": self.src.name, "source_commit": commit or self.src.commit,
                              "source_path": stored_path(path), "size_bytes": size, "raw_sha256": sha,
-                             "decision": "skipped", "reason": reason, "license_spdx": None, "license_source": None,
-                             "license_confidence": None})
+                             "decision": "skipped", "reason": reason})  # no license answer: REJECTION's nulls
 
     def opted_out_by_path(self, path: str, size: int, sha: str | None, commit: str | None = None) -> bool:
         """Skip the file at `path` as opt_out when a path rule names it (counting the rule); False if none does."""

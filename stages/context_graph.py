@@ -45,14 +45,14 @@ from cpp_data.pipeline.contract.executor import stat_total
 from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.schemas.generations import write_schema
+from cpp_data.schemas.provenance import IDENTITY, LICENSE, LICENSE_FAMILY, names
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib import repo_groups
 from cpp_data.stages.lib.shard_tasks import WORK, SliceWork, clean_work, map_shards, plan_slices, write_task_table
 
 ENRICHED = "v6"  # the generation of the structure stage's shards (their metadata columns' types)
 
-_META = ["source_repo", "source_commit", "source_path", "license_spdx", "license_source", "license_confidence",
-         "license_family", "is_vendored"]
+_META = [*names(*IDENTITY, *LICENSE, LICENSE_FAMILY), "is_vendored"]
 DOC_COLUMNS = ["text", "doc_id", *_META, "text_sha256", "size_bytes", "target_name", "n_callers", "n_callees",
                "constituents"]
 

@@ -24,13 +24,14 @@ import pyarrow.parquet as pq
 from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.schemas.generations import write_schema
+from cpp_data.schemas.provenance import IDENTITY, LICENSE, LICENSE_FAMILY, SIZE_BYTES, TEXT_SHA256, names
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib import keys
 from cpp_data.stages.lib.inputs import document_parts
 
-DOC_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "license_spdx", "license_source",
-               "license_confidence", "license_family", "text_sha256", "size_bytes", "target_name", "max_dep_level",
-               "build_info", "constituents"]
+_LICENSE_COLUMNS = names(*LICENSE, LICENSE_FAMILY)
+DOC_COLUMNS = ["text", "doc_id", *names(*IDENTITY), *_LICENSE_COLUMNS, *names(TEXT_SHA256, SIZE_BYTES), "target_name",
+               "max_dep_level", "build_info", "constituents"]
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,7 @@ def kept_licenses(ctx: StageContext, repo: str, removed) -> dict[tuple[str, str]
     one repository at a time, since a document's pieces never leave their repository."""
     out = {}
     for part in document_parts(ctx, repo):
-        t = pq.read_table(part, columns=["source_repo", "source_commit", "source_path", "license_spdx",
-                                         "license_source", "license_confidence", "license_family"])
+        t = pq.read_table(part, columns=[*names(*IDENTITY), *_LICENSE_COLUMNS])
         keep = ~keys.contains(removed, keys.table_keys(t))
         for row, k in zip(t.to_pylist(), keep):
             if k:
@@ -115,9 +115,8 @@ def build_document(root: dict, deps: list[dict], preamble: list[dict], meta: dic
     lic = meta["license_of"][(meta["repo_of"][root["usr"]], root["file"])]
     return {"text": text, "target_name": root["name"], "constituents": constituents,
             "max_dep_level": max((d["level"] for d in deps), default=-1),
-            "license_spdx": licenses[0] if len(licenses) == 1 else " AND ".join(f"({x})" for x in licenses),
-            "license_source": lic["license_source"], "license_confidence": lic["license_confidence"],
-            "license_family": lic["license_family"]}
+            **{name: lic[name] for name in _LICENSE_COLUMNS},
+            "license_spdx": licenses[0] if len(licenses) == 1 else " AND ".join(f"({x})" for x in licenses)}
 
 
 class DependencyDocuments(Stage):

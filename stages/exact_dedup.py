@@ -20,10 +20,11 @@ import pyarrow.parquet as pq
 
 from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.schemas.artifacts import DUPLICATE
+from cpp_data.schemas.provenance import IDENTITY, LICENSE, LICENSE_FAMILY, RAW_SHA256, SIZE_BYTES, TEXT_SHA256, names
 from cpp_data.stages.lib.inputs import document_parts
 
-_COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "is_vendored", "license_spdx", "license_source",
-         "license_confidence", "license_family"]
+_COLS = names(*IDENTITY, TEXT_SHA256, RAW_SHA256, SIZE_BYTES) + ["is_vendored"] + names(*LICENSE, LICENSE_FAMILY)
+_DUPLICATE_PROVENANCE = (*IDENTITY, TEXT_SHA256, RAW_SHA256, SIZE_BYTES, *LICENSE)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class ExactDedupParams:
 
 class ExactDedup(Stage):
     name = "exact_dedup"
-    version = 3
+    version = 4
     scope = "corpus"
     inputs = ("collect", DOCUMENTS)
     Params = ExactDedupParams
@@ -88,11 +89,8 @@ class ExactDedup(Stage):
                 clusters += 1
                 largest.append((int(size), shas[start], src[start], path[start]))
                 for i in range(start + 1, start + size):
-                    row = {c: t.column(c)[i].as_py() for c in ("source_repo", "source_commit", "source_path", "text_sha256",
-                                                               "raw_sha256", "license_spdx", "license_source")}
-                    row.update(size_bytes=t.column("size_bytes")[i].as_py(),
-                               confidence=t.column("license_confidence")[i].as_py(),
-                               keeper_repo=src[start], keeper_path=path[start], cluster_size=int(size))
+                    row = {f.name: t.column(f.name)[i].as_py() for f in _DUPLICATE_PROVENANCE}
+                    row.update(keeper_repo=src[start], keeper_path=path[start], cluster_size=int(size))
                     rows.append(row)
                     removed_bytes += row["size_bytes"]
             removed += len(rows)

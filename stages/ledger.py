@@ -21,6 +21,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.contract.stage import PER_DOCUMENT, Stage, StageContext
 from cpp_data.schemas.artifacts import LEDGER, REJECTION, rule_of
+from cpp_data.schemas.provenance import IDENTITY, LICENSE, LICENSE_EVIDENCE, RAW_SHA256, SIZE_BYTES, TEXT_SHA256, names
 from cpp_data.stages.lib import keys
 from cpp_data.stages.lib.shard_tasks import WORK
 
@@ -30,57 +31,38 @@ class LedgerParams:
     pass
 
 
-def _from_rejections(t: pa.Table) -> pa.Table:
+def _ledger_rows(t: pa.Table, **given) -> pa.Table:
+    """LEDGER rows for the rows of `t`: each column from `given` (an array, or one value for every row), else
+    t's column of that name, else nulls."""
     n = t.num_rows
-    return pa.table({
-        "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
-        "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
-        "text_sha256": pa.nulls(n, pa.string()), "size_bytes": t.column("size_bytes"),
-        "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
-        "license_confidence": t.column("license_confidence"), "decision": t.column("decision"), "reason": t.column("reason"),
-        "keeper_repo": pa.nulls(n, pa.string()), "keeper_path": pa.nulls(n, pa.string()),
-        "cluster_id": pa.nulls(n, pa.string()), "similarity": pa.nulls(n, pa.float32()),
-        "license_evidence": t.column("license_evidence"),
-    }, schema=LEDGER)
+    columns = {}
+    for f in LEDGER:
+        value = given[f.name] if f.name in given else t.column(f.name) if f.name in t.column_names else None
+        if value is None or isinstance(value, (str, int, float)):
+            value = pa.array([value] * n, f.type)
+        columns[f.name] = value
+    return pa.table(columns, schema=LEDGER)
+
+
+def _from_rejections(t: pa.Table) -> pa.Table:
+    return _ledger_rows(t)
 
 
 def _from_duplicates(t: pa.Table, decision: str, cluster_id, similarity, evidence: dict) -> pa.Table:
     """Ledger rows of removed duplicates (exact: cluster = text SHA-256, similarity 1; near: as computed)."""
-    n = t.num_rows
-    return pa.table({
-        "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
-        "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
-        "text_sha256": t.column("text_sha256"), "size_bytes": t.column("size_bytes"),
-        "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
-        "license_confidence": t.column("license_confidence"), "decision": pa.array([decision] * n, pa.string()),
-        "reason": pa.array([decision] * n, pa.string()), "keeper_repo": t.column("keeper_repo"),
-        "keeper_path": t.column("keeper_path"), "cluster_id": cluster_id, "similarity": similarity,
-        "license_evidence": pa.array([evidence.get(k) for k in zip(*(t.column(c).to_pylist()
-                                                                      for c in ("source_repo", "source_commit", "source_path")))],
-                                     pa.string()),
-    }, schema=LEDGER)
+    identities = zip(*(t.column(f.name).to_pylist() for f in IDENTITY))
+    return _ledger_rows(t, decision=decision, reason=decision, cluster_id=cluster_id, similarity=similarity,
+                        license_evidence=pa.array([evidence.get(k) for k in identities], pa.string()))
 
 
-_KEPT = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "license_spdx",
-         "license_source", "license_confidence", "license_evidence"]
+_KEPT = names(*IDENTITY, TEXT_SHA256, RAW_SHA256, SIZE_BYTES, *LICENSE, LICENSE_EVIDENCE)
 
 
 def _kept_rows(t: pa.Table) -> pa.Table:
-    n = t.num_rows
-    return pa.table({
-        "source_repo": t.column("source_repo"), "source_commit": t.column("source_commit"),
-        "source_path": t.column("source_path"), "raw_sha256": t.column("raw_sha256"),
-        "text_sha256": t.column("text_sha256"), "size_bytes": t.column("size_bytes"),
-        "license_spdx": t.column("license_spdx"), "license_source": t.column("license_source"),
-        "license_confidence": t.column("license_confidence"), "decision": pa.array(["kept"] * n),
-        "reason": pa.array([""] * n), "keeper_repo": pa.nulls(n, pa.string()),
-        "keeper_path": pa.nulls(n, pa.string()), "cluster_id": pa.nulls(n, pa.string()),
-        "similarity": pa.nulls(n, pa.float32()), "license_evidence": t.column("license_evidence"),
-    }, schema=LEDGER)
+    return _ledger_rows(t, decision="kept", reason="")
 
 
-_EVIDENCE = pa.schema([("source_repo", pa.string()), ("source_commit", pa.string()), ("source_path", pa.string()),
-                       ("license_evidence", pa.string())])
+_EVIDENCE = pa.schema([*IDENTITY, LICENSE_EVIDENCE])
 
 
 class SourceRows(PipelineStep):

@@ -43,19 +43,18 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
+from cpp_data.schemas.provenance import IDENTITY, LICENSE, LICENSE_FAMILY, RAW_SHA256, SIZE_BYTES, TEXT_SHA256, names
+from cpp_data.schemas.provenance import row as provenance_row
 from cpp_data.stages.lib import dt_io, keys
 from cpp_data.stages.lib.inputs import document_parts
 from cpp_data.stages.lib.shingles import jaccard, shingle_hashes
 
+_PROVENANCE = (*IDENTITY, TEXT_SHA256, RAW_SHA256, SIZE_BYTES, *LICENSE)
 NEAR_DUPLICATE = pa.schema([
-    ("source_repo", pa.string()), ("source_commit", pa.string()), ("source_path", pa.string()),
-    ("text_sha256", pa.string()), ("raw_sha256", pa.string()),
-    ("size_bytes", pa.int64()), ("license_spdx", pa.string()), ("license_source", pa.string()),
-    ("license_confidence", pa.float32()), ("keeper_repo", pa.string()), ("keeper_path", pa.string()),
+    *_PROVENANCE, ("keeper_repo", pa.string()), ("keeper_path", pa.string()),
     ("cluster_id", pa.string()), ("similarity", pa.float32()), ("cluster_size", pa.int32()),
 ])
-_DOC_COLS = ["source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256", "size_bytes", "is_vendored",
-             "license_spdx", "license_source", "license_confidence", "license_family"]
+_DOC_COLS = names(*IDENTITY, TEXT_SHA256, RAW_SHA256, SIZE_BYTES) + ["is_vendored"] + names(*LICENSE, LICENSE_FAMILY)
 _BAND_DTYPE = np.dtype([("key", "<u8"), ("doc", "<u4")])
 
 
@@ -387,12 +386,8 @@ def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[lis
             size = 1 + int(close.sum())
             for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
                 m = meta[g]
-                rows.append({"source_repo": m["source_repo"], "source_commit": m["source_commit"],
-                             "source_path": m["source_path"], "text_sha256": m["text_sha256"],
-                             "raw_sha256": m["raw_sha256"], "size_bytes": m["size_bytes"], "license_spdx": m["license_spdx"],
-                             "license_source": m["license_source"], "license_confidence": m["license_confidence"],
-                             "keeper_repo": k["source_repo"], "keeper_path": k["source_path"], "cluster_id": cluster_id,
-                             "similarity": round(float(s), 4), "cluster_size": size})
+                rows.append({**provenance_row(m, *_PROVENANCE), "keeper_repo": k["source_repo"], "keeper_path": k["source_path"],
+                             "cluster_id": cluster_id, "similarity": round(float(s), 4), "cluster_size": size})
             if size > 1:
                 largest.append({"size": size, "keeper": f"{k['source_repo']}:{k['source_path']}", "cluster_id": cluster_id})
             pending = [g for g, c in zip(others, close.tolist()) if not c]

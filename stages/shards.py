@@ -30,15 +30,14 @@ from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.pipeline.foundation.worker_cache import worker_cache
 from cpp_data.schemas.generations import write_schema
+from cpp_data.schemas.provenance import IDENTITY, LICENSE, LICENSE_FAMILY, RAW_SHA256, SIZE_BYTES, TEXT_SHA256, names
 from cpp_data.schemas.shard_writer import SPLITS, ShardParams, ShardWriter
 from cpp_data.stages.lib import keys
 from cpp_data.stages.lib.inputs import document_parts
 from cpp_data.stages.lib.shard_tasks import WORK, write_task_table
 
-SHARD_COLUMNS = ["text", "doc_id", "source_repo", "source_commit", "source_path", "text_sha256", "raw_sha256",
-                 "license_spdx",
-                 "license_source", "license_confidence", "license_family", "size_bytes", "n_lines",
-                 "max_line_length", "unique_line_ratio", "comment_share", "byte_entropy", "is_vendored",
+SHARD_COLUMNS = ["text", "doc_id", *names(*IDENTITY, TEXT_SHA256, RAW_SHA256, *LICENSE, LICENSE_FAMILY, SIZE_BYTES),
+                 "n_lines", "max_line_length", "unique_line_ratio", "comment_share", "byte_entropy", "is_vendored",
                  "redactions"]
 # history generations: the columns taken from each document's `history` struct
 HISTORY_COLUMNS = {

@@ -15,9 +15,9 @@ from typing import Any
 
 from cpp_data.pipeline.foundation.terminal_text import json_printable, printable
 from cpp_data.schemas.generations import CATEGORY_NAMES
+from cpp_data.schemas.provenance import LICENSE, SIZE_BYTES, SOURCE_COMMIT, SOURCE_PATH, SOURCE_REPO, names
 
-BASE_COLUMNS = ["text", "doc_id", "source_repo", "source_path", "source_commit", "license_spdx", "license_source",
-                "license_confidence", "size_bytes"]
+BASE_COLUMNS = ["text", "doc_id", *names(SOURCE_REPO, SOURCE_PATH, SOURCE_COMMIT, *LICENSE, SIZE_BYTES)]
 OPTIONAL = ["structure_ids", "token_ids"]
 # ANSI colours per structure category (schemas/generations.CATEGORY_NAMES order); 0 (OTHER) stays plain
 BODY = "\t\n"  # what a shown text body keeps of the characters `printable` escapes
