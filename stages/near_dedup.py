@@ -171,9 +171,9 @@ class UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def _verify_spilled(files: list[Path], exact_jaccard, threshold: float, pairs_in_memory: int
+def verify(files: list[Path], exact_jaccard, threshold: float, pairs_in_memory: int
                     ) -> tuple[np.ndarray, int]:
-    """(verified pairs, exact checks): every distinct candidate pair of the spilled files scored once by its
+    """Step 3: (verified pairs, exact checks): every distinct candidate pair of the spilled files scored once by its
     exact Jaccard. Pairs are split into partitions by their first document, each small enough to make
     distinct in memory (pairs_in_memory pairs), so a pair met in several bands is still checked once."""
     runs = [np.load(f, mmap_mode="r") for f in files]
@@ -191,10 +191,10 @@ def _verify_spilled(files: list[Path], exact_jaccard, threshold: float, pairs_in
 
 
 def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: int, n_ranges: int,
-                    all_pairs_up_to: int, verify) -> tuple[int, np.ndarray]:
+                    all_pairs_up_to: int, prefilter) -> tuple[int, np.ndarray]:
     """Verified (a, b) global doc ids from the buckets of `band`, one key range at a time. Candidates are each
     member with the bucket's first document, and every pair in buckets of at most `all_pairs_up_to`
-    documents; `verify` keeps the true near duplicates. Returns (candidates seen, verified pairs)."""
+    documents; `prefilter` keeps the pairs worth verifying. Returns (candidates seen, verified pairs)."""
     runs = [np.load(sig_dir / f"band-{band:02d}-{r:05d}.npy", mmap_mode="r") for r in ranks]
     bounds = [i * 2**64 // n_ranges for i in range(n_ranges + 1)]
     out, verified, seen = [], [], 0
@@ -227,7 +227,7 @@ def candidate_pairs(sig_dir: Path, ranks: list[int], offsets: np.ndarray, band: 
         if out:
             pairs = np.concatenate(out)
             seen += len(pairs)
-            verified.append(verify(pairs))
+            verified.append(prefilter(pairs))
             out = []
     return seen, (np.concatenate(verified) if verified else np.empty((0, 2), dtype=np.int64))
 
@@ -250,95 +250,130 @@ class NearDedup(Stage):
                           ctx.out, self.params, ctx.executor, ctx.label)
 
 
-def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int], out: Path,
-               p: NearDedupParams, executor, label: str = "near_dedup") -> dict:
-    """The whole stage on a list of document parts: writes out/near_duplicates.parquet, returns counts.
-    (bench/dedup_vs_datatrove.py calls this too, so the benchmark measures exactly the stage's code.)"""
-    if problem := p.check():  # the recipe refuses these params already; a direct caller (a benchmark) too
-        raise ValueError(problem)
-    out = Path(out)
+class SignatureStore:
+    """What the signature tasks wrote (step 1), read back by global document id: task r's documents are ids
+    offsets[r] .. offsets[r] + counts[r] - 1. Signatures and shingle sets stay memory-mapped."""
+
+    def __init__(self, sig_dir: Path, tasks: int, num_perm: int):
+        self.dir, self.num_perm = sig_dir, num_perm
+        self.ranks = list(range(tasks))
+        self.sigs = [np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r") for r in self.ranks]
+        counts = np.array([s.shape[0] for s in self.sigs], dtype=np.int64)
+        self.offsets = np.r_[0, np.cumsum(counts)[:-1]] if len(counts) else np.zeros(0, dtype=np.int64)
+        self.total = int(counts.sum())
+        self.rank_of = np.repeat(np.arange(len(self.ranks)), counts)
+        self.shingles = [np.load(sig_dir / f"shingles-{r:05d}.npy", mmap_mode="r") for r in self.ranks]
+        self.shingle_offsets = [np.load(sig_dir / f"shingle-offsets-{r:05d}.npy") for r in self.ranks]
+        # versions of one file (a history walk) are not each other's duplicates: they are the point of v2/v3
+        self.lineage = np.concatenate([np.load(sig_dir / f"lineage-{r:05d}.npy") for r in self.ranks]) \
+            if self.ranks else np.empty(0, dtype=np.uint64)
+
+    def signatures(self, gids: np.ndarray) -> np.ndarray:
+        buf = np.empty((len(gids), self.num_perm), dtype=np.uint32)
+        for r in np.unique(self.rank_of[gids]):
+            sel = self.rank_of[gids] == r
+            buf[sel] = self.sigs[r][gids[sel] - self.offsets[r]]
+        return buf
+
+    def exact_jaccard(self, a: int, b: int) -> float:
+        ra, rb = self.rank_of[a], self.rank_of[b]
+        ia, ib = a - self.offsets[ra], b - self.offsets[rb]
+        sa = self.shingles[ra][self.shingle_offsets[ra][ia]:self.shingle_offsets[ra][ia + 1]]
+        sb = self.shingles[rb][self.shingle_offsets[rb][ib]:self.shingle_offsets[rb][ib + 1]]
+        return jaccard(np.asarray(sa), np.asarray(sb))
+
+
+class Prefilter:
+    """Step 2's filter of candidate pairs: the pairs that are not versions of one file and whose estimated
+    Jaccard reaches threshold - margin are written to disk (`spilled`), so nothing is kept in memory across
+    bands; returns none (step 3 verifies the spilled pairs)."""
+
+    def __init__(self, store: SignatureStore, p: NearDedupParams, spill: Path):
+        self.store, self.p, self.spill = store, p, spill
+        self.spilled: list[Path] = []
+
+    def __call__(self, pairs: np.ndarray) -> np.ndarray:
+        pairs = np.sort(pairs, axis=1)
+        pairs = pairs[self.store.lineage[pairs[:, 0]] != self.store.lineage[pairs[:, 1]]]
+        est = (self.store.signatures(pairs[:, 0]) == self.store.signatures(pairs[:, 1])).mean(axis=1)
+        kept = pairs[est >= self.p.threshold - self.p.estimate_margin]
+        if len(kept):
+            self.spilled.append(self.spill / f"{len(self.spilled):06d}.npy")
+            np.save(self.spilled[-1], kept.astype(np.int64))
+        return np.empty((0, 2), dtype=np.int64)
+
+
+def signatures(parts: list[Path], removed_file: Path, out: Path, p: NearDedupParams, executor,
+               label: str) -> tuple[dict[str, int], SignatureStore]:
+    """Step 1: the signature tasks (one per document part, across every source, in a fixed order), and what
+    they wrote. The task listing holds absolute paths, so it lives with datatrove's bookkeeping, which is no
+    part of the sealed output (pipeline/runner/cache.py: SCRATCH): the output's checksums, which later stages'
+    fingerprints hash, must not depend on where OUT is."""
     sig_dir = out / "_signatures"
     sig_dir.mkdir(parents=True, exist_ok=True)
-    # one document part per task, across every source, in a fixed order; absolute paths, so it lives with
-    # datatrove's bookkeeping, which is no part of the sealed output (pipeline/runner/cache.py: SCRATCH): the output's
-    # checksums, which later stages' fingerprints hash, must not depend on where OUT is
     (out / "_datatrove").mkdir(parents=True, exist_ok=True)
     listing = out / "_datatrove" / "inputs.txt"
     listing.write_text("".join(f"{x}\n" for x in parts))
     pipeline = [dt_io.paths_reader(listing), SignatureStep(sig_dir, p, removed_file)]
-    t0 = time.monotonic()
     stats = executor.run(pipeline, len(parts), out / "_datatrove", label)
-    t1 = time.monotonic()
-    ranks = list(range(len(parts)))
-    counts = np.array([np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r").shape[0] for r in ranks], dtype=np.int64)
-    offsets = np.r_[0, np.cumsum(counts)[:-1]] if len(counts) else np.zeros(0, dtype=np.int64)
-    total = int(counts.sum())
-    sigs = [np.load(sig_dir / f"sig-{r:05d}.npy", mmap_mode="r") for r in ranks]
-    rank_of = np.repeat(np.arange(len(ranks)), counts)
+    return stats, SignatureStore(sig_dir, len(parts), p.num_perm)
 
-    def signature(gids: np.ndarray) -> np.ndarray:
-        buf = np.empty((len(gids), p.num_perm), dtype=np.uint32)
-        for r in np.unique(rank_of[gids]):
-            sel = rank_of[gids] == r
-            buf[sel] = sigs[r][gids[sel] - offsets[r]]
-        return buf
 
-    shingle_sets = [np.load(sig_dir / f"shingles-{r:05d}.npy", mmap_mode="r") for r in ranks]
-    shingle_offsets = [np.load(sig_dir / f"shingle-offsets-{r:05d}.npy") for r in ranks]
-
-    def exact_jaccard(a: int, b: int) -> float:
-        ra, rb = rank_of[a], rank_of[b]
-        ia, ib = a - offsets[ra], b - offsets[rb]
-        sa = shingle_sets[ra][shingle_offsets[ra][ia]:shingle_offsets[ra][ia + 1]]
-        sb = shingle_sets[rb][shingle_offsets[rb][ib]:shingle_offsets[rb][ib + 1]]
-        return jaccard(np.asarray(sa), np.asarray(sb))
-
-    # versions of one file (a history walk) are not each other's duplicates: they are the point of v2/v3
-    lineage_of = np.concatenate([np.load(sig_dir / f"lineage-{r:05d}.npy") for r in ranks]) if ranks \
-        else np.empty(0, dtype=np.uint64)
-    scratch = out / "_work"  # pipeline/runner/cache.py: SCRATCH, never part of the sealed output
-    spill = scratch / "candidates"
-    shutil.rmtree(scratch, ignore_errors=True)
-    spill.mkdir(parents=True)
-    spilled: list[Path] = []
-
-    def prefilter(pairs: np.ndarray) -> np.ndarray:
-        """Candidates that are not versions of one file and whose estimated Jaccard reaches threshold -
-        margin, written to disk (nothing is kept in memory across bands); returns none (verified later)."""
-        pairs = np.sort(pairs, axis=1)
-        pairs = pairs[lineage_of[pairs[:, 0]] != lineage_of[pairs[:, 1]]]
-        est = (signature(pairs[:, 0]) == signature(pairs[:, 1])).mean(axis=1)
-        kept = pairs[est >= p.threshold - p.estimate_margin]
-        if len(kept):
-            spilled.append(spill / f"{len(spilled):06d}.npy")
-            np.save(spilled[-1], kept.astype(np.int64))
-        return np.empty((0, 2), dtype=np.int64)
-
-    n_ranges = max(1, math.ceil(total / p.entries_per_range))
+def buckets(store: SignatureStore, p: NearDedupParams, spill: Path) -> tuple[int, list[Path]]:
+    """Step 2: the candidate pairs of every band's buckets, one key range at a time, prefiltered and spilled;
+    (candidates seen, the spilled files)."""
+    prefilter = Prefilter(store, p, spill)
+    n_ranges = max(1, math.ceil(store.total / p.entries_per_range))
     candidates = 0
     for band in range(p.bands):
-        seen, _ = candidate_pairs(sig_dir, ranks, offsets, band, n_ranges, p.all_pairs_up_to, prefilter)
+        seen, _ = candidate_pairs(store.dir, store.ranks, store.offsets, band, n_ranges, p.all_pairs_up_to, prefilter)
         candidates += seen
-    verified, checks = _verify_spilled(spilled, exact_jaccard, p.threshold, p.pairs_in_memory)
-    t2 = time.monotonic()
+    return candidates, prefilter.spilled
+
+
+def clusters(verified: np.ndarray, total: int, scratch: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Step 4: union-find over the verified pairs; (the documents in a pair, each one's cluster root)."""
     uf = UnionFind(total, scratch / "union_find.npy")
     for a, b in verified.tolist():
         uf.union(a, b)
     members = np.unique(verified) if len(verified) else np.empty(0, dtype=np.int64)
-    roots = np.array([uf.find(int(x)) for x in members], dtype=np.int64)
-    del uf
-    shutil.rmtree(scratch, ignore_errors=True)
+    return members, np.array([uf.find(int(x)) for x in members], dtype=np.int64)
 
-    meta = _metadata(sig_dir, ranks, offsets, members, repo_bytes)
-    rows, largest = _keepers(members, roots, meta, exact_jaccard, p.threshold)
+
+def write_outputs(out: Path, rows: list[dict], removed_file: Path) -> None:
+    """near_duplicates.parquet, and removed_keys.parquet: the dedup decision, once (exact's removals and ours),
+    the one record later stages read."""
     near_table = pa.Table.from_pylist(rows, schema=NEAR_DUPLICATE)
     pq.write_table(near_table, out / "near_duplicates.parquet", compression="zstd")
-    # the dedup decision, once: exact's removals and ours (downstream stages read only this)
     keys.write_removed(out / "removed_keys.parquet",
                        [pq.read_table(removed_file, columns=["source_repo", "source_path", "source_commit"]),
                         near_table.select(["source_repo", "source_path", "source_commit"])])
+
+
+def near_dedup(parts: list[Path], removed_file: Path, repo_bytes: dict[str, int], out: Path,
+               p: NearDedupParams, executor, label: str = "near_dedup") -> dict:
+    """The whole stage on a list of document parts, as its four steps: signatures, buckets, verification,
+    clusters (with the keeper of each); writes out/near_duplicates.parquet and removed_keys.parquet, returns
+    counts. (bench/dedup_vs_datatrove.py calls this too, so the benchmark measures exactly the stage's code.)"""
+    if problem := p.check():  # the recipe refuses these params already; a direct caller (a benchmark) too
+        raise ValueError(problem)
+    out = Path(out)
+    t0 = time.monotonic()
+    stats, store = signatures(parts, removed_file, out, p, executor, label)
+    t1 = time.monotonic()
+    scratch = out / "_work"  # pipeline/runner/cache.py: SCRATCH, never part of the sealed output
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "candidates").mkdir(parents=True)
+    candidates, spilled = buckets(store, p, scratch / "candidates")
+    verified, checks = verify(spilled, store.exact_jaccard, p.threshold, p.pairs_in_memory)
+    t2 = time.monotonic()
+    members, roots = clusters(verified, store.total, scratch)
+    shutil.rmtree(scratch, ignore_errors=True)
+    meta = _metadata(store.dir, store.ranks, store.offsets, members, repo_bytes)
+    rows, largest = _keepers(members, roots, meta, store.exact_jaccard, p.threshold)
+    write_outputs(out, rows, removed_file)
     return {
-        "documents_signed": total,
+        "documents_signed": store.total,
         "too_short": int(sum(v for k, v in stats.items() if k.endswith(".too_short"))),
         "candidate_pairs": int(candidates),
         "exact_jaccard_checks": checks,

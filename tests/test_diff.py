@@ -59,8 +59,10 @@ def test_diff_reports_documents_refusals_licenses_and_tables(tmp_path):
 
     rows = duckdb.sql(f"select change, count(*) from '{tmp_path}/t/documents.parquet' group by 1 order by 1").fetchall()
     assert dict(rows) == {k: v for k, v in docs.items() if v}
-    refused = duckdb.sql(f"select rule, files from '{tmp_path}/t/refusals.parquet'").fetchall()
+    refused = duckdb.sql(f"select now, count(*) from '{tmp_path}/t/refusals.parquet' group by 1").fetchall()
     assert refused == [("license_refused:copyleft_not_opted_in", 1)]
+    paths = duckdb.sql(f"select source_repo, source_path from '{tmp_path}/t/refusals.parquet'").fetchall()
+    assert len(paths) == 1 and paths[0][1] in text  # the text output names the newly refused file too
     # one field, one name: the tables take the build's names (a side's with _a or _b), the ledger the shards'
     import pyarrow.parquet as pq
 

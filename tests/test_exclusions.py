@@ -56,8 +56,11 @@ def test_opt_out_and_decontamination_are_honoured(tmp_path: Path):
     (tmp_path / "optout.toml").write_text(f'sha256 = ["{listed}"]\nrepos = ["b"]\n')
     bench = tmp_path / "bench"
     bench.mkdir()
+    # a second task, long and unrelated to the corpus: the reference holds n-grams of 400 tokens too
+    unrelated = " ".join(f"int task_{k}(int x) {{ return x * {k}; }}" for k in range(60))
     (bench / "tasks.jsonl").write_text(json.dumps({"task_id": "CPP/9", "prompt": "rolling max",
-                                                   "canonical_solution": SOLUTION}) + "\n")
+                                                   "canonical_solution": SOLUTION}) + "\n"
+                                       + json.dumps({"task_id": "CPP/10", "canonical_solution": unrelated}) + "\n")
     sources = tmp_path / "sources.toml"
     sources.write_text(
         '[[source]]\nname = "a"\nurl = "a"\nlicense = "MIT"\n\n[[source]]\nname = "b"\nurl = "b"\nlicense = "MIT"\n\n'

@@ -63,7 +63,10 @@ def test_a_broken_or_unsealed_frozen_tokenizer_is_refused_before_any_stage(refer
     shutil.copytree(reference_build, broken)
     (broken / "tokenizer" / "tokenizer.json").chmod(0o644)
     (broken / "tokenizer" / "tokenizer.json").write_text("{")
-    assert f"{broken}/tokenizer/tokenizer.json: not a loadable tokenizer" in refused(broken)
+    assert f"{broken}/tokenizer/tokenizer.json: does not match the manifest of build broken" in refused(broken)
+    bare = tmp_path / "bare"  # a tokenizer directory outside any build: loaded before anything runs
+    shutil.copytree(broken / "tokenizer", bare)
+    assert f"{bare}/tokenizer.json: not a loadable tokenizer" in refused(bare)
     unsealed = tmp_path / "unsealed"
     shutil.copytree(reference_build, unsealed)
     (unsealed / "_COMPLETE").unlink()

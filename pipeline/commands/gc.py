@@ -60,48 +60,11 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
     out = Path(out)
     result = GcResult()
     with OutputLock(out, wait=wait):
-        builds = sealed_builds(out)
-        damaged = [d for d, m in builds if m is None]
-        if damaged:  # which cache entries it needs is unknown: removing any could take what it holds
-            raise BadInput(f"{damaged[0] / 'manifest.json'}: missing or damaged (cpp-data validate {damaged[0]} says "
-                           f"more); restore it or remove that build, then run gc again")
-        readable = [(d, m) for d, m in builds if m is not None]
-        protected = {named_build(out, "LATEST"), named_build(out, "PROMOTED")} - {None}
-        keep_names = set(protected)
-        by_generation: dict[str, list] = {}
-        for d, m in readable:
-            by_generation.setdefault(m.get("schema_generation", "?"), []).append((m.get("created_at", ""), d.name))
-        for entries in by_generation.values():
-            keep_names.update(name for _, name in sorted(entries, reverse=True)[:keep])
-        held: list[int] = []  # the exclusive locks of the builds about to go, released once they are gone
-        for d, _ in readable:
-            if d.name not in keep_names and not dry_run:
-                fd = lock_for_removal(d)
-                if fd is None:  # being read: kept, with what it needs
-                    result.in_use.append(d.name)
-                    keep_names.add(d.name)
-                else:
-                    held.append(fd)
-        needed = set()
-        for d, m in readable:
-            if d.name in keep_names:
-                result.kept_builds.append(d.name)
-                needed.update((s["stage"], s["fingerprint"]) for s in m.get("stages", []))
-        doomed: list[Path] = []
-        for d, _ in readable:
-            if d.name not in keep_names:
-                result.removed_builds.append(d.name)
-                doomed += [d, out / "exports" / d.name, out / "verify" / f"{d.name}.json",
-                           out / "reports" / f"{d.name}.html"]
-        for stage_dir in sorted((out / "cache").iterdir()) if (out / "cache").is_dir() else []:
-            for entry in sorted(stage_dir.iterdir()) if stage_dir.is_dir() else []:
-                if entry.name.endswith(".partial") or not entry.is_dir():
-                    continue
-                if (stage_dir.name, entry.name) not in needed:
-                    result.removed_entries.append(f"cache/{stage_dir.name}/{entry.name}")
-                    doomed.append(entry)
+        builds = _readable_builds(out)
+        keep_names = _kept_names(out, builds, keep)
+        held = [] if dry_run else _lock_doomed(builds, keep_names, result)
         try:
-            for path in doomed:
+            for path in _doomed(out, builds, keep_names, result):
                 if path.exists() or path.is_symlink():
                     result.removed_bytes += _size(path)
                     if not dry_run:
@@ -110,6 +73,63 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
             for fd in held:
                 os.close(fd)
     return result
+
+
+def _readable_builds(out: Path) -> list[tuple[Path, dict]]:
+    """Every sealed build with its manifest; BadInput when one's manifest is missing or damaged, since which cache
+    entries it needs is then unknown, and removing any could take what it holds."""
+    builds = sealed_builds(out)
+    damaged = [d for d, m in builds if m is None]
+    if damaged:
+        raise BadInput(f"{damaged[0] / 'manifest.json'}: missing or damaged (cpp-data validate {damaged[0]} says "
+                       f"more); restore it or remove that build, then run gc again")
+    return [(d, m) for d, m in builds if m is not None]
+
+
+def _kept_names(out: Path, builds: list[tuple[Path, dict]], keep: int) -> set[str]:
+    """LATEST, PROMOTED and the newest `keep` builds of each schema generation."""
+    keep_names = {named_build(out, "LATEST"), named_build(out, "PROMOTED")} - {None}
+    by_generation: dict[str, list] = {}
+    for d, m in builds:
+        by_generation.setdefault(m.get("schema_generation", "?"), []).append((m.get("created_at", ""), d.name))
+    for entries in by_generation.values():
+        keep_names.update(name for _, name in sorted(entries, reverse=True)[:keep])
+    return keep_names
+
+
+def _lock_doomed(builds: list[tuple[Path, dict]], keep_names: set[str], result: GcResult) -> list[int]:
+    """The exclusive locks of the builds about to go (released once they are gone); a build another command is
+    reading cannot be locked, and is kept with what it needs (added to keep_names)."""
+    held = []
+    for d, _ in builds:
+        if d.name not in keep_names:
+            fd = lock_for_removal(d)
+            if fd is None:
+                result.in_use.append(d.name)
+                keep_names.add(d.name)
+            else:
+                held.append(fd)
+    return held
+
+
+def _doomed(out: Path, builds: list[tuple[Path, dict]], keep_names: set[str], result: GcResult) -> list[Path]:
+    """What goes: every build not kept, with its exports, verify receipt and report, and every cache entry no kept
+    build lists among its stages (an interrupted build's .partial entries stay for its resume)."""
+    needed = set()
+    doomed: list[Path] = []
+    for d, m in builds:
+        if d.name in keep_names:
+            result.kept_builds.append(d.name)
+            needed.update((s["stage"], s["fingerprint"]) for s in m.get("stages", []))
+        else:
+            result.removed_builds.append(d.name)
+            doomed += [d, out / "exports" / d.name, out / "verify" / f"{d.name}.json", out / "reports" / f"{d.name}.html"]
+    for stage_dir in sorted((out / "cache").iterdir()) if (out / "cache").is_dir() else []:
+        for entry in sorted(stage_dir.iterdir()) if stage_dir.is_dir() else []:
+            if entry.is_dir() and not entry.name.endswith(".partial") and (stage_dir.name, entry.name) not in needed:
+                result.removed_entries.append(f"cache/{stage_dir.name}/{entry.name}")
+                doomed.append(entry)
+    return doomed
 
 
 def format_result(r: GcResult, dry_run: bool) -> str:

@@ -120,7 +120,8 @@ def build_params(cls: type, values: dict[str, Any], where: str, set_by: Mapping[
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise RecipeError(f"{at(*unknown)}: unknown parameter(s) {unknown}; known: {sorted(names)}")
+        raise RecipeError(f"{at(*unknown)}: unknown parameter(s) {unknown}{nearest(unknown[0], names)}; known: "
+                          f"{sorted(names)}")
     params = cls(**{k: _coerce(at(k), k, v, hints[k]) for k, v in values.items()})
     seeds = {n: (0, SEED_MAX) for n in names if n == "seed" or n.endswith("_seed")}
     for name, (lo, hi) in {**seeds, **getattr(cls, "bounds", {})}.items():
@@ -146,30 +147,67 @@ def load_recipe(version: str | None = None, path: Path | None = None,
     """Load the recipe of a schema generation (or a recipe file) and build every stage's parameters. `flags`
     names the option that set an override ("tokenizer.frozen": "--tokenizer"), for the error that names it;
     any other override is a `--set`."""
-    from cpp_data.stages import STAGES
-
-    if path is None:
-        if version not in available_versions():
-            raise RecipeError(f"no recipe for version {version!r}; available: {', '.join(available_versions())}")
-        res = resources.files("cpp_data.pipeline.recipes") / f"{version}.toml"
-        raw, where = res.read_bytes(), f"recipe {version} ({res})"
-    else:
-        try:
-            raw = Path(path).read_bytes()
-        except OSError as exc:
-            raise RecipeError(f"{path}: cannot read recipe ({exc.strerror})") from None
-        where = str(path)
+    raw, where = _read_recipe(version, path)
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise RecipeError(f"{where}: not valid TOML ({exc})") from None
+    generation = _generation(data, where)
+    stages = _stages(data, where)
+    overrides = overrides or {}
+    param_tables = data.get("params", {})
+    stray = sorted(set(param_tables) - set(stages))
+    if stray:
+        raise RecipeError(f"{where}: [params.{stray[0]}] names a stage the recipe does not run")
+    strange = sorted(set(overrides) - set(stages))
+    if strange:
+        raise RecipeError(f"--set {strange[0]}.*: {strange[0]!r} is not a stage of this recipe"
+                          f"{nearest(strange[0], stages)} ({', '.join(stages)})")
+    params = {name: _stage_params(name, param_tables.get(name, {}), overrides.get(name, {}), generation, where,
+                                  flags or {})
+              for name in stages}
+    return Recipe(version=version or Path(path).stem, schema_generation=generation,
+                  description=str(data.get("description", "")), stages=list(stages), params=params, path=where,
+                  sha256=hashlib.sha256(raw).hexdigest(),
+                  overrides={k: dict(v) for k, v in sorted(overrides.items())})
+
+
+def nearest(name: str, known) -> str:
+    """"; did you mean X?" for the known name closest to a misspelt one, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _read_recipe(version: str | None, path: Path | None) -> tuple[bytes, str]:
+    """(the recipe's bytes, how errors name it): a bundled recipe's, or a recipe file's."""
+    if path is None:
+        if version not in available_versions():
+            raise RecipeError(f"no recipe for version {version!r}; available: {', '.join(available_versions())}")
+        res = resources.files("cpp_data.pipeline.recipes") / f"{version}.toml"
+        return res.read_bytes(), f"recipe {version} ({res})"
+    try:
+        return Path(path).read_bytes(), str(path)
+    except OSError as exc:
+        raise RecipeError(f"{path}: cannot read recipe ({exc.strerror})") from None
+
+
+def _generation(data: dict, where: str) -> str:
+    from cpp_data.schemas.generations import GENERATIONS
+
     generation = data.get("schema_generation")
     if not isinstance(generation, str):
         raise RecipeError(f"{where}: missing schema_generation")
-    from cpp_data.schemas.generations import GENERATIONS
-
     if generation not in GENERATIONS:  # else the shards stage failed on it, several stages in
         raise RecipeError(f"{where}: schema_generation {generation!r} is not one of {', '.join(GENERATIONS)}")
+    return generation
+
+
+def _stages(data: dict, where: str) -> list[str]:
+    """The recipe's stages: each implemented, listed once, after every stage it reads."""
+    from cpp_data.stages import STAGES
+
     stages = data.get("stages")
     if not isinstance(stages, list) or not stages:
         raise RecipeError(f"{where}: 'stages' must list the stages to run")
@@ -178,10 +216,8 @@ def load_recipe(version: str | None = None, path: Path | None = None,
         raise RecipeError(f"{where}: stage {twice[0]!r} is listed more than once; a stage runs once per build")
     missing = [s for s in stages if s not in STAGES]
     if missing:
-        raise RecipeError(
-            f"{where}: stage(s) {missing} are not implemented in this version of cpp-data "
-            f"(implemented: {', '.join(STAGES)})"
-        )
+        raise RecipeError(f"{where}: stage(s) {missing} are not implemented in this version of cpp-data"
+                          f"{nearest(str(missing[0]), STAGES)} (implemented: {', '.join(STAGES)})")
     for name in stages:
         try:
             reads = resolve_inputs(STAGES[name], stages, STAGES)
@@ -190,32 +226,18 @@ def load_recipe(version: str | None = None, path: Path | None = None,
         for dep in reads:
             if dep not in stages[: stages.index(name)]:
                 raise RecipeError(f"{where}: stage {name!r} reads {dep!r}, which must be listed before it")
-    param_tables = data.get("params", {})
-    stray = sorted(set(param_tables) - set(stages))
-    if stray:
-        raise RecipeError(f"{where}: [params.{stray[0]}] names a stage the recipe does not run")
-    strange = sorted(set(overrides or {}) - set(stages))
-    if strange:
-        raise RecipeError(f"--set {strange[0]}.*: {strange[0]!r} is not a stage of this recipe "
-                          f"({', '.join(stages)})")
-    params = {}
-    for name in stages:
-        values = dict(param_tables.get(name, {}))
-        values.update((overrides or {}).get(name, {}))
-        if "generation" in {f.name for f in dataclasses.fields(STAGES[name].Params)}:
-            values.setdefault("generation", generation)
-        set_by = {k: (flags or {}).get(f"{name}.{k}", f"--set {name}.{k}") for k in (overrides or {}).get(name, {})}
-        params[name] = build_params(STAGES[name].Params, values, f"{where} [params.{name}]", set_by)
-    return Recipe(
-        version=version or Path(path).stem,
-        schema_generation=generation,
-        description=str(data.get("description", "")),
-        stages=list(stages),
-        params=params,
-        path=where,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        overrides={k: dict(v) for k, v in sorted((overrides or {}).items())},
-    )
+    return stages
+
+
+def _stage_params(name: str, table: dict, overrides: dict, generation: str, where: str, flags: dict[str, str]):
+    """A stage's Params: the recipe's [params.NAME] table with the overrides over it, checked (build_params)."""
+    from cpp_data.stages import STAGES
+
+    values = {**table, **overrides}
+    if "generation" in {f.name for f in dataclasses.fields(STAGES[name].Params)}:
+        values.setdefault("generation", generation)
+    set_by = {k: flags.get(f"{name}.{k}", f"--set {name}.{k}") for k in overrides}
+    return build_params(STAGES[name].Params, values, f"{where} [params.{name}]", set_by)
 
 
 def cut_recipe(version: str, wanted: list[str], dest: Path) -> list[str]:

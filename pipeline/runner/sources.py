@@ -75,11 +75,32 @@ class SourcesFile(NamedTuple):
 
 def load_sources(path: Path) -> SourcesFile:
     """Parse and check a sources file; raises SourcesError with a one-line message naming the problem."""
-    from cpp_data.stages.lib.license_match import parse_spdx  # a declared license is read as the cascade reads it
-
     path = Path(path)
+    data = _read_toml(path)
+    tables = data.get("source")
+    if not isinstance(tables, list) or not tables:
+        raise SourcesError(f"{path}: no [[source]] tables; each source needs name, url and (for git) ref")
+    unknown = set(data) - {"source", "opt_out", "decontaminate"}
+    if unknown:
+        raise SourcesError(f"{path}: unknown tables {sorted(unknown)} (allowed: [[source]], [opt_out], "
+                           f"[decontaminate])")
+    exclusions = load_exclusions(data, path)
+    specs: list[SourceSpec] = []
+    seen: dict[str, str] = {}  # casefolded name -> the name as written
+    for i, table in enumerate(tables, 1):
+        spec = _source_spec(table, f"{path}: source #{i}", path, exclusions)
+        if spec.name.casefold() in seen:  # directories and ledger rows are named after it: case-blind file systems
+            first = seen[spec.name.casefold()]
+            raise SourcesError(f"{path}: source {spec.name!r}: "
+                               + ("duplicate name" if first == spec.name else f"differs from source {first!r} only in case"))
+        seen[spec.name.casefold()] = spec.name
+        specs.append(spec)
+    return SourcesFile(specs, exclusions.unmatched_repos([(s.name, s.url) for s in specs]))
+
+
+def _read_toml(path: Path) -> dict:
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise SourcesError(f"{path}: no such sources file") from None
     except IsADirectoryError:
@@ -90,63 +111,76 @@ def load_sources(path: Path) -> SourcesFile:
         raise SourcesError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:
         raise SourcesError(f"{path}: not UTF-8 text") from None
-    tables = data.get("source")
-    if not isinstance(tables, list) or not tables:
-        raise SourcesError(f"{path}: no [[source]] tables; each source needs name, url and (for git) ref")
-    unknown = set(data) - {"source", "opt_out", "decontaminate"}
+
+
+_SOURCE_KEYS = {"name", "url", "ref", "license", "vendored", "history_from", "configure", "weight"}
+
+
+def _source_spec(table, where: str, path: Path, exclusions) -> SourceSpec:
+    """One [[source]] table, every key checked; `where` names it until its name is known."""
+    if not isinstance(table, dict):
+        raise SourcesError(f"{where}: must be a [[source]] table")
+    unknown = set(table) - _SOURCE_KEYS
     if unknown:
-        raise SourcesError(f"{path}: unknown tables {sorted(unknown)} (allowed: [[source]], [opt_out], "
-                           f"[decontaminate])")
-    exclusions = load_exclusions(data, path)
-    specs, seen = [], set()
-    for i, table in enumerate(tables, 1):
-        where = f"{path}: source #{i}"
-        if not isinstance(table, dict):
-            raise SourcesError(f"{where}: must be a [[source]] table")
-        allowed = {"name", "url", "ref", "license", "vendored", "history_from", "configure", "weight"}
-        unknown = set(table) - allowed
-        if unknown:
-            raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(allowed))})")
-        name, url = table.get("name"), table.get("url")
-        if not isinstance(name, str):
-            raise SourcesError(f"{where}: 'name' must be a string (a short name such as \"googletest\")")
-        if not _NAME.fullmatch(name):  # not match: `$` also matches before a final line break
-            raise SourcesError(f"{where}: 'name' {name!r} must start with an ASCII letter or digit and hold only "
-                               f"those, '.', '_' or '-' (it names directories and ledger rows)")
-        where = f"{path}: source {name!r}"
-        if name in seen:
-            raise SourcesError(f"{where}: duplicate name")
-        seen.add(name)
-        if url is None:
-            raise SourcesError(f"{where}: 'url' is missing (a git URL, or a local path such as \"/usr/src/googletest\")")
-        if not isinstance(url, str) or not url:
-            raise SourcesError(f"{where}: 'url' must be a git URL or a local path, not {url!r}")
-        if _is_local(url):  # relative to the sources file, not to wherever the command runs
-            url = os.path.abspath(os.path.join(path.resolve().parent, os.path.expanduser(url)))
-        ref = table.get("ref")
-        if ref is not None and (not isinstance(ref, str) or not ref):
-            raise SourcesError(f"{where}: 'ref' must be a non-empty string")
-        lic = table.get("license")
-        if lic is not None and not isinstance(lic, str):
-            raise SourcesError(f"{where}: 'license' must be an SPDX expression string")
-        if lic is not None and parse_spdx(lic) is None:  # else every file falling back to it is refused
-            raise SourcesError(f"{where}: license {lic!r} is not an SPDX license expression (for example MIT, "
-                               f"BSD-3-Clause, Apache-2.0 OR MIT; LicenseRef-<name> for a license off the list)")
-        vendored = table.get("vendored", False)
-        if not isinstance(vendored, bool):
-            raise SourcesError(f"{where}: 'vendored' must be true or false")
-        since = table.get("history_from")
-        if since is not None and (not isinstance(since, str) or not since):
-            raise SourcesError(f"{where}: 'history_from' must be a non-empty ref string")
-        configure = table.get("configure", True)
-        if not isinstance(configure, bool):
-            raise SourcesError(f"{where}: 'configure' must be true or false")
-        weight = table.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
-            raise SourcesError(f"{where}: 'weight' must be a positive number (1.0: the source's natural share)")
-        specs.append(SourceSpec(name, url, ref, lic, vendored, since, configure, float(weight),
-                                exclusions.opt_out_rules(name, url), exclusions.decontamination()))
-    return SourcesFile(specs, exclusions.unmatched_repos([(s.name, s.url) for s in specs]))
+        raise SourcesError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_SOURCE_KEYS))})")
+    name = _name(table.get("name"), where)
+    where = f"{path}: source {name!r}"
+    url = _url(table.get("url"), where, path)
+    weight = table.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+        raise SourcesError(f"{where}: 'weight' must be a positive number (1.0: the source's natural share)")
+    return SourceSpec(name, url, _text(table, "ref", where), _license(table.get("license"), where),
+                      _flag(table, "vendored", False, where), _text(table, "history_from", where),
+                      _flag(table, "configure", True, where), float(weight),
+                      exclusions.opt_out_rules(name, url), exclusions.decontamination())
+
+
+def _name(name, where: str) -> str:
+    if not isinstance(name, str):
+        raise SourcesError(f"{where}: 'name' must be a string (a short name such as \"googletest\")")
+    if not _NAME.fullmatch(name):  # not match: `$` also matches before a final line break
+        raise SourcesError(f"{where}: 'name' {name!r} must start with an ASCII letter or digit and hold only "
+                           f"those, '.', '_' or '-' (it names directories and ledger rows)")
+    return name
+
+
+def _url(url, where: str, path: Path) -> str:
+    """The source's URL; a local path made absolute against the sources file's directory, not against wherever
+    the command runs."""
+    if url is None:
+        raise SourcesError(f"{where}: 'url' is missing (a git URL, or a local path such as \"/usr/src/googletest\")")
+    if not isinstance(url, str) or not url:
+        raise SourcesError(f"{where}: 'url' must be a git URL or a local path, not {url!r}")
+    if _is_local(url):
+        return os.path.abspath(os.path.join(path.resolve().parent, os.path.expanduser(url)))
+    return url
+
+
+def _text(table: dict, key: str, where: str) -> str | None:
+    value = table.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SourcesError(f"{where}: '{key}' must be a non-empty string")
+    return value
+
+
+def _flag(table: dict, key: str, default: bool, where: str) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise SourcesError(f"{where}: '{key}' must be true or false")
+    return value
+
+
+def _license(lic, where: str) -> str | None:
+    """A declared license, read as the license cascade reads it: one that does not parse would refuse every
+    file falling back to it."""
+    from cpp_data.stages.lib.license_match import parse_spdx
+
+    if lic is not None and not isinstance(lic, str):
+        raise SourcesError(f"{where}: 'license' must be an SPDX expression string")
+    if lic is not None and parse_spdx(lic) is None:
+        raise SourcesError(f"{where}: license {lic!r} is not an SPDX license expression (for example MIT, "
+                           f"BSD-3-Clause, Apache-2.0 OR MIT; LicenseRef-<name> for a license off the list)")
+    return lic
 
 
 def _git(*args: str, cwd: str | None = None) -> str:

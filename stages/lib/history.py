@@ -151,6 +151,105 @@ def fetch_history(url: str, tip: str, since: str | None, depth: int, into: Path)
     return into
 
 
+class _HistoryWalk:
+    """One walk over a repository's commits: it reads each touched file's versions and hands them to the
+    collector's `add(path, commit, data, history)`, `skip(path, commit, size, sha, reason)` and
+    `add_license(path, data, state)`, remembering what it already emitted so a version appears once."""
+
+    def __init__(self, repo: Path, blobs, p, source: str, add, skip, add_license):
+        self.repo, self.blobs, self.p, self.source = repo, blobs, p, source
+        self.add, self.skip, self.add_license = add, skip, add_license
+        self.counts = {"commits": 0, "merges": 0, "versions": 0}
+        self.states: dict = {}
+        self.state_of: dict = {}  # commit -> license state id
+        self.emitted_states: set = set()
+        self.emitted: set = set()  # (path, commit) versions already written
+        self.refused: set = set()  # (path, commit) versions already recorded as skipped
+        self.origin: dict = {}  # path -> the path its lineage started at (renames followed)
+        self.last_change: dict = {}  # path -> the commit in the walk that last wrote it (its current version)
+
+    def state_at(self, sha: str) -> str:
+        if sha not in self.state_of:
+            self.state_of[sha] = license_state(self.repo, sha, self.blobs, self.states, self.p.max_license_file_bytes)[0]
+        return self.state_of[sha]
+
+    def visit(self, commit) -> None:
+        """One commit of the walk: its touched C/C++ files (and submodule bumps, whatever their path)."""
+        p = self.p
+        self.counts["commits"] += 1
+        self.counts["merges"] += len(commit.parents) > 1
+        parent = commit.parents[0] if commit.parents else ""
+        touched = [c for c in changes(self.repo, commit)
+                   if wanted(c[6], p.history_paths, p.extensions) or wanted(c[5], p.history_paths, p.extensions)
+                   or "160000" in (c[1], c[2])]
+        if not touched:
+            return
+        after_state = self.state_at(commit.sha)
+        before_state = self.state_at(parent) if parent else after_state
+        for st in (after_state, before_state):
+            if st not in self.emitted_states:
+                self.emitted_states.add(st)
+                for path, data in self.states[st]:
+                    self.add_license(path, data, st)
+        for change in touched:
+            self.visit_change(commit, parent, change, before_state, after_state)
+
+    def visit_change(self, commit, parent: str, change: tuple, before_state: str, after_state: str) -> None:
+        status, old_mode, new_mode, old_oid, new_oid, old_path, new_path = change
+        root = self.origin.get(old_path, old_path)
+        if status == "R":
+            self.origin[new_path] = root
+        meta = {"lineage": root, "commit": commit.sha, "parent_commit": parent, "author_time": commit.author_time,
+                "commit_time": commit.commit_time, "change": status,
+                "rename_from": old_path if status == "R" else None, "is_merge": len(commit.parents) > 1}
+        before = self.read(old_mode, old_oid, old_path, parent) if status != "A" and parent else None
+        after = self.read(new_mode, new_oid, new_path, commit.sha) if status != "D" else None
+        if self.p.history == "pairs":
+            self.emit_pairs(change, meta, before, after, before_state, after_state)
+        elif (after is not None or before is not None) and (new_mode if status != "D" else old_mode) not in (
+                "160000", "120000"):
+            self.emit_diff(commit, new_path, meta, before, after, after_state)
+
+    def read(self, mode: str, oid: str, path: str, at: str) -> bytes | None:
+        """A version's bytes, or None (recorded once as skipped) for a submodule, a symlink, a file too large or
+        a binary one."""
+        data = None if mode in ("160000", "120000") else self.blobs.read(oid)
+        reason = ("submodule" if mode == "160000" else "symlink" if mode == "120000"
+                  else "too_large" if len(data) > self.p.max_bytes else "binary" if b"\0" in data else None)
+        if reason is None:
+            return data
+        if (path, at) not in self.refused:
+            self.refused.add((path, at))
+            self.skip(path, at, len(data or b""), data and hashlib.sha256(data).hexdigest(), reason)
+        return None
+
+    def emit_pairs(self, change: tuple, meta: dict, before, after, before_state: str, after_state: str) -> None:
+        """v2: the file before and after the commit; the before-version is the after-version of the last commit
+        in the walk that wrote it, so each version is written once."""
+        status, _, _, _, _, old_path, new_path = change
+        commit, parent = meta["commit"], meta["parent_commit"]
+        versions = [("before", old_path, self.last_change.get(old_path, parent), parent, before, before_state),
+                    ("after", new_path, commit, commit, after, after_state)]
+        if status != "D":
+            self.last_change[new_path] = commit
+        for side, path, identity, at, data, state in versions:
+            if data is None or (path, identity) in self.emitted:
+                continue
+            self.emitted.add((path, identity))
+            self.add(path, at, data, {**meta, "side": side, "header_style": None, "license_state": state})
+            self.counts["versions"] += 1
+
+    def emit_diff(self, commit, new_path: str, meta: dict, before, after, after_state: str) -> None:
+        """v3: one document per commit and file: a header, then the new code with removed lines as comments."""
+        style = header_style(self.p.history_seed, self.p.doxygen_share, self.source, new_path, commit.sha)
+        old_text = (before or b"").decode("utf-8", "replace")
+        new_text = (after or b"").decode("utf-8", "replace")
+        text = header(style, new_path, commit) + removed_as_comments(old_text, new_text)
+        self.add(new_path, commit.sha, text.encode("utf-8"),
+                 {**meta, "side": "diff", "header_style": style, "license_state": after_state})
+        self.counts["versions"] += 1
+
+
 def collect_history(ctx, p, add, skip, add_license) -> dict:
     """Emit the versions of a git source's history walk through `add(row)` / `skip(...)`; returns counts."""
     import tempfile
@@ -158,93 +257,14 @@ def collect_history(ctx, p, add, skip, add_license) -> dict:
     src = ctx.source
     if src.kind != "git":
         raise RuntimeError(f"source {src.name!r}: the {p.history} history walk needs a git source, not a directory")
-    counts = {"commits": 0, "merges": 0, "versions": 0}
     with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
         repo = fetch_history(src.url, src.commit, src.history_from_commit, p.history_max_commits + 1,
                              Path(tmp) / "repo.git")
         blobs = BlobReader(repo)
-        states: dict = {}
-        state_of: dict = {}  # commit -> license state id
-
-        def state_at(sha: str) -> str:
-            if sha not in state_of:
-                state_of[sha] = license_state(repo, sha, blobs, states, p.max_license_file_bytes)[0]
-            return state_of[sha]
-
-        emitted_states: set = set()
-        emitted: set = set()  # (path, commit) versions already written
-        refused: set = set()  # (path, commit) versions already recorded as skipped
-        origin: dict = {}  # path -> the path its lineage started at (renames followed)
-        last_change: dict = {}  # path -> the commit in the walk that last wrote it (its current version)
+        history = _HistoryWalk(repo, blobs, p, src.name, add, skip, add_license)
         try:
             for commit in walk(repo, src.commit, src.history_from_commit, p.history_max_commits):
-                counts["commits"] += 1
-                counts["merges"] += len(commit.parents) > 1
-                parent = commit.parents[0] if commit.parents else ""
-                touched = [c for c in changes(repo, commit)
-                           if wanted(c[6], p.history_paths, p.extensions) or wanted(c[5], p.history_paths,
-                                                                                   p.extensions)
-                           or "160000" in (c[1], c[2])]  # submodule bumps are recorded whatever their path
-                if not touched:
-                    continue
-                state_after = state_at(commit.sha)
-                state_before = state_at(parent) if parent else state_after
-                for st in (state_after, state_before):
-                    if st not in emitted_states:
-                        emitted_states.add(st)
-                        for path, data in states[st]:
-                            add_license(path, data, st)
-                for status, old_mode, new_mode, old_oid, new_oid, old_path, new_path in touched:
-                    root = origin.get(old_path, old_path)
-                    if status == "R":
-                        origin[new_path] = root
-                    meta = {"lineage": root, "commit": commit.sha, "parent_commit": parent, "author_time": commit.author_time,
-                            "commit_time": commit.commit_time, "change": status,
-                            "rename_from": old_path if status == "R" else None,
-                            "is_merge": len(commit.parents) > 1}
-
-                    def read(mode: str, oid: str, path: str, at: str) -> bytes | None:
-                        data = None if mode in ("160000", "120000") else blobs.read(oid)
-                        reason = ("submodule" if mode == "160000" else "symlink" if mode == "120000"
-                                  else "too_large" if len(data) > p.max_bytes
-                                  else "binary" if b"\0" in data else None)
-                        if reason is None:
-                            return data
-                        if (path, at) not in refused:
-                            refused.add((path, at))
-                            skip(path, at, len(data or b""), data and hashlib.sha256(data).hexdigest(), reason)
-                        return None
-
-                    before = after = None
-                    if status != "A" and parent:
-                        before = read(old_mode, old_oid, old_path, parent)
-                    if status != "D":
-                        after = read(new_mode, new_oid, new_path, commit.sha)
-                    if p.history == "pairs":
-                        # the before-version is the after-version of the last commit in the walk that wrote it
-                        versions = [("before", old_path, last_change.get(old_path, parent), parent, before,
-                                     state_before),
-                                    ("after", new_path, commit.sha, commit.sha, after, state_after)]
-                        if status != "D":
-                            last_change[new_path] = commit.sha
-                        for side, path, identity, at, data, state in versions:
-                            if data is None or (path, identity) in emitted:
-                                continue
-                            emitted.add((path, identity))
-                            add(path, at, data, {**meta, "side": side, "header_style": None,
-                                                 "license_state": state})
-                            counts["versions"] += 1
-                    elif after is not None or before is not None:  # diffs: one document per commit and file
-                        if (new_mode if status != "D" else old_mode) in ("160000", "120000"):
-                            continue
-                        style = header_style(p.history_seed, p.doxygen_share, src.name, new_path, commit.sha)
-                        old_text = (before or b"").decode("utf-8", "replace")
-                        new_text = (after or b"").decode("utf-8", "replace")
-                        text = header(style, new_path, commit) + removed_as_comments(old_text, new_text)
-                        add(new_path, commit.sha, text.encode("utf-8"),
-                            {**meta, "side": "diff", "header_style": style, "license_state": state_after})
-                        counts["versions"] += 1
+                history.visit(commit)
         finally:
             blobs.close()
-    counts["license_states"] = len(emitted_states)
-    return counts
+    return {**history.counts, "license_states": len(history.emitted_states)}

@@ -425,46 +425,52 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
         node = _licensing().parse(spdx)
     except Exception:
         return False, "unknown", "unparseable_license"
-    def expression_family(n) -> str:
-        """OR: the licensee's best choice (most permissive); AND: the strictest term; WITH: its license."""
-        if isinstance(n, LicenseWithExceptionSymbol):
-            return family(n.license_symbol.key)
-        if isinstance(n, LicenseSymbol):
-            return family(n.key)
-        fams = [expression_family(a) for a in n.args]
-        pick = min if n.operator.strip().upper() == "OR" else max
-        return pick(fams, key=lambda f: _FAMILY_RANK[f])
-
-    fam_of_expression = expression_family(node)
+    fam_of_expression = _expression_family(node)
     if not allow_copyleft and any(family(k) in ("copyleft", "weak_copyleft")
                                   for k in _licensing().license_keys(node)):
         return False, fam_of_expression, "copyleft_not_opted_in"  # whatever else it holds: an EULA, a choice
-
-    def decide(n) -> tuple[bool, str, str]:
-        if isinstance(n, LicenseWithExceptionSymbol):
-            full = f"{n.license_symbol.key} WITH {n.exception_symbol.key}"
-            if full in allow:
-                return True, "permissive", ""
-            return decide(n.license_symbol)
-        if isinstance(n, LicenseSymbol):
-            fam = family(n.key)
-            if n.key in allow:
-                return True, fam, ""
-            if fam in ("copyleft", "weak_copyleft"):
-                return (True, fam, "") if allow_copyleft else (False, fam, "copyleft_not_opted_in")
-            if fam == "proprietary":
-                return False, fam, "eula_source_available"
-            return False, "unknown", "license_not_allowed"
-        results = [decide(a) for a in n.args]
-        if n.operator.strip().upper() == "OR":
-            ok = [r for r in results if r[0]]
-            if ok:
-                return min(ok, key=lambda r: _FAMILY_RANK[r[1]])
-            return max(results, key=lambda r: _FAMILY_RANK[r[1]])
-        bad = [r for r in results if not r[0]]
-        if bad:
-            return bad[0]
-        return True, max((r[1] for r in results), key=lambda f: _FAMILY_RANK[f]), ""
-
-    allowed, fam, rule = decide(node)
+    allowed, fam, rule = _decide(node, allow, allow_copyleft)
     return allowed, (fam_of_expression if allowed else fam), rule
+
+
+def _expression_family(n) -> str:
+    """OR: the licensee's best choice (most permissive); AND: the strictest term; WITH: its license."""
+    if isinstance(n, LicenseWithExceptionSymbol):
+        return family(n.license_symbol.key)
+    if isinstance(n, LicenseSymbol):
+        return family(n.key)
+    fams = [_expression_family(a) for a in n.args]
+    pick = min if n.operator.strip().upper() == "OR" else max
+    return pick(fams, key=lambda f: _FAMILY_RANK[f])
+
+
+def _decide_symbol(key: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool, str, str]:
+    fam = family(key)
+    if key in allow:
+        return True, fam, ""
+    if fam in ("copyleft", "weak_copyleft"):
+        return (True, fam, "") if allow_copyleft else (False, fam, "copyleft_not_opted_in")
+    if fam == "proprietary":
+        return False, fam, "eula_source_available"
+    return False, "unknown", "license_not_allowed"
+
+
+def _decide(n, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool, str, str]:
+    """(allowed, family, rule) of an expression node: OR needs one allowed branch (the most permissive one
+    answers), AND needs all (the first refused one answers), `X WITH E` is allowed as listed or by X."""
+    if isinstance(n, LicenseWithExceptionSymbol):
+        if f"{n.license_symbol.key} WITH {n.exception_symbol.key}" in allow:
+            return True, "permissive", ""
+        return _decide(n.license_symbol, allow, allow_copyleft)
+    if isinstance(n, LicenseSymbol):
+        return _decide_symbol(n.key, allow, allow_copyleft)
+    results = [_decide(a, allow, allow_copyleft) for a in n.args]
+    if n.operator.strip().upper() == "OR":
+        ok = [r for r in results if r[0]]
+        if ok:
+            return min(ok, key=lambda r: _FAMILY_RANK[r[1]])
+        return max(results, key=lambda r: _FAMILY_RANK[r[1]])
+    bad = [r for r in results if not r[0]]
+    if bad:
+        return bad[0]
+    return True, max((r[1] for r in results), key=lambda f: _FAMILY_RANK[f]), ""

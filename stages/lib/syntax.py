@@ -262,6 +262,45 @@ def _balanced(src: bytes, pos: int, open_: int, close: int, limit: int = _BRACKE
     return -1
 
 
+def _head_words(src: bytes, pos: int) -> tuple[list[tuple[int, int, bool, bytes]], int] | None:
+    """The tokens of a class head from `pos`: words (`A::B` is one), calls (`FOO(x)`) and `[[...]]` skipped, as
+    (start, end, is a call, text), and where they stop; None where the head is not one (brackets that do not
+    close, words running on past any head)."""
+    words: list[tuple[int, int, bool, bytes]] = []
+    while True:
+        pos = _HEAD_SKIP.match(src, pos).end()
+        if src.startswith(b"[[", pos):
+            pos = _balanced(src, pos, ord("["), ord("]"))
+            if pos < 0:
+                return None
+            continue
+        m = _HEAD_WORD.match(src, pos)
+        if m is None:
+            break
+        if len(words) >= _HEAD_WORDS_MAX:  # words running on past any head: not one
+            return None
+        end = _HEAD_SKIP.match(src, m.end()).end()
+        if src.startswith(b"(", end):
+            end = _balanced(src, end, ord("("), ord(")"))
+            if end < 0:
+                return None
+            words.append((m.start(), end, True, m.group()))
+        else:
+            words.append((m.start(), m.end(), False, m.group()))
+            if src.startswith(b"<", end):  # the name of a specialization; its arguments end the head's words
+                end = _balanced(src, end, ord("<"), ord(">"))
+                if end < 0:
+                    return None
+                end = _HEAD_SKIP.match(src, end).end()
+                m2 = _HEAD_WORD.match(src, end)
+                if m2 is not None and m2.group() in _VIRT_SPECIFIERS:
+                    end = m2.end()
+                pos = _HEAD_SKIP.match(src, end).end()
+                break
+        pos = end
+    return words, pos
+
+
 def _head_macros(src: bytes, spec: Node) -> list[tuple[int, int]]:
     """Byte ranges of the macros in a class head that tree-sitter misread, [] when the head is not one.
 
@@ -275,38 +314,10 @@ def _head_macros(src: bytes, spec: Node) -> list[tuple[int, int]]:
     name = spec.child_by_field_name("name")
     if spec.child_by_field_name("body") is not None or name is None or name.type != "type_identifier":
         return []
-    pos, words = name.start_byte, []  # (start, end, is a call, text)
-    while True:
-        pos = _HEAD_SKIP.match(src, pos).end()
-        if src.startswith(b"[[", pos):
-            pos = _balanced(src, pos, ord("["), ord("]"))
-            if pos < 0:
-                return []
-            continue
-        m = _HEAD_WORD.match(src, pos)
-        if m is None:
-            break
-        if len(words) >= _HEAD_WORDS_MAX:  # words running on past any head: not one
-            return []
-        end = _HEAD_SKIP.match(src, m.end()).end()
-        if src.startswith(b"(", end):
-            end = _balanced(src, end, ord("("), ord(")"))
-            if end < 0:
-                return []
-            words.append((m.start(), end, True, m.group()))
-        else:
-            words.append((m.start(), m.end(), False, m.group()))
-            if src.startswith(b"<", end):  # the name of a specialization; its arguments end the head's words
-                end = _balanced(src, end, ord("<"), ord(">"))
-                if end < 0:
-                    return []
-                end = _HEAD_SKIP.match(src, end).end()
-                m2 = _HEAD_WORD.match(src, end)
-                if m2 is not None and m2.group() in _VIRT_SPECIFIERS:
-                    end = m2.end()
-                pos = _HEAD_SKIP.match(src, end).end()
-                break
-        pos = end
+    head = _head_words(src, name.start_byte)
+    if head is None:
+        return []
+    words, pos = head
     stop = src[pos:pos + 2]
     if not (stop[:1] == b"{" or (stop[:1] == b":" and stop != b"::")):
         return []
@@ -351,9 +362,16 @@ def _annotation_macros(src: bytes, tree: Tree, found: RepairNodes) -> list[tuple
     after a parameter list or its qualifiers near an error (`bool empty() const SPDLOG_NOEXCEPT {`). So does an
     ERROR node that is nothing but a macro name or call, and a macro name read as a scope whose `::` is MISSING
     or followed by an ERROR (a calling convention: `int JUCE_CALLTYPE f()`)."""
-    errors = found.errors
-    near: list[list[int]] = []  # byte ranges from the line before each ERROR/MISSING node to the line after it
-    for a, b in sorted((n.start_byte, n.end_byte) for n in errors + found.missing):
+    near = _error_windows(src, found)
+    return sorted(set(itertools.chain(_macro_calls(src, near), _macro_lines(src, tree, near),
+                                      _trailing_macros(src, near), _lone_macro_errors(src, found.errors),
+                                      _macro_scopes(src, found))))
+
+
+def _error_windows(src: bytes, found: RepairNodes) -> list[list[int]]:
+    """Byte ranges from the line before each ERROR or MISSING node to the line after it, merged, in order."""
+    near: list[list[int]] = []
+    for a, b in sorted((n.start_byte, n.end_byte) for n in found.errors + found.missing):
         a = src.rfind(b"\n", 0, max(0, src.rfind(b"\n", 0, a))) + 1
         eol = src.find(b"\n", b)
         b = src.find(b"\n", eol + 1) if eol >= 0 else -1
@@ -362,16 +380,29 @@ def _annotation_macros(src: bytes, tree: Tree, found: RepairNodes) -> list[tuple
             near[-1][1] = max(near[-1][1], b)
         else:
             near.append([a, b])
-    starts = [a for a, _ in near]
+    return near
 
-    def near_error(pos: int) -> bool:
-        k = bisect.bisect_right(starts, pos) - 1
-        return k >= 0 and pos <= near[k][1]
 
-    def before(pos: int) -> tuple[int, bytes]:  # the text before pos, right-stripped (a window: only its end
-        lo = max(0, pos - 4096)                   # is looked at), and where the window starts
-        return lo, src[lo:pos].rstrip()
+def _text_before(src: bytes, pos: int) -> tuple[int, bytes]:
+    """The text before pos, right-stripped (a window: only its end is looked at), and where the window starts."""
+    lo = max(0, pos - 4096)
+    return lo, src[lo:pos].rstrip()
 
+
+def _previous_code(src: bytes, line_start: int) -> bytes:
+    """The text before a line, back to its last code token: comment and preprocessor lines skipped."""
+    p = line_start
+    while True:
+        lo, prev = _text_before(src, p)
+        last_nl = prev.rfind(b"\n") + 1
+        if not prev or not prev[last_nl:].lstrip().startswith((b"#", b"//")):
+            return prev
+        p = lo + last_nl
+
+
+def _macro_calls(src: bytes, near: list[list[int]]) -> list[tuple[int, int]]:
+    """Macro calls near an error that start their line or follow a declarator's `)` or qualifier; a call at the
+    start of a line followed by `{` after a `;`, `{` or `}` (a `TEST(A, B) {` head) is left alone."""
     out = []
     for m in (m for a, b in near for m in _MACRO_CALL.finditer(src, a, b)):
         start, paren = m.start(1), m.end() - 1
@@ -380,33 +411,46 @@ def _annotation_macros(src: bytes, tree: Tree, found: RepairNodes) -> list[tuple
             continue
         line_start = src.rfind(b"\n", 0, start) + 1
         on_line = src[line_start:start].strip()
-        prev = before(start)[1]
+        prev = _text_before(src, start)[1]
         if on_line and not (prev.endswith((b")", b"&")) or prev.endswith(_QUALIFIER_WORDS)):
             continue
         if not on_line and src.startswith(b"{", _HEAD_SKIP.match(src, end).end()):
-            p = line_start
-            while True:  # the previous code token, skipping comment and preprocessor lines
-                lo, prev = before(p)
-                last_nl = prev.rfind(b"\n") + 1
-                if not prev or not prev[last_nl:].lstrip().startswith((b"#", b"//")):
-                    break
-                p = lo + last_nl
+            prev = _previous_code(src, line_start)
             if not prev or prev.endswith((b";", b"{", b"}")):
                 continue
         out.append((start, end))
+    return out
+
+
+def _macro_lines(src: bytes, tree: Tree, near: list[list[int]]) -> list[tuple[int, int]]:
+    """A macro-cased name alone on its line, near an error or starting a node that holds one; one starting a line
+    before more words when the outermost node it starts (what tree-sitter made of it) holds an error."""
+    starts = [a for a, _ in near]
+
+    def near_error(pos: int) -> bool:
+        k = bisect.bisect_right(starts, pos) - 1
+        return k >= 0 and pos <= near[k][1]
+
     lines = sorted((m.span(1), m.re is _BARE_MACRO_LINE)
                    for m in itertools.chain(_BARE_MACRO_LINE.finditer(src), _LEADING_MACRO.finditer(src)))
-    # the outermost node each macro starts: what tree-sitter made of it
-    for ((s, e), bare), node in zip(lines, _outermost_nodes(tree, [span for span, _ in lines])):
-        if (node is not None and node.has_error) or (bare and near_error(s)):
-            out.append((s, e))
-    for a, b in near:  # `bool empty() const SPDLOG_NOEXCEPT {`: a bare annotation after the parameters
-        for m in _TRAILING_MACRO.finditer(src, a, b):
-            out.append(m.span(1))
-    for node in errors:  # an ERROR that is just a macro name or call: `T& x ABSL_ATTRIBUTE_LIFETIME_BOUND)`
-        if _MACRO_ALONE.fullmatch(src, node.start_byte, node.end_byte):
-            out.append((node.start_byte, node.end_byte))
-    for node in errors + found.missing:  # `T JUCE_CALLTYPE f()`: the macro read as a broken scope
+    return [(s, e) for ((s, e), bare), node in zip(lines, _outermost_nodes(tree, [span for span, _ in lines]))
+            if (node is not None and node.has_error) or (bare and near_error(s))]
+
+
+def _trailing_macros(src: bytes, near: list[list[int]]) -> list[tuple[int, int]]:
+    """`bool empty() const SPDLOG_NOEXCEPT {`: a bare annotation after the parameters, near an error."""
+    return [m.span(1) for a, b in near for m in _TRAILING_MACRO.finditer(src, a, b)]
+
+
+def _lone_macro_errors(src: bytes, errors: list[Node]) -> list[tuple[int, int]]:
+    """An ERROR that is just a macro name or call: `T& x ABSL_ATTRIBUTE_LIFETIME_BOUND)`."""
+    return [(n.start_byte, n.end_byte) for n in errors if _MACRO_ALONE.fullmatch(src, n.start_byte, n.end_byte)]
+
+
+def _macro_scopes(src: bytes, found: RepairNodes) -> list[tuple[int, int]]:
+    """`T JUCE_CALLTYPE f()`: a macro name read as a scope whose `::` is MISSING or followed by an ERROR."""
+    out = []
+    for node in found.errors + found.missing:
         tail = src[max(0, node.start_byte - 128):node.start_byte].rstrip()
         tail = tail[:-2].rstrip() if tail.endswith(b"::") else tail
         if not _MACRO_BEFORE.fullmatch(tail.rsplit(None, 1)[-1] if tail else b""):
@@ -417,7 +461,7 @@ def _annotation_macros(src: bytes, tree: Tree, found: RepairNodes) -> list[tuple
                 and scope.end_byte <= node.start_byte
                 and _MACRO_ALONE.fullmatch(src, scope.start_byte, scope.end_byte)):
             out.append((scope.start_byte, scope.end_byte))
-    return sorted(set(out))
+    return out
 
 
 def _outermost_nodes(tree: Tree, spans: list[tuple[int, int]]) -> list[Node | None]:
@@ -633,97 +677,126 @@ def _qualified(scope: tuple[str, ...], name: str) -> str:
     return "::".join(scope)[:MAX_QUALNAME] + "::" + name if scope else name
 
 
+class _StructureWalk:
+    """The paint ranges and spans of `_structure`, and the stack of containers still to walk: each entry is
+    (node, scope, at namespace scope, start of a template head owning the node or -1)."""
+
+    def __init__(self, src: bytes, root: Node):
+        self.src = src
+        self.paint: list[tuple[int, int, int]] = []
+        self.spans: list[Span] = []
+        self.stack: list[tuple[Node, tuple[str, ...], bool, int]] = [(c, (), True, -1) for c in root.named_children]
+
+    def function(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        body = node.child_by_field_name("body")
+        end = node.end_byte
+        written, short = _declarator_name(self.src, node.child_by_field_name("declarator"),
+                                          node.child_by_field_name("type") is None, scope[-1] if scope else "")
+        body_start = body.start_byte if body is not None else end
+        self.paint.append((head, body_start, FUNC_SIGNATURE))
+        self.paint.append((body_start, end, FUNC_BODY))
+        self.spans.append(Span("function", short, _qualified(scope, written), scope, head, end,
+                               body_start if body is not None else -1, node.start_point[0] + 1))
+
+    def template(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        self.stack.extend((c, scope, ns_level, head) for c in node.named_children
+                          if c.type not in ("template_parameter_list", "comment"))
+
+    def class_(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        body = node.child_by_field_name("body")
+        if body is None:
+            if ns_level:
+                self.paint.append((head, node.end_byte, PREAMBLE))
+            return
+        name_node = node.child_by_field_name("name")
+        name = _text(self.src, name_node) if name_node is not None else "(anonymous)"
+        b0, b1 = body.start_byte, body.end_byte
+        self.paint += [(head, b0 + 1, CLASS_DECL), (b0 + 1, b1 - 1, CLASS_MEMBER), (b1 - 1, b1, CLASS_DECL)]
+        self.spans.append(Span(_CLASS_TYPES[node.type], _short_name(self.src, name_node) if name_node else "",
+                               _qualified(scope, name), scope, head, node.end_byte, b0, node.start_point[0] + 1))
+        self.stack.extend((c, _enter(scope, name), False, -1) for c in body.named_children)
+
+    def namespace(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        body = node.child_by_field_name("body")
+        if body is None:
+            return
+        start, inner = node.start_byte, scope
+        if node.type == "namespace_definition":
+            name_node = node.child_by_field_name("name")
+            name = _text(self.src, name_node) if name_node is not None else "(anonymous)"
+            inner = _enter(scope, name)
+            self.spans.append(Span("namespace", name, _qualified(scope, name), scope, start, node.end_byte,
+                                   body.start_byte, node.start_point[0] + 1))
+        if body.type == "declaration_list":
+            self.paint += [(start, body.start_byte + 1, NAMESPACE), (body.end_byte - 1, body.end_byte, NAMESPACE)]
+            self.stack.extend((c, inner, True, -1) for c in body.named_children)
+        else:
+            self.paint.append((start, body.start_byte, NAMESPACE))
+            self.stack.append((body, inner, True, -1))
+
+    def typedef(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        self.paint.append((head, node.end_byte, TYPEDEF))
+        name_node = node.child_by_field_name("declarator" if node.type == "type_definition" else "name")
+        name = _text(self.src, name_node) if name_node is not None else ""
+        self.spans.append(Span("typedef", name, _qualified(scope, name), scope, head, node.end_byte, -1,
+                               node.start_point[0] + 1))
+        if (cls := _class_with_body(node.child_by_field_name("type"))) is not None:
+            self.stack.append((cls, scope, False, -1))
+
+    def declaration(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        type_node = node.child_by_field_name("type")
+        owned = head if head < node.start_byte else -1
+        if node.type == "friend_declaration" and node.named_children:
+            type_node = node.named_children[0]
+            if type_node.type == "function_definition":  # a friend function defined in its class
+                self.stack.append((type_node, scope, ns_level, owned))
+                return
+        if (cls := _class_with_body(type_node)) is not None:
+            self.stack.append((cls, scope, ns_level, owned))
+        elif ns_level and _is_forward_decl(node):
+            self.paint.append((head, node.end_byte, PREAMBLE))
+
+    def preproc(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        start, end = node.start_byte, node.end_byte
+        if ns_level:  # the directive line and a closing '#endif'
+            eol = self.src.find(b"\n", start, end)
+            self.paint.append((start, eol if eol >= 0 else end, PREAMBLE))
+            last = node.children[-1] if node.child_count else None
+            if last is not None and last.type == "#endif":
+                self.paint.append((last.start_byte, last.end_byte, PREAMBLE))
+        skip = {node.child_by_field_name("condition"), node.child_by_field_name("name")}
+        self.stack.extend((c, scope, ns_level, -1) for c in node.named_children if c not in skip)
+
+    def preamble(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        if ns_level:
+            self.paint.append((node.start_byte, node.end_byte, PREAMBLE))
+
+    def error(self, node: Node, scope: tuple[str, ...], ns_level: bool, head: int) -> None:
+        self.stack.extend((c, scope, ns_level, -1) for c in node.named_children)
+
+
+_STRUCTURE_STEPS = {"function_definition": _StructureWalk.function, "template_declaration": _StructureWalk.template,
+                    **{k: _StructureWalk.class_ for k in _CLASS_TYPES},
+                    "namespace_definition": _StructureWalk.namespace, "linkage_specification": _StructureWalk.namespace,
+                    "type_definition": _StructureWalk.typedef, "alias_declaration": _StructureWalk.typedef,
+                    **{k: _StructureWalk.declaration for k in ("declaration", "field_declaration",
+                                                               "friend_declaration")},
+                    **{k: _StructureWalk.preproc for k in _PREPROC_BLOCKS},
+                    **{k: _StructureWalk.preamble for k in _PREAMBLE_TYPES},
+                    "ERROR": _StructureWalk.error}
+
+
 def _structure(src: bytes, root: Node) -> tuple[list[tuple[int, int, int]], list[Span]]:
     """Walk the declaration containers (namespaces, classes, extern "C", #if blocks, templates, ERROR nodes, never
     function bodies); return paint ranges (start byte, end byte, category) in outer-to-inner order and the spans
-    (byte offsets; `analyze` converts them)."""
-    paint: list[tuple[int, int, int]] = []
-    spans: list[Span] = []
-    # (node, scope, at namespace scope, start of a template head owning the node or -1)
-    stack: list[tuple[Node, tuple[str, ...], bool, int]] = [(c, (), True, -1) for c in root.named_children]
-    while stack:
-        node, scope, ns_level, head = stack.pop()
-        kind, start, end = node.type, node.start_byte, node.end_byte
-        head = start if head < 0 else head
-        if kind == "function_definition":
-            body = node.child_by_field_name("body")
-            written, short = _declarator_name(src, node.child_by_field_name("declarator"),
-                                              node.child_by_field_name("type") is None, scope[-1] if scope else "")
-            body_start = body.start_byte if body is not None else end
-            paint.append((head, body_start, FUNC_SIGNATURE))
-            paint.append((body_start, end, FUNC_BODY))
-            spans.append(Span("function", short, _qualified(scope, written), scope, head, end,
-                              body_start if body is not None else -1, node.start_point[0] + 1))
-        elif kind == "template_declaration":
-            stack.extend((c, scope, ns_level, head) for c in node.named_children
-                         if c.type not in ("template_parameter_list", "comment"))
-        elif kind in _CLASS_TYPES:
-            body = node.child_by_field_name("body")
-            if body is None:
-                if ns_level:
-                    paint.append((head, end, PREAMBLE))
-                continue
-            name_node = node.child_by_field_name("name")
-            name = _text(src, name_node) if name_node is not None else "(anonymous)"
-            b0, b1 = body.start_byte, body.end_byte
-            paint.append((head, b0 + 1, CLASS_DECL))
-            paint.append((b0 + 1, b1 - 1, CLASS_MEMBER))
-            paint.append((b1 - 1, b1, CLASS_DECL))
-            spans.append(Span(_CLASS_TYPES[kind], _short_name(src, name_node) if name_node else "",
-                              _qualified(scope, name), scope, head, end, b0, node.start_point[0] + 1))
-            stack.extend((c, _enter(scope, name), False, -1) for c in body.named_children)
-        elif kind in ("namespace_definition", "linkage_specification"):
-            body = node.child_by_field_name("body")
-            if body is None:
-                continue
-            inner = scope
-            if kind == "namespace_definition":
-                name_node = node.child_by_field_name("name")
-                name = _text(src, name_node) if name_node is not None else "(anonymous)"
-                inner = _enter(scope, name)
-                spans.append(Span("namespace", name, _qualified(scope, name), scope, start, end, body.start_byte,
-                                  node.start_point[0] + 1))
-            if body.type == "declaration_list":
-                paint.append((start, body.start_byte + 1, NAMESPACE))
-                paint.append((body.end_byte - 1, body.end_byte, NAMESPACE))
-                stack.extend((c, inner, True, -1) for c in body.named_children)
-            else:
-                paint.append((start, body.start_byte, NAMESPACE))
-                stack.append((body, inner, True, -1))
-        elif kind in ("type_definition", "alias_declaration"):
-            paint.append((head, end, TYPEDEF))
-            name_node = node.child_by_field_name("declarator" if kind == "type_definition" else "name")
-            name = _text(src, name_node) if name_node is not None else ""
-            spans.append(Span("typedef", name, _qualified(scope, name), scope, head, end, -1,
-                              node.start_point[0] + 1))
-            if (cls := _class_with_body(node.child_by_field_name("type"))) is not None:
-                stack.append((cls, scope, False, -1))
-        elif kind in ("declaration", "field_declaration", "friend_declaration"):
-            type_node = node.child_by_field_name("type")
-            if kind == "friend_declaration" and node.named_children:
-                type_node = node.named_children[0]
-                if type_node.type == "function_definition":  # a friend function defined in its class
-                    stack.append((type_node, scope, ns_level, head if head < start else -1))
-                    continue
-            if (cls := _class_with_body(type_node)) is not None:
-                stack.append((cls, scope, ns_level, head if head < start else -1))
-            elif ns_level and _is_forward_decl(node):
-                paint.append((head, end, PREAMBLE))
-        elif kind in _PREPROC_BLOCKS:
-            if ns_level:  # the directive line and a closing '#endif'
-                eol = src.find(b"\n", start, end)
-                paint.append((start, eol if eol >= 0 else end, PREAMBLE))
-                last = node.children[-1] if node.child_count else None
-                if last is not None and last.type == "#endif":
-                    paint.append((last.start_byte, last.end_byte, PREAMBLE))
-            skip = {node.child_by_field_name("condition"), node.child_by_field_name("name")}
-            stack.extend((c, scope, ns_level, -1) for c in node.named_children if c not in skip)
-        elif kind in _PREAMBLE_TYPES:
-            if ns_level:
-                paint.append((start, end, PREAMBLE))
-        elif kind == "ERROR":
-            stack.extend((c, scope, ns_level, -1) for c in node.named_children)
-    return paint, spans
+    (byte offsets; `analyze` converts them). Each kind of node has its step (_STRUCTURE_STEPS)."""
+    walk = _StructureWalk(src, root)
+    while walk.stack:
+        node, scope, ns_level, head = walk.stack.pop()
+        step = _STRUCTURE_STEPS.get(node.type)
+        if step is not None:
+            step(walk, node, scope, ns_level, node.start_byte if head < 0 else head)
+    return walk.paint, walk.spans
 
 
 def _event_order(pos: np.ndarray, depth: np.ndarray, n_chars: int) -> np.ndarray:
@@ -760,27 +833,47 @@ def _tree_links(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def analyze(text: str, parser: Parser | None = None) -> FileStructure:
-    """Spans, per-character arrays, calls and ERROR share of one C/C++ source text."""
+    """Spans, per-character arrays, calls and ERROR share of one C/C++ source text, in named steps: parse (with
+    misread macros blanked), one cursor walk, the per-character node arrays, the ERROR bytes, the structure
+    paint, and the calls attributed to functions."""
     src = text.encode("utf-8", "surrogatepass")
-    n_chars, n_bytes = len(text), len(src)
+    n_chars = len(text)
     parser = parser or new_parser()
     tree = _blank_misread_macros(src, parser.parse(src), parser)
-    if n_bytes == n_chars:
-        to_char = None
-    else:  # char index of each byte offset (offsets always fall on character starts)
-        lead = (np.frombuffer(src, np.uint8) & 0xC0) != 0x80
-        to_char = np.zeros(n_bytes + 1, np.int64)
-        np.cumsum(lead, out=to_char[1:])
+    to_char = _char_index(src, n_chars)
+    rec, comments, calls, errors, n_missing = _walk(tree)
+    ast_depth, sibling_index, ast_node_type = _node_arrays(rec, to_char, n_chars)
+    structure_ids, spans = _paint(src, tree, comments, to_char, n_chars)
+    out_calls = _attribute_calls(src, spans, calls, to_char)
+    return FileStructure(spans, out_calls, structure_ids, ast_depth, sibling_index, ast_node_type, len(src),
+                         _error_bytes(errors), n_missing)
 
-    def chars(offsets: np.ndarray) -> np.ndarray:
-        return offsets if to_char is None else to_char[offsets]
 
-    # One cursor walk over the tree (cheaper than materializing child lists): for every named node of non-zero
-    # width record (start byte, end byte, depth, kind id), in pre-order. Its parent and named-sibling index come
-    # from the depths afterwards, in numpy (_tree_links): keeping per-level stacks in the loop cost a sixth of it.
+def _char_index(src: bytes, n_chars: int) -> np.ndarray | None:
+    """The character index of each byte offset (offsets always fall on character starts); None for ASCII."""
+    if len(src) == n_chars:
+        return None
+    lead = (np.frombuffer(src, np.uint8) & 0xC0) != 0x80
+    to_char = np.zeros(len(src) + 1, np.int64)
+    np.cumsum(lead, out=to_char[1:])
+    return to_char
+
+
+def _chars(offsets: np.ndarray, to_char: np.ndarray | None) -> np.ndarray:
+    return offsets if to_char is None else to_char[offsets]
+
+
+def _walk(tree: Tree) -> tuple[np.ndarray, list[Node], list[Node], list[Node], int]:
+    """One cursor walk over the tree (cheaper than materializing child lists): for every named node of non-zero
+    width, a record (start byte, end byte, depth, kind id) in pre-order, with the comment, call and ERROR nodes
+    met and the count of MISSING nodes. Parents and sibling indexes come from the depths afterwards, in numpy
+    (_tree_links): keeping per-level stacks in the loop cost a sixth of it."""
     flat: list[int] = []  # 4 ints per record
     record = flat.extend
-    comments, calls, errors, n_missing = [], [], [], 0
+    comments: list[Node] = []
+    calls: list[Node] = []
+    errors: list[Node] = []
+    n_missing = 0
     check_missing = tree.root_node.has_error  # MISSING nodes only occur in trees with errors
     depth = 0  # named non-zero-width ancestors: the only nodes the walk descends into
     cursor = tree.walk()
@@ -807,13 +900,17 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
         else:
             continue
         break
+    return np.fromiter(flat, np.int64, len(flat)).reshape(-1, 4), comments, calls, errors, n_missing
 
-    # Deepest named node per character: enter/exit events sorted by position (exits before entries, inner exits
-    # first, outer entries first); the node of the last event at or before a character covers it.
-    rec = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 4)
+
+def _node_arrays(rec: np.ndarray, to_char: np.ndarray | None, n_chars: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ast_depth, sibling_index, ast_node_type) per character, of the deepest named node covering it: enter and
+    exit events sorted by position (exits before entries, inner exits first, outer entries first); the node of
+    the last event at or before a character covers it."""
     n_nodes, d = len(rec), rec[:, 2]
     parent, sibling = _tree_links(d)
-    pos = chars(np.concatenate([rec[:, 1], rec[:, 0]]))
+    pos = _chars(np.concatenate([rec[:, 1], rec[:, 0]]), to_char)
     order = _event_order(pos, d, n_chars)
     value = np.concatenate([parent, np.arange(n_nodes)])[order]
     pos = np.concatenate([[0], pos[order], [n_chars]])
@@ -821,14 +918,22 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
     ast_depth = np.append(np.minimum(d, MAX_DEPTH).astype(np.int8), np.int8(0))[owner]
     sibling_index = np.append(np.minimum(sibling, MAX_SIBLING).astype(np.int8), np.int8(0))[owner]
     ast_node_type = np.append(BUCKET_BY_KIND[rec[:, 3]], np.int16(0))[owner]
+    return ast_depth, sibling_index, ast_node_type
 
-    # ERROR bytes: union of ERROR ranges (nested ones are contained in their ancestors).
+
+def _error_bytes(errors: list[Node]) -> int:
+    """Bytes inside ERROR nodes: the union of their ranges (nested ones are contained in their ancestors)."""
     error_bytes, covered = 0, 0
     for s, e in sorted((n.start_byte, n.end_byte) for n in errors):
         if e > covered:
             error_bytes += e - max(s, covered)
             covered = e
+    return error_bytes
 
+
+def _paint(src: bytes, tree: Tree, comments: list[Node], to_char: np.ndarray | None, n_chars: int
+           ) -> tuple[np.ndarray, list[Span]]:
+    """(structure_ids per character, spans in character offsets): the structure's paint, comments last."""
     paint, spans = _structure(src, tree.root_node)
     spans += [Span("comment", "", "", (), c.start_byte, c.end_byte, -1, c.start_point[0] + 1) for c in comments]
     if to_char is not None and (paint or spans):  # convert byte offsets to char offsets in one gather
@@ -842,19 +947,23 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
         structure_ids[s:e] = cat
     for sp in spans[len(spans) - len(comments):]:
         structure_ids[sp.start:sp.end] = COMMENT
+    return structure_ids, spans
 
-    # Calls: attribute each to the function span containing it (function spans never overlap: bodies are not walked).
+
+def _attribute_calls(src: bytes, spans: list[Span], calls: list[Node], to_char: np.ndarray | None) -> list[Call]:
+    """Each call attributed to the function span containing it (function spans never overlap: bodies are not
+    walked)."""
     funcs = sorted((sp.start, sp.end, i) for i, sp in enumerate(spans) if sp.kind == "function")
+    if not funcs or not calls:
+        return []
     fstarts = np.array([f[0] for f in funcs], np.int64)
-    out_calls: list[Call] = []
-    if funcs and calls:
-        call_pos = chars(np.array([c.start_byte for c in calls], np.int64))
-        slot = np.searchsorted(fstarts, call_pos, side="right") - 1
-        for node, p, k in zip(calls, call_pos.tolist(), slot.tolist()):
-            if k >= 0 and p < funcs[k][1] and (callee := _callee(src, node.child_by_field_name("function"))):
-                out_calls.append(Call(funcs[k][2], callee[0], callee[1], p))
-    return FileStructure(spans, out_calls, structure_ids, ast_depth, sibling_index, ast_node_type, n_bytes,
-                         error_bytes, n_missing)
+    call_pos = _chars(np.array([c.start_byte for c in calls], np.int64), to_char)
+    slot = np.searchsorted(fstarts, call_pos, side="right") - 1
+    out: list[Call] = []
+    for node, p, k in zip(calls, call_pos.tolist(), slot.tolist()):
+        if k >= 0 and p < funcs[k][1] and (callee := _callee(src, node.child_by_field_name("function"))):
+            out.append(Call(funcs[k][2], callee[0], callee[1], p))
+    return out
 
 
 def components(qualified: str) -> list[str]:
