@@ -7,7 +7,8 @@ the bench prints the ratio over datatrove's whole pipeline and over its stages 1
 Both sides read the same Parquet parts (the C/C++ files of CORPUS_DIR, exact duplicates removed first, plus
 `--plant` near-duplicate variants of random files: renamed identifiers, small insertions and deletions),
 with the same n-gram size (5), 16 bands x 8 rows, the same worker count and a code-aware word tokenizer for
-datatrove (our C++ lexer, and a text normalization that keeps case, punctuation, numbers and line breaks). Each side runs
+datatrove (our C++ lexer, and a text normalization that keeps case, punctuation, numbers and line breaks). Each side
+runs
 in its own process; peak RSS is sampled over its whole process tree (workers included). Prints wall times,
 their ratio, peak RSS, how far the removal sets agree and the recall of each on planted pairs with exact
 Jaccard >= 0.8 (resolved: the output keeps at most one file of the pair; co-clustered: both files landed in
@@ -201,9 +202,10 @@ def _tree_rss_kb(root: int) -> int:
 
 
 def run_side(name: str, work: Path, workers: int) -> dict:
+    path = f"{HERE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     proc = subprocess.Popen([sys.executable, str(HERE), "--side", name, "--work", str(work), "--workers",
                              str(workers), "x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": f"{HERE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+                            env={**os.environ, "PYTHONPATH": path})
     peak = [0]
 
     def sample():
@@ -287,7 +289,8 @@ def main() -> int:
         "removal_jaccard": round(len(a & b) / len(a | b), 3) if a | b else 1.0,
         "planted_pairs_j_ge_0.8": len(high),
         "ours_unresolved": sorted(f"{x} ~ {y}" for x, y in high if x not in a and y not in a),
-        "ours_resolved": round(resolved(a), 3), "datatrove_resolved": round(resolved(b), 3), "ours_recall": round(recall(ours["clusters"]), 3),
+        "ours_resolved": round(resolved(a), 3), "datatrove_resolved": round(resolved(b), 3),
+        "ours_recall": round(recall(ours["clusters"]), 3),
         "datatrove_recall": round(recall(theirs["clusters"]), 3),
         "ours_precision": round(precision(ours["clusters"], a), 3),
         "datatrove_precision": round(precision(theirs["clusters"], b), 3),
@@ -297,11 +300,13 @@ def main() -> int:
     print(f"  cpp-data near_dedup  {result['ours_s']:>8.2f} s  peak RSS {result['ours_peak_rss_mb']:>7.1f} MB  "
           f"removed {len(a)}  planted pairs resolved {result['ours_resolved']} co-clustered {result['ours_recall']}  "
           f"precision {result['ours_precision']}")
-    print(f"  datatrove MinHash    {result['datatrove_s']:>8.2f} s  peak RSS {result['datatrove_peak_rss_mb']:>7.1f} MB  "
+    print(f"  datatrove MinHash    {result['datatrove_s']:>8.2f} s  "
+          f"peak RSS {result['datatrove_peak_rss_mb']:>7.1f} MB  "
           f"removed {len(b)}  planted pairs resolved {result['datatrove_resolved']} co-clustered "
           f"{result['datatrove_recall']}  precision {result['datatrove_precision']}")
     print(f"  datatrove stages 1-3 (ids to remove, without rewriting the corpus) {result['datatrove_stages_1_3_s']} s")
-    print(f"  speedup {result['speedup']}x over the whole pipeline, {result['speedup_vs_stages_1_3']}x over stages 1-3; "
+    print(f"  speedup {result['speedup']}x over the whole pipeline, "
+          f"{result['speedup_vs_stages_1_3']}x over stages 1-3; "
           f"removal sets agree on {len(a & b)} (Jaccard {result['removal_jaccard']}; "
           f"they keep different members of a cluster); co-clustered pairs agree: Jaccard "
           f"{result['co_cluster_pair_jaccard']} ({len(pa_)} ours, {len(pb_)} datatrove)")

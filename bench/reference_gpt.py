@@ -106,7 +106,7 @@ def run(prefix: str, model: str, seq: int, batch: int, micro: int, steps: int, c
     accum = batch // micro
     times, losses, row = [], [], 0
     torch.cuda.reset_peak_memory_stats()
-    for step in range(steps):
+    for _ in range(steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         for _ in range(accum):

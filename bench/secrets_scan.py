@@ -54,7 +54,8 @@ def labelled() -> dict:
         res = scrub(doc(r["line"]))
         found += res.refused is not None or r["secret"] not in res.text
     changed = sum(scrub(doc(r["line"])).text != doc(r["line"]) for r in look)
-    return {"planted": len(planted), "kinds": len({r["kind"] for r in planted}), "recall": round(found / len(planted), 4),
+    return {"planted": len(planted), "kinds": len({r["kind"] for r in planted}),
+            "recall": round(found / len(planted), 4),
             "lookalikes": len(look), "lookalikes_changed": changed,
             "lookalikes_changed_share": round(changed / len(look), 4)}
 

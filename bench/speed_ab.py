@@ -154,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _markdown(runs: list[dict], ratios: list[float], old: str, new: str, a, digests: dict) -> str:
     lines = [f"# v6 build speed, {new} against {old}, {a.scale}x corpus, {a.workers} workers ({os.cpu_count()} CPUs)",
-             "", "Interleaved pairs, the older revision first in odd pairs and second in even ones (bench/speed_ab.py). "
+             "", "Interleaved pairs, the older revision first in odd pairs and second in even ones "
+             "(bench/speed_ab.py). "
              "MB/s is of C/C++ collected over the build's own time less semantics.", "",
-             "| pair | code | MB/s | wall s | CPU s of the build's processes | idle core-s | largest process (VmHWM) MiB | output digest |",
+             "| pair | code | MB/s | wall s | CPU s of the build's processes | idle core-s "
+             "| largest process (VmHWM) MiB | output digest |",
              "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         lines.append(f"| {r['pair']} | {r['code']} | {r['mb_per_s_all_but_semantics']} | {r['wall_seconds']} | "

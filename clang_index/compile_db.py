@@ -83,8 +83,8 @@ def load_compile_commands(path: str | Path) -> list[CompileCommand]:
     """Read compile_commands.json; `command` strings are shell-split, `file` is resolved against `directory`."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: cannot read compile database: {e}") from e
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read compile database: {exc}") from exc
     if not isinstance(data, list):
         raise ValueError(f"{path}: compile database must be a JSON list, got {type(data).__name__}")
     out = []
@@ -134,8 +134,8 @@ def relocate_commands(commands: list[CompileCommand], root: Path) -> tuple[list[
         parts = Path(c.file).parts
         for k in range(2, len(parts)):
             if os.path.isfile(os.path.join(base, *parts[k:])):
-                prefix = os.path.join(*parts[:k])
-                votes[prefix] = votes.get(prefix, 0) + 1
+                candidate = os.path.join(*parts[:k])
+                votes[candidate] = votes.get(candidate, 0) + 1
                 break
     prefix = min(votes, key=lambda x: (-votes[x], x)) if votes else None
     if prefix is not None:

@@ -221,9 +221,8 @@ def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list
         a = Attempt("meson", ["setup"])
         d.attempts.append(a)
         build = work / "meson-build"
-        db = build / "compile_commands.json" if _run(a, ["meson", "setup", str(build), str(root)], root, work,
-                                                      sandbox, timeout_s) and (build / "compile_commands.json").is_file() \
-            else None
+        ran = _run(a, ["meson", "setup", str(build), str(root)], root, work, sandbox, timeout_s)
+        db = build / "compile_commands.json" if ran and (build / "compile_commands.json").is_file() else None
     if db is None:
         failed = all(not a.ok for a in d.attempts)
         why = _first_error(d.attempts[0].tail)[:160] if failed and d.attempts else ""

@@ -4,22 +4,24 @@ it (0 if none). Iterative Tarjan, so a long chain never meets Python's recursion
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
+from typing import Any
 
 
-def dependency_levels(edges: Iterable[tuple[str, str] | dict]) -> dict[str, int]:
-    """Level per USR: 0 without callees, else 1 + max level of its callees. A strongly connected component (cycle)
+def dependency_levels(edges: Iterable[tuple[Any, Any] | dict]) -> dict[Any, int]:
+    """Level per node (a USR, or any hashable name such as (path, qualname)): 0 without callees, else 1 + max level of
+    its callees. A strongly connected component (cycle)
     takes, as a group, 1 + the max level of the callees outside it (0 if none). Iterative Tarjan."""
-    graph: dict[str, list[str]] = {}
+    graph: dict[Hashable, list[Hashable]] = {}
     for e in edges:
         s, d = (e["src"], e["dst"]) if isinstance(e, dict) else e
         graph.setdefault(s, []).append(d)
         graph.setdefault(d, [])
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    scc_stack: list[str] = []
-    levels: dict[str, int] = {}
+    index: dict[Hashable, int] = {}
+    low: dict[Hashable, int] = {}
+    on_stack: set[Hashable] = set()
+    scc_stack: list[Hashable] = []
+    levels: dict[Hashable, int] = {}
     for start in graph:
         if start in index:
             continue

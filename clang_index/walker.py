@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import clang.cindex as ci
 
@@ -128,7 +129,8 @@ class Walker:
 
     def walk(self, tu: ci.TranslationUnit) -> None:
         """Depth-first, explicit stack of (cursor, enclosing definition USR or None, at namespace scope)."""
-        stack: list[tuple[ci.Cursor, str | None, bool]] = [(c, None, True) for c in tu.cursor.get_children()][::-1]
+        stack: list[tuple[ci.Cursor, str | None, bool]] = [(c, None, True) for c in tu.cursor.get_children()]
+        stack.reverse()
         while stack:
             c, encl, ns_scope = stack.pop()
             k = c.kind
@@ -168,7 +170,7 @@ class Walker:
 
 
 def _diagnostics(tu: ci.TranslationUnit) -> dict:
-    counts = {"warnings": 0, "errors": 0, "fatals": 0, "error_messages": []}
+    counts: dict[str, Any] = {"warnings": 0, "errors": 0, "fatals": 0, "error_messages": []}
     for d in tu.diagnostics:
         if d.severity >= ci.Diagnostic.Error:
             counts["fatals" if d.severity == ci.Diagnostic.Fatal else "errors"] += 1

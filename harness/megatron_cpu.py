@@ -29,6 +29,6 @@ def apply_cpu_patches() -> None:
         return
     from megatron.core.tensor_parallel import random as tp_random
 
-    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]  # on purpose: a device name
     tp_random.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.nullcontext()
     _applied = True

@@ -8,6 +8,7 @@ compute the same function (tests/test_harness.py compares them)."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -92,7 +93,8 @@ class _CosSinTable(torch.nn.Module):
                              persistent=False)
 
     def forward(self, max_seq_len: int, offset: int = 0, packed_seq: bool = False, cp_group=None):
-        return self.cos_sin[offset:offset + max_seq_len]
+        cos_sin = cast(torch.Tensor, self.cos_sin)  # a buffer (register_buffer)
+        return cos_sin[offset:offset + max_seq_len]
 
 
 def layer_spec(attention: str = "sdpa"):

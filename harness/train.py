@@ -23,6 +23,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -325,7 +326,7 @@ def train(c: TrainConfig, log=print) -> dict:
                 raise FloatingPointError(f"loss is {value} at step {step}")
             first_loss = value if first_loss is None else first_loss
             now = time.perf_counter()
-            rec = {"step": step, "loss": round(value, 5), "lr": _lr(step - 1, c),
+            rec: dict[str, Any] = {"step": step, "loss": round(value, 5), "lr": _lr(step - 1, c),
                    "tokens_per_s": round(tokens_since / (now - t_last), 1), "tokens": step * c.batch_size * seq}
             if c.eval_every and step % c.eval_every == 0:
                 rec["valid_loss"] = evaluate()

@@ -37,7 +37,8 @@ def _configs(files: list[dict]) -> list[dict]:
             continue
         splits = sorted({f["split"] for f in files if f.get("kind") == kind and f.get("split")},
                         key=list(SPLIT_NAMES).index)
-        entry = {"config_name": name, "data_files": [{"split": SPLIT_NAMES[s], "path": f"{directory}/{s}*.parquet"}
+        entry: dict[str, Any] = {"config_name": name,
+                                 "data_files": [{"split": SPLIT_NAMES[s], "path": f"{directory}/{s}*.parquet"}
                                                      for s in splits]}
         if name == next(iter(CONFIGS)):
             entry["default"] = True

@@ -167,7 +167,7 @@ GENERATIONS: dict[str, list[Column]] = {
 # documents of one path apart, or None where a path holds one document). A v2/v3 document is a version of a file
 # (the commit its text was read at), a v4/v5 document a function (doc_id hashes its repository with its path and
 # name, or with its libclang USR, so it holds across commits), a v6 document a file.
-IDENTITY: dict[str, tuple[str, str | None]] = {
+DOCUMENT_IDENTITY: dict[str, tuple[str, str | None]] = {
     "v2": ("file versions", "text_commit"),
     "v3": ("file versions", "text_commit"),
     "v4": ("functions", "doc_id"),

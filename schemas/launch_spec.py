@@ -28,6 +28,7 @@ per-split paths ("split and blend_per_split are incompatible"); our split is by 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cpp_data.pipeline.foundation.errors import BadInput
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json, read_versioned_json
@@ -102,7 +103,8 @@ def dataset_entry(kind: str, splits: dict, weights: dict[str, float]) -> dict:
         total = sum(w for w, _ in blend["train"]) or 1.0
         blend["train"] = [[round(w / total, 9), p] for w, p in blend["train"]]
     return {"kind": kind, "blend_per_split": blend, "groups": groups,
-            "documents": {s: sum(v["documents"] for v in splits.values() if v["split"] == s) for s in ("train", "valid")},
+            "documents": {s: sum(v["documents"] for v in splits.values() if v["split"] == s)
+                          for s in ("train", "valid")},
             "tokens": {s: sum(v["tokens"] for v in splits.values() if v["split"] == s) for s in ("train", "valid")}}
 
 
@@ -113,7 +115,7 @@ def write_launch_spec(path: Path, name: str, datasets: dict[str, dict], vocab_si
     """Write launch.json; `datasets` are `dataset_entry` results with prefixes relative to `path`'s directory;
     the default dataset is `default_dataset`, else packed rows when present. `model_args` and `train_args` are
     the training harness's presets as pretrain_gpt.py flags (harness/presets.megatron_flags)."""
-    spec = {
+    spec: dict[str, Any] = {
         "format": FORMAT, "name": name, "vocab_size": vocab_size, "seq_length": seq_length, "eod": eod, "pad": pad,
         "tokenizer": {"type": "HuggingFaceTokenizer", "model": tokenizer_dir}, "weights": dict(sorted(weights.items())),
         "default_dataset": default_dataset or ("packed" if "packed" in datasets else "documents"),

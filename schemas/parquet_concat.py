@@ -116,7 +116,8 @@ def _read_value(r: _Reader, kind: int):
 
 def _read_struct(r: _Reader) -> list[list]:
     """A struct as its fields in order: [field id, type, value] (a boolean field's value is its type)."""
-    fields, last = [], 0
+    fields: list[list] = []
+    last = 0
     while True:
         head = r.byte()
         kind = head & 0x0F
@@ -192,6 +193,14 @@ def _field(fields: list[list], fid: int) -> list | None:
     return next((f for f in fields if f[0] == fid), None)
 
 
+def _required(fields: list[list], fid: int) -> list:
+    """The field `fid`, which the format requires: ParquetConcatError when a footer lacks it."""
+    found = _field(fields, fid)
+    if found is None:
+        raise ParquetConcatError(f"a Parquet footer lacks required field {fid}")
+    return found
+
+
 def _shift(fields: list[list], ids: Sequence[int], by: int) -> None:
     """Move the offsets among `fields` by `by`. A 0 is left alone: no data starts at 0 (PAR1 is there), and
     Arrow's writer puts 0 in ColumnChunk.file_offset, a required field the format deprecated."""
@@ -247,7 +256,7 @@ def _copy_range(src: BinaryIO, start: int, length: int, dest: BinaryIO, short: s
 
 def _write_footer(dest: BinaryIO, meta: list[list], rows: int, row_groups: list) -> None:
     """Close a file: `meta` with its row count and row groups replaced, its length and the magic."""
-    _field(meta, _FMD_NUM_ROWS)[2] = rows
+    _required(meta, _FMD_NUM_ROWS)[2] = rows
     rg_field = _field(meta, _FMD_ROW_GROUPS)
     if rg_field is None:
         meta.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, row_groups)])
@@ -265,7 +274,10 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
     only; the bodies are copied 1 MiB at a time."""
     if not parts:
         raise ParquetConcatError("no Parquet files to concatenate")
-    first, row_groups, rows, indexes = None, [], 0, []
+    first: list[list] | None = None
+    row_groups: list = []
+    indexes: list = []
+    rows = 0
     dest.write(MAGIC)
     at = 4
     for part in parts:
@@ -284,7 +296,7 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
                 ordinal = _field(group, _RG_ORDINAL)
                 if ordinal is not None:
                     ordinal[2] = len(row_groups)
-                for chunk in _field(group, _RG_COLUMNS)[2][1]:
+                for chunk in _required(group, _RG_COLUMNS)[2][1]:
                     _shift(chunk, (_CC_FILE_OFFSET, _CC_COLUMN_INDEX), by)
                     cmd = _field(chunk, _CC_META)
                     if cmd is not None:
@@ -293,27 +305,28 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
                         indexes.append((chunk, _moved_offset_index(f, part, chunk, by)))
                 row_groups.append(group)
             _copy_range(f, 4, footer_start - 4, dest, f"{part}: shorter than its footer says")
-        rows += _field(meta, _FMD_NUM_ROWS)[2]
+        rows += _required(meta, _FMD_NUM_ROWS)[2]
         at += footer_start - 4
     for chunk, index in indexes:  # after every body, before the footer, as a writer puts them
         dest.write(index)
-        _field(chunk, _CC_OFFSET_INDEX)[2] = at
-        _field(chunk, _CC_OFFSET_INDEX_LENGTH)[2] = len(index)
+        _required(chunk, _CC_OFFSET_INDEX)[2] = at
+        _required(chunk, _CC_OFFSET_INDEX_LENGTH)[2] = len(index)
         at += len(index)
+    assert first is not None  # parts is not empty
     _write_footer(dest, [list(f) for f in first], rows, row_groups)
     return rows
 
 
 def _moved_offset_index(f: BinaryIO, part: Path, chunk: list[list], by: int) -> bytes:
     """The offset index of `chunk` in `part` (open as `f`) encoded again with every page's offset moved by `by`."""
-    where, length = _field(chunk, _CC_OFFSET_INDEX)[2], _field(chunk, _CC_OFFSET_INDEX_LENGTH)
+    where, length = _required(chunk, _CC_OFFSET_INDEX)[2], _field(chunk, _CC_OFFSET_INDEX_LENGTH)
     if length is None:
         raise ParquetConcatError(f"{part}: an offset index without its length")
     f.seek(where)
     raw = f.read(length[2])
     try:
         index = _read_struct(_Reader(raw))
-        for location in _field(index, _OI_PAGE_LOCATIONS)[2][1]:
+        for location in _required(index, _OI_PAGE_LOCATIONS)[2][1]:
             _shift(location, (_PL_OFFSET,), by)
     except (IndexError, ValueError, TypeError) as e:
         raise ParquetConcatError(f"{part}: unreadable offset index at {where} ({e})") from None
@@ -322,7 +335,7 @@ def _moved_offset_index(f: BinaryIO, part: Path, chunk: list[list], by: int) -> 
 
 def _top_level_fields(meta: list[list]) -> list[list]:
     """The schema elements of each top-level field (the field's element and its descendants'), in order."""
-    elements = _field(meta, _FMD_SCHEMA)[2][1]
+    elements = _required(meta, _FMD_SCHEMA)[2][1]
     out, k = [], 1  # elements[0] is the root
 
     def span(i: int) -> int:  # index past element i's subtree
@@ -364,14 +377,14 @@ def splice_row_groups(dest: BinaryIO, template: Path, groups: Sequence[Sequence[
                 if listed is None or not 0 <= rg < len(listed[2][1]):
                     raise ParquetConcatError(f"{path}: has no row group {rg}")
                 group_meta = listed[2][1][rg]
-                here = _field(group_meta, _RG_NUM_ROWS)[2]
+                here = _required(group_meta, _RG_NUM_ROWS)[2]
                 if n_rows is not None and here != n_rows:
                     raise ParquetConcatError(f"{path}: row group {rg} holds {here} rows, not {n_rows}")
                 n_rows = here
                 fields += source_fields
-                total_bytes += _field(group_meta, _RG_TOTAL_BYTE_SIZE)[2]
+                total_bytes += _required(group_meta, _RG_TOTAL_BYTE_SIZE)[2]
                 total_compressed += (_field(group_meta, _RG_TOTAL_COMPRESSED) or [0, 0, 0])[2]
-                for chunk in _field(group_meta, _RG_COLUMNS)[2][1]:
+                for chunk in _required(group_meta, _RG_COLUMNS)[2][1]:
                     chunk = [list(f) for f in chunk]
                     cmd_field = _field(chunk, _CC_META)
                     if cmd_field is None or _field(chunk, _CC_FILE_PATH) is not None or any(
@@ -382,8 +395,8 @@ def splice_row_groups(dest: BinaryIO, template: Path, groups: Sequence[Sequence[
                     cmd = cmd_field[2] = [list(f) for f in cmd_field[2]]
                     dictionary = _field(cmd, _CMD_DICTIONARY_PAGE)
                     start = dictionary[2] if dictionary is not None and dictionary[2] > 0 \
-                        else _field(cmd, _CMD_DATA_PAGE)[2]
-                    length = _field(cmd, _CMD_TOTAL_COMPRESSED)[2]
+                        else _required(cmd, _CMD_DATA_PAGE)[2]
+                    length = _required(cmd, _CMD_TOTAL_COMPRESSED)[2]
                     _copy_range(handles[path], start, length, dest,
                                 f"{path}: a column chunk runs past the end of the file")
                     _shift(chunk, (_CC_FILE_OFFSET,), at - start)

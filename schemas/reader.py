@@ -92,7 +92,8 @@ def _relabel(arr, want: pa.DataType):
         values = chunk.values
         struct = pa.StructArray.from_arrays([values.field(i) for i in range(len(names))], names=names,
                                             mask=values.is_null() if values.null_count else None)
-        chunks.append(pa.ListArray.from_arrays(chunk.offsets, struct, mask=chunk.is_null() if chunk.null_count else None))
+        mask = chunk.is_null() if chunk.null_count else None
+        chunks.append(pa.ListArray.from_arrays(chunk.offsets, struct, mask=mask))
     return pa.chunked_array(chunks, type=want)
 
 
@@ -162,7 +163,7 @@ def iter_shard(path: Path, generation: str | None, columns_wanted: list[str] | N
             if col is not None and name not in present and (col.per_char or col.per_token):
                 need.add("text" if col.per_char else "token_ids")
             if col is not None and name not in present and col.formerly in present:
-                need.add(col.formerly)
+                need.add(str(col.formerly))
         read = [n for n in pf.schema_arrow.names if n in need]
     for rg in range(pf.num_row_groups):
         where = f"{path}, row group {rg}"

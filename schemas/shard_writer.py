@@ -126,11 +126,14 @@ class ShardWriter:
         self.index = 0
         self.files: list[dict] = []
 
-    def _open(self) -> None:
+    def _open(self):
+        """Open the next shard's writer (a temporary file until _close_shard names it) and return it."""
         self.tmp = self.directory / f".{self.stem}-{self.index:05d}.parquet.tmp"
         self.writer = open_writer(self.tmp, self.schema, self.p.compression, self.p.compression_level)
+        return self.writer
 
     def _close_shard(self) -> None:
+        assert self.writer is not None  # a shard is open
         self.writer.close()
         final = self.directory / f"{self.stem}-{self.index:05d}.parquet"
         os.replace(self.tmp, final)
@@ -151,11 +154,10 @@ class ShardWriter:
                 n = max(1, int(np.searchsorted(ends[pos:pos + n], before + self.p.row_group_bytes, "right")))
             if not (final or n < table.num_rows - pos or n == self.p.row_group_size or n == room):
                 break  # the rows still to come could join this row group
-            if self.writer is None:
-                self._open()
+            writer = self.writer if self.writer is not None else self._open()
             # one Arrow chunk per row group: Parquet ends a page where a written chunk ends once the page is
             # full, so a row group made of several chunks had other pages (and bytes) than the same rows whole
-            self.writer.write_table(table.slice(pos, n).combine_chunks(), row_group_size=n)
+            writer.write_table(table.slice(pos, n).combine_chunks(), row_group_size=n)
             self.rows_in_shard += n
             pos += n
             if self.rows_in_shard == self.p.docs_per_shard:

@@ -73,6 +73,12 @@ def check_shard(path: Path, generation: str, expected_rows: int | None) -> None:
         raise ShardError(f"{path}: {rows} rows, manifest says {expected_rows}")
 
 
+def _damage(path: Path) -> str:
+    """Where a damaged Parquet file's first damage is, as " (first damage: ...)", or "" (not Parquet, or not found)."""
+    where = _locate_corruption(path) if path.suffix == ".parquet" else None
+    return f" (first damage: {where})" if where else ""
+
+
 def validate_build(build_dir: Path) -> dict:
     """Validate a sealed build; returns counts on success, raises ShardError on the first problem."""
     build_dir = require_complete(Path(build_dir))
@@ -93,16 +99,13 @@ def validate_build(build_dir: Path) -> dict:
         if not path.is_file():
             raise ShardError(f"{path}: listed in the manifest but missing")
 
-        def damage() -> str:
-            where = _locate_corruption(path) if path.suffix == ".parquet" else None
-            return f" (first damage: {where})" if where else ""
-
         size = path.stat().st_size
         if size != entry["bytes"]:
-            raise ShardError(f"{path}: {size} bytes, manifest says {entry['bytes']}{damage()}")
+            raise ShardError(f"{path}: {size} bytes, manifest says {entry['bytes']}{_damage(path)}")
         digest = sha256_file(path)
         if digest != entry["sha256"]:
-            raise ShardError(f"{path}: SHA-256 {digest[:16]}..., manifest says {entry['sha256'][:16]}...{damage()}")
+            raise ShardError(f"{path}: SHA-256 {digest[:16]}..., manifest says {entry['sha256'][:16]}..."
+                             f"{_damage(path)}")
         if entry.get("kind") == "shard":
             check_shard(path, generation, entry.get("rows"))
             shards += 1

@@ -63,7 +63,8 @@ class _Parts:
     """Buffers collected files and writes them as numbered parts."""
 
     def __init__(self, out: Path, per_part: int):
-        self.out, self.per_part, self.rows, self.n = out, per_part, [], 0
+        self.out, self.per_part, self.n = out, per_part, 0
+        self.rows: list[dict] = []
 
     def add(self, row: dict) -> None:
         self.rows.append(row)
@@ -85,7 +86,7 @@ class _Collector:
     or an address in a file's name never reaches a row."""
 
     def __init__(self, ctx: StageContext, p: CollectParams):
-        self.src, self.p = ctx.source, p
+        self.src, self.p = ctx.pin, p
         self.parts = _Parts(ctx.out, p.files_per_part)
         self.skipped: list[dict] = []
         self.licenses: list[dict] = []
@@ -161,7 +162,7 @@ def stored_path(path: str) -> str:
 def walk_git(c: _Collector, ctx: StageContext, scratch: Path) -> None:
     """Feed `c` every entry of the source's pinned commit, read from a shallow fetch in `scratch`: blobs through
     `git cat-file`, never a checkout, so no symlink is followed."""
-    src, p = ctx.source, c.p
+    src, p = ctx.pin, c.p
     repo = fetch_commit(src.url, src.commit, src.requested_ref, scratch / "repo.git")
     blobs = BlobReader(repo)
     try:
@@ -187,7 +188,7 @@ def walk_git(c: _Collector, ctx: StageContext, scratch: Path) -> None:
 def walk_plain_directory(c: _Collector, ctx: StageContext) -> None:
     """Feed `c` every entry of a plain directory source, links never followed, and check that what was read is
     the tree its pin names (TreeDigest of exactly the bytes read)."""
-    src = ctx.source
+    src = ctx.pin
     root = Path(src.url)
     digest = TreeDigest()
     for path, entry in tqdm(walk_directory(root), desc=ctx.label, unit="file", leave=False,
@@ -252,7 +253,7 @@ class Collect(Stage):
         c = _Collector(ctx, p)
         if p.history:
             return {**self._history(ctx, c), "retrieved_at": retrieved_at}
-        if ctx.source.kind == "git":
+        if ctx.pin.kind == "git":
             with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:
                 walk_git(c, ctx, Path(tmp))
         else:

@@ -5,7 +5,8 @@ direct callers, then the function itself, each block headed by a `// <role>: <pa
 are added smallest first while the document stays within `budget_bytes` (the recipe's token budget at ~4 bytes
 per token of C++); the target always goes in, cut at the budget if it alone exceeds it. Only neighbours on the
 target's side of the train/valid split are used, so no validation text leaks into training documents.
-Every piece keeps its provenance in `constituents` (source_repo, source_commit, source_path, character range in the file's
+Every piece keeps its provenance in `constituents` (source_repo, source_commit, source_path, character range in the
+file's
 normalized text, i.e. its file-level document, and license),
 and the document's license is the SPDX conjunction of its pieces'. Documents come in shard order: the order
 in which the structure shards hold their files, then each file's functions in order.
@@ -128,7 +129,7 @@ class Extract(SliceWork):
 def build_document(target: Function, callees: list[Function], callers: list[Function], budget: int) -> dict:
     pieces = [("target", target)]
     used = len(target.text.encode("utf-8"))
-    chosen = {"callee": [], "caller": []}
+    chosen: dict[str, list[Function]] = {"callee": [], "caller": []}
     for role, group in (("callee", callees), ("caller", callers)):
         for f in sorted(group, key=lambda f: (len(f.text), f.key)):
             size = len(f.text.encode("utf-8")) + 64

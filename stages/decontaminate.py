@@ -63,7 +63,7 @@ class Decontaminate(Stage):
 
     def source_tasks(self, ctx: StageContext) -> SourceTasks:
         docs = ctx.input("filter").path
-        reference = ctx.source.decontaminate
+        reference = ctx.pin.decontaminate
         tasks = dt_io.count_parts(docs, "part-*.parquet")
         if reference is None:
             for f in sorted(docs.glob("part-*.parquet")):
@@ -74,10 +74,12 @@ class Decontaminate(Stage):
         hashes = reference_hashes(list(reference.files), reference.ngram)
         pipeline = [
             dt_io.reader(docs, "part-*.parquet"),
-            ContaminationFilter(hashes, reference.ngram, exclusion_writer=dt_io.rejections_writer(ctx.out, "decontaminate")),
+            ContaminationFilter(hashes, reference.ngram,
+                                exclusion_writer=dt_io.rejections_writer(ctx.out, "decontaminate")),
             dt_io.documents_writer(ctx.out),
         ]
         return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
-                           lambda stats: {**dt_io.output_counts(ctx.out, tasks, stats, sorted(docs.glob("part-*.parquet"))),
+                           lambda stats: {**dt_io.output_counts(ctx.out, tasks, stats,
+                                                                sorted(docs.glob("part-*.parquet"))),
                                           "reference_files": len(reference.files),
                                           "reference_ngrams": int(len(hashes))})

@@ -5,7 +5,8 @@ preamble of its file (includes, using-declarations, typedefs, forward declaratio
 functions it reaches through call and reference edges up to `max_depth` (5), ordered by dependency level
 (leaves first, so definitions precede their use), then the function itself. Over `budget_bytes` the
 dependencies of the highest level are dropped first. `build_info` is the compile command of the TU the function
-was indexed from; `constituents` give every piece's source_repo, source_commit, source_path, byte range in the file and license.
+was indexed from; `constituents` give every piece's source_repo, source_commit, source_path, byte range in the file and
+license.
 Only dependencies on the root's side of the train/valid split are used. Work and memory go one repository at a
 time (its functions, edges, preamble and kept files' licenses): libclang's edges never leave a repository.
 """
@@ -16,7 +17,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,7 +85,7 @@ def _file_to_move_to_valid(ctx: StageContext, arts: list, removed, valid_fractio
             files += 1
             candidate = (keys.split_hash(art.source, f), (art.source, f))
             nearest = candidate if nearest is None else min(nearest, candidate)
-    return nearest[1] if files >= 2 else None
+    return nearest[1] if nearest is not None and files >= 2 else None
 
 
 def reachable(root: str, callees: dict, max_depth: int) -> set[str]:
@@ -140,9 +141,9 @@ class DependencyDocuments(Stage):
         out.mkdir()
         sp = ShardParams(generation=p.generation, docs_per_shard=p.docs_per_shard, row_group_size=p.row_group_size)
         writers = {s: ShardWriter(out, s, schema, sp) for s in SPLITS}
-        pending = {s: [] for s in SPLITS}
-        counts = {"roots": 0, "documents": 0, "trimmed": 0, "text_bytes": 0, "moved_to_valid": None}
-        arts = sorted(ctx.inputs["semantics"], key=lambda a: a.source)
+        pending: dict[str, list[dict]] = {s: [] for s in SPLITS}
+        counts: dict[str, Any] = {"roots": 0, "documents": 0, "trimmed": 0, "text_bytes": 0, "moved_to_valid": None}
+        arts = sorted(ctx.inputs["semantics"], key=lambda a: a.source or "")
         moved = _file_to_move_to_valid(ctx, arts, removed, p.valid_fraction)
         if moved is not None:
             counts["moved_to_valid"] = f"{moved[0]}:{moved[1]}"
@@ -151,7 +152,7 @@ class DependencyDocuments(Stage):
             return keys.is_valid_split(repo, file, p.valid_fraction) or (repo, file) == moved
 
         for art in arts:
-            repo = art.source
+            repo = art.source or ""
             commit = next(s.commit for s in ctx.sources if s.name == repo)
             license_of = kept_licenses(ctx, repo, removed)
             functions = [f for f in _rows(art.path / "functions.parquet") if (repo, f["file"]) in license_of]

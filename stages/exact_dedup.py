@@ -107,5 +107,6 @@ class ExactDedup(Stage):
             "clusters": clusters,
             "duplicates_removed": removed,
             "duplicate_bytes": removed_bytes,
-            "largest_clusters": [{"size": n, "text_sha256": s[:16], "keeper": f"{r}:{p}"} for n, s, r, p in largest[:5]],
+            "largest_clusters": [{"size": n, "text_sha256": s[:16], "keeper": f"{r}:{p}"}
+                                 for n, s, r, p in largest[:5]],
         }

@@ -32,7 +32,8 @@ class FilterParams:
     max_line_length: int = 1000
     min_unique_line_ratio: float = 0.30
     max_comment_share: float = 0.80
-    # The reference design said 4.5 bits; measured real C++ (googletest + POCO headers) has a median of 5.08 and 99.8% of
+    # The reference design said 4.5 bits; measured real C++ (googletest + POCO headers) has a median of 5.08 and 99.8%
+    # of
     # files above 4.5, so 4.5 would refuse nearly all code. 6.0 still refuses compressed or binary payloads.
     max_byte_entropy: float = 6.0
     max_data_share: float = 0.5  # numeric-array lines and long base64 runs (embedded resources)
@@ -123,10 +124,11 @@ class Filter(Stage):
         tasks = dt_io.count_parts(docs, "part-*.parquet")
         pipeline = [
             dt_io.reader(docs, "part-*.parquet"),
-            QualityFilter(self.params, ctx.source.vendored,
+            QualityFilter(self.params, ctx.pin.vendored,
                           exclusion_writer=dt_io.rejections_writer(ctx.out, "quality")),
             Scrub(self.params, exclusion_writer=dt_io.rejections_writer(ctx.out, "scrub")),
             dt_io.documents_writer(ctx.out),
         ]
         return SourceTasks(pipeline, tasks, ctx.out / "_datatrove",
-                           lambda stats: dt_io.output_counts(ctx.out, tasks, stats, sorted(docs.glob("part-*.parquet"))))
+                           lambda stats: dt_io.output_counts(ctx.out, tasks, stats,
+                                                             sorted(docs.glob("part-*.parquet"))))

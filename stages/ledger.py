@@ -122,7 +122,8 @@ class Ledger(Stage):
         near = pq.read_table(ctx.input("near_dedup").path / "near_duplicates.parquet")
         by_source = {stage: {a.source: str(a.path) for a in ctx.inputs[stage]}
                      for stage in ("collect", *ctx.per_document)}
-        sources = [{stage: by_source[stage][name] for stage in by_source} for name in sorted(by_source["collect"])]
+        sources = [{stage: by_source[stage][name] for stage in by_source}
+                   for name in sorted(by_source["collect"], key=str)]
         work = ctx.out / WORK
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()

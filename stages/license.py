@@ -270,7 +270,7 @@ class LicenseStep(BaseFilter):
         yield from super().run(data, rank, world_size)
 
     def license_states(self) -> dict:
-        return source_license_states(Path(self.license_files), Path(self.states_file), turn_start(self.rank))
+        return source_license_states(Path(self.license_files), Path(str(self.states_file)), turn_start(self.rank))
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         meta = doc.metadata
@@ -313,7 +313,7 @@ class License(Stage):
         pipeline = [
             dt_io.reader(collected, "files-*.parquet"),
             DecodeNormalize(exclusion_writer=dt_io.rejections_writer(ctx.out, "decode")),
-            LicenseStep(self.params, license_files, states_file, ctx.source.license,
+            LicenseStep(self.params, license_files, states_file, ctx.pin.license,
                         exclusion_writer=dt_io.rejections_writer(ctx.out, "license")),
             dt_io.documents_writer(ctx.out),
         ]

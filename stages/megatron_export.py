@@ -41,7 +41,7 @@ class MegatronExport(Stage):
         prefixes = export_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
                                  ctx.out / "megatron", p.name, source_weights(ctx.sources), ctx.executor,
                                  p.encode_batch, p.rows_per_task, ctx.label)
-        counts = {}
+        counts: dict[str, object] = {}
         for split in ("train", "valid"):
             mine = [v for v in prefixes.values() if v["split"] == split]
             counts |= {f"{split}_documents": sum(v["documents"] for v in mine),

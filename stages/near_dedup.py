@@ -15,7 +15,8 @@
    distinct pair is decided once by the exact Jaccard of its shingle sets (stored per task beside the
    signatures), so no file below the threshold is ever removed: the MinHash estimate alone put a 0.61 pair
    above 0.7.
-4. Clusters: union-find over verified pairs (its parent array a memory-mapped file); each cluster keeps its canonical copy (upstream over vendored,
+4. Clusters: union-find over verified pairs (its parent array a memory-mapped file); each cluster keeps its canonical
+copy (upstream over vendored,
    permissive license, larger repository, smallest (repo, path)). Union-find chains (A~B, B~C while A and C
    differ), so members below the threshold against the keeper are split off into a cluster of their own with
    the next canonical keeper: every removed file is within the threshold of the copy that is kept. Removed
@@ -33,7 +34,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -105,7 +106,8 @@ class SignatureStep(PipelineStep):
         sigs, rows, sets, lineages = [], [], [], []
         for doc in data:
             meta = doc.metadata
-            if keys.contains(removed, keys.key_array([meta["source_repo"]], [meta["source_path"]], [meta["source_commit"]]))[0]:
+            key = keys.key_array([meta["source_repo"]], [meta["source_path"]], [meta["source_commit"]])
+            if keys.contains(removed, key)[0]:
                 self.stat_update("exact_duplicate_skipped")
                 continue
             h = shingle_hashes(doc.text, p.ngram)
@@ -245,7 +247,7 @@ class NearDedup(Stage):
                       "near_duplicate_clusters": "clusters", "largest_near_duplicate_clusters": "largest_clusters"}
 
     def run(self, ctx: StageContext) -> dict:
-        repo_bytes = {a.source: a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
+        repo_bytes = {a.source or "": a.counts.get("bytes_collected", 0) for a in ctx.inputs["collect"]}
         return near_dedup(document_parts(ctx), ctx.input("exact_dedup").path / "duplicates.parquet", repo_bytes,
                           ctx.out, self.params, ctx.executor, ctx.label)
 
@@ -407,9 +409,11 @@ def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[lis
 
     def rank(g: int):
         m = meta[g]
-        return (bool(m["is_vendored"]), m["license_family"] != "permissive", -m["repo_bytes"], m["source_repo"], m["source_path"])
+        return (bool(m["is_vendored"]), m["license_family"] != "permissive", -m["repo_bytes"], m["source_repo"],
+                m["source_path"])
 
-    rows, largest = [], []
+    rows: list[dict] = []
+    largest: list[dict[str, Any]] = []
     for gids in clusters.values():
         pending = sorted(gids, key=rank)
         while len(pending) > 1:  # split chains: each removed file must itself reach the keeper's threshold
@@ -421,10 +425,12 @@ def _keepers(members, roots, meta, exact_jaccard, threshold: float) -> tuple[lis
             size = 1 + int(close.sum())
             for g, s in zip(np.array(others)[close].tolist(), sims[close].tolist()):
                 m = meta[g]
-                rows.append({**provenance_row(m, *_PROVENANCE), "keeper_repo": k["source_repo"], "keeper_path": k["source_path"],
+                rows.append({**provenance_row(m, *_PROVENANCE), "keeper_repo": k["source_repo"],
+                             "keeper_path": k["source_path"],
                              "cluster_id": cluster_id, "similarity": round(float(s), 4), "cluster_size": size})
             if size > 1:
-                largest.append({"size": size, "keeper": f"{k['source_repo']}:{k['source_path']}", "cluster_id": cluster_id})
+                largest.append({"size": size, "keeper": f"{k['source_repo']}:{k['source_path']}",
+                                "cluster_id": cluster_id})
             pending = [g for g, c in zip(others, close.tolist()) if not c]
     rows.sort(key=lambda r: (r["source_repo"], r["source_path"]))
     largest.sort(key=lambda c: (-c["size"], c["keeper"]))

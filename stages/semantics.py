@@ -7,9 +7,11 @@ A sources file turns configuring off for one source with `configure = false`. A 
 never reused for another pin (it lives in this stage's output, keyed by the pin). Git sources are materialized
 at their pin with `git archive` for parsing.
 
-Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble, tu_status (with the compile
+Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble, tu_status (with
+the compile
 command, its paths written as <source>/... and <configure>/... so the bytes do not depend on where the tree
-or its configure run lived), each function's dependency level, and coverage.json, the receipt the build summary and manifest carry: files matched to
+or its configure run lived), each function's dependency level, and coverage.json, the receipt the build summary and
+manifest carry: files matched to
 a compile command, TUs indexed cleanly, TUs with errors, files fallen back to tree-sitter. libclang or its
 builtin headers missing fails the stage loudly; it never reports an empty success.
 
@@ -113,7 +115,8 @@ class IndexTUs(PipelineStep):
         from cpp_data.clang_index.index import index_tus
 
         k = self.p.tus_per_task
-        commands = [CompileCommand(**c) for c in json.loads((self.work / "commands.json").read_text())[rank * k:(rank + 1) * k]]
+        listed = json.loads((self.work / "commands.json").read_text())[rank * k:(rank + 1) * k]
+        commands = [CompileCommand(**c) for c in listed]
         results = index_tus(commands, self.root, 1, self.p.timeout_s, self.p.max_rss_mb)
         (self.work / "tus").mkdir(exist_ok=True)
         tmp = self.work / "tus" / f".{rank:05d}.json"
@@ -213,7 +216,7 @@ class Semantics(Stage):
         _clear_work(tmp)
         root, unwritten = _materialize(ctx.source, Path(tmp))
         root = root.resolve()
-        found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.source.configure,
+        found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.pin.configure,
                          cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
                          allow_unsandboxed=p.allow_unsandboxed_configure)
         if unwritten:
@@ -288,7 +291,8 @@ class Semantics(Stage):
             for a in coverage["configure_attempts"]]}
         atomic_write_json(ctx.out / "coverage.json", receipt)
         coverage |= {"configure_attempts": receipt["configure_attempts"],
-                     "configure_seconds": round(sum(a.get("seconds", 0) for a in found.receipt()["configure_attempts"]), 2),
+                     "configure_seconds": round(sum(a.get("seconds", 0)
+                                                    for a in found.receipt()["configure_attempts"]), 2),
                      "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2)}
         # the scratch goes once the stage is done (the completion markers first: a kill in between must not leave
         # a marker without its results); a killed or failed run leaves it for the next to resume

@@ -81,7 +81,7 @@ class SemanticIndex:
     """libclang's view of a source (the semantics stage's tables), looked up per file: functions by first line,
     call/ref and type edges, and the compile command of the file's TU."""
 
-    def __init__(self, art_path):
+    def __init__(self, art_path: Path) -> None:
         self.functions: dict[str, dict[int, dict]] = defaultdict(dict)  # file -> start line -> function
         for f in pq.read_table(art_path / "functions.parquet").to_pylist():
             self.functions[f["file"]].setdefault(f["start_line"], f)
@@ -135,7 +135,9 @@ def document_columns(text: str, path: str, fs, sem: SemanticIndex | None = None,
     chunks = [s for s in fs.spans if s.kind in CHUNK_KINDS]
     semantic = _semantic_edges(chunks, path, sem) if sem else None
     if semantic is None:
-        call_edges, type_edges, source = [], [], "tree-sitter"
+        call_edges: list[dict] = []
+        type_edges: list[dict] = []
+        source = "tree-sitter"
     else:
         (call_edges, type_edges), source = semantic, "libclang"
     tu = sem.command_for(path) if sem else None
@@ -184,8 +186,9 @@ class Analyze(SliceWork):
     def transform(self, table: pa.Table, piece, rank: int, work: Path, stat) -> pa.Table:
         parser = worker_cache("tree-sitter parser", syntax.new_parser)
         types = {c.name: c.type for c in generation_columns(ENRICHED)}
-        arrays = {name: [] for name in _ARRAYS}
-        extra = {k: [] for k in ("chunk_boundaries", "call_edges", "type_edges", "language_info", "build_info",
+        arrays: dict[str, list] = {name: [] for name in _ARRAYS}
+        extra: dict[str, list] = {k: [] for k in ("chunk_boundaries", "call_edges", "type_edges", "language_info",
+                                                  "build_info",
                                  "platform_info", "constituents")}
         defs, calls = [], []
         for row, (text, repo, path, commit, lic) in enumerate(zip(*(table.column(c).to_pylist() for c in (
@@ -195,8 +198,9 @@ class Analyze(SliceWork):
             stat("total_bytes", fs.n_bytes)
             for name in _ARRAYS:
                 arrays[name].append(getattr(fs, name))
-            sem = (worker_cache(self.semantics[repo], lambda: SemanticIndex(Path(self.semantics[repo])),
-                                "semantics", keep=8) if repo in self.semantics else None)
+            index_dir = self.semantics.get(repo)
+            sem = (worker_cache(index_dir, lambda d=index_dir: SemanticIndex(Path(d)), "semantics", keep=8)
+                   if index_dir is not None else None)
             cols = document_columns(text, path, fs, sem, {"source_repo": repo, "source_commit": commit,
                                                           "source_path": path, "license_spdx": lic})
             stat("chunks", len(cols["chunk_boundaries"]))
@@ -210,7 +214,8 @@ class Analyze(SliceWork):
             defs += [{**place, **x, "chunk": k, "tree_sitter_edges": from_ts} for x, k in zip(d, fn_chunks)]
             calls += [{**place, **x} for x in c]
         (work / "graph_in").mkdir(exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(defs, schema=GRAPH_DEFINITIONS), work / "graph_in" / f"defs-{rank:05d}.parquet")
+        pq.write_table(pa.Table.from_pylist(defs, schema=GRAPH_DEFINITIONS),
+                       work / "graph_in" / f"defs-{rank:05d}.parquet")
         pq.write_table(pa.Table.from_pylist(calls, schema=GRAPH_CALLS), work / "graph_in" / f"calls-{rank:05d}.parquet")
         added = {name: list_array(arrays[name], types[name]) for name in _ARRAYS}
         added |= {name: pa.array(values, type=types[name]) for name, values in extra.items()}
@@ -375,7 +380,7 @@ class Structure(Stage):
         src = ctx.input("shards").path
         listing = json.loads((src / "shards.json").read_text())["files"]
         work = ctx.out / WORK
-        semantics = {a.source: str(a.path) for a in ctx.inputs.get("semantics", [])}
+        semantics = {a.source or "": str(a.path) for a in ctx.inputs.get("semantics", [])}
         slices = plan_slices(src, listing, p.rows_per_task)
         job = Analyze(semantics)
         t0 = time.monotonic()

@@ -127,7 +127,9 @@ def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.nd
     offsets = {name: col.offsets.to_numpy().astype(np.int64) for name, col in chars.items()}
     if mirrors and byte_lengths is None:
         byte_lengths = token_byte_lengths(tok)
-    id_parts, count_parts, picked = [], [], {c.name: [] for c in mirrors}
+    id_parts: list = []
+    count_parts: list = []
+    picked: dict[str, list] = {c.name: [] for c in mirrors}
     for a, b in _batches(pc.binary_length(texts).to_numpy(zero_copy_only=False), batch_bytes):
         part = texts.slice(a, b - a)
         id_lists = encode_in_parts(tok, part.to_pylist(), part_chars)
@@ -137,6 +139,7 @@ def add_token_columns(table: pa.Table, tok, generation: str, byte_lengths: np.nd
         id_parts.append(ids)
         count_parts.append(counts)
         if mirrors:
+            assert byte_lengths is not None  # loaded above whenever there are mirrors
             starts = token_char_starts(part, ids, counts, byte_lengths)
             for col in mirrors:
                 picked[col.name].append(mirror_values(values[col.name], offsets[col.name][a:b + 1], starts, counts,

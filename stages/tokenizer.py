@@ -9,7 +9,8 @@ when the candidate documents hold more than `sample_bytes` of text, each is take
 `sample_seed` and its (repo, path, commit) falls under sample_bytes / total (tokenizer/sample.py): about
 sample_bytes of text, the same documents on every run, chosen without reading them. The sample is recorded:
 its fraction, documents and bytes in the stage's counts and the manifest, and the doc_id of every document in
-sample.parquet. A corpus under the budget trains on all of it, as before. The same shards and recipe give a byte-identical
+sample.parquet. A corpus under the budget trains on all of it, as before. The same shards and recipe give a
+byte-identical
 tokenizer.json; its SHA-256 goes in the build manifest. The training runs in a process of its own
 (stages/lib/tokenizer_training.py), so its memory is the sample's and not the driver's too.
 """
@@ -111,7 +112,8 @@ class TokenizerStage(Stage):
         job = {"files": [str(f) for f in shard_files(ctx.input("shards").path, "train")],
                "heldout_fraction": p.heldout_fraction, "sample_bytes": p.sample_bytes, "sample_seed": p.sample_seed,
                "band_file": p.band_file, "vocab_size": p.vocab_size, "min_frequency": p.min_frequency,
-               "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.config.progress, "out": str(ctx.out),
+               "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.config.progress,
+               "out": str(ctx.out),
                "threads": tokenizer_threads(ctx.executor.config, beside=True)}
         trained = train_in_own_process(job, ctx.out / "_work")
         shutil.rmtree(ctx.out / "_work")

@@ -255,7 +255,8 @@ def copy_tree(src: Path, dst: Path, limit: int | None = None) -> dict[str, bytes
     return files
 
 
-__all__ = ["build", "build_dir", "copy_tree", "data_digests", "make_git_repo", "need", "provenance_build", "provenance_recipe",
+__all__ = ["build", "build_dir", "copy_tree", "data_digests", "make_git_repo", "need", "provenance_build",
+           "provenance_recipe",
            "run_bounded", "run_cli",
            "write_sources", "shutil"]
 

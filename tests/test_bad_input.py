@@ -127,7 +127,8 @@ def test_malformed_sources_files_give_one_line_errors(tmp_path):
         if label == "missing url":
             assert "'url' is missing" in err, err
     # a directory given as the sources file, to build and to lock
-    for args in (("build", "--sources", str(tmp_path), "--out", str(tmp_path / "o")), ("sources", "lock", str(tmp_path))):
+    for args in (("build", "--sources", str(tmp_path), "--out", str(tmp_path / "o")),
+                 ("sources", "lock", str(tmp_path))):
         proc = run_cli(*args, check=False)
         err = proc.stderr.strip()
         assert proc.returncode == 2 and len(err.splitlines()) == 1, (args, proc.returncode, err)

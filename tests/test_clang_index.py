@@ -215,7 +215,8 @@ def test_v6_edges_come_from_libclang_where_there_is_a_build(tmp_path):
     names = [c["name"] for c in main["chunk_boundaries"]]
     assert (names.index("main"), names.index("twice")) in {(e["from"], e["to"]) for e in main["call_edges"]}
     assert main["constituents"] == [{"source_repo": "fx", "source_commit": main["source_commit"],
-                                     "source_path": "src/main.cc", "start": 0, "end": len(main["text"]), "license_spdx": "MIT"}]
+                                     "source_path": "src/main.cc", "start": 0, "end": len(main["text"]),
+                                     "license_spdx": "MIT"}]
     assert json.loads(rows["src/util.cc"]["language_info"])["edges"] == "libclang"
     assert info["directory"].startswith("<source>") and str(proj) not in info["command"]
     # again into another output directory, with another worker count: the same build, byte for byte (the TUs'
@@ -240,7 +241,8 @@ def test_v5_dependency_documents_from_the_fixture(tmp_path):
     run_cli("validate", str(build))
     totals = json.loads((build / "manifest.json").read_text())["totals"]  # the hash split chose no file here:
     assert totals["valid_documents"] >= 1 and totals["train_documents"] >= 1, totals  # one is moved over
-    rows = {r["target_name"]: r for f in sorted((build / "shards").glob("*.parquet")) for r in pq.read_table(f).to_pylist()}
+    rows = {r["target_name"]: r for f in sorted((build / "shards").glob("*.parquet"))
+            for r in pq.read_table(f).to_pylist()}
     assert {"main", "fx::leaf", "fx::ping", "c_entry"} <= set(rows)
     main = rows["main"]
     text = main["text"]
@@ -333,7 +335,8 @@ def test_diagnostics_from_files_outside_the_tree_are_withheld(tmp_path):
     out = tmp_path / "out"
     run_cli("build", "--recipe", str(provenance_recipe(tmp_path / "recipe", "structure")), "--sources",
             str(sources), "--out", str(out), "--workers", "1", "--no-progress")
-    status = [r for f in (out / "cache" / "semantics").glob("*/tu_status.parquet") for r in pq.read_table(f).to_pylist()]
+    status = [r for f in (out / "cache" / "semantics").glob("*/tu_status.parquet")
+              for r in pq.read_table(f).to_pylist()]
     messages = [m for r in status for m in r["error_messages"]]
     assert len(status) == 2 and all(r["status"] == "errors" for r in status), status
     assert sum("(withheld)" in m for m in messages) >= 2, messages

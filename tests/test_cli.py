@@ -45,7 +45,8 @@ def test_numeric_options_out_of_range_are_usage_errors(args, message):
 
 
 def test_every_exit_code_is_in_the_help_and_the_readme():
-    """The exit-code table is one contract: each EXIT_* of pipeline/foundation/errors.py is explained by `cpp-data --help`
+    """The exit-code table is one contract: each EXIT_* of pipeline/foundation/errors.py is explained by `cpp-data
+    --help`
     and is a row of the README's table."""
     import re
     from pathlib import Path

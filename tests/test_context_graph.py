@@ -57,7 +57,8 @@ def test_v4_context_documents(tmp_path):
             assert r["text"][start:start + len(body)] == body
             pos, body_bytes = start + len(body), body_bytes + len(body.encode())
             assert c["source_repo"] == r["source_repo"] and c["license_spdx"]  # never across repositories
-        assert r["text"].endswith(body + "\n") and f"// target: {pieces[-1]['source_path']}: {r['target_name']}\n" in r["text"]
+        target_line = f"// target: {pieces[-1]['source_path']}: {r['target_name']}\n"
+        assert r["text"].endswith(body + "\n") and target_line in r["text"]
         assert body_bytes <= 16_384
         with_both += bool(r["n_callers"] and r["n_callees"])
     assert with_both > 100

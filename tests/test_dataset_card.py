@@ -19,7 +19,8 @@ yaml = pytest.importorskip("yaml")
 def _rows(manifest: dict, kind: str, split: str) -> int:
     import pyarrow.parquet as pq
 
-    return sum(pq.read_metadata(f).num_rows for f in manifest["_dir"].glob(f"{'shards' if kind == 'shard' else 'packed'}/{split}*.parquet"))
+    folder = "shards" if kind == "shard" else "packed"
+    return sum(pq.read_metadata(f).num_rows for f in manifest["_dir"].glob(f"{folder}/{split}*.parquet"))
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,8 @@ def test_small_vocab_uses_uint16_and_oversized_ids_are_refused(tmp_path: Path):
     ds = IndexedDataset(str(tmp_path / "small"))
     assert [ds[i].tolist() for i in range(3)] == [[1, 2, 65_000, 0], [0], [7, 0]]
     assert write_indexed(tmp_path / "big", iter(docs), vocab_size=65_500, eod=0)["dtype"] == "int32"
-    # the reference team's costliest bug (docs/DESIGN.md section 10): ids past the vocabulary (e.g. 131,005 through a uint16 writer) must never pass
+    # the reference team's costliest bug (docs/DESIGN.md section 10): ids past the vocabulary (e.g. 131,005 through a
+    # uint16 writer) must never pass
     with pytest.raises(ValueError, match="does not fit the vocabulary"):
         write_indexed(tmp_path / "bad", iter([np.array([131_005])]), vocab_size=65_536, eod=0)
     assert not (tmp_path / "bad.bin").exists()

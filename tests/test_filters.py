@@ -70,7 +70,8 @@ def test_signals_and_rules():
     assert byte_entropy(b"aaaa") == 0.0 and abs(byte_entropy(bytes(range(128))) - 7.0) < 1e-9
     # the bytes of non-ASCII characters count as one symbol: 128 ASCII bytes and 128 others, 7 * 1/2 + 1 bits
     assert abs(byte_entropy(bytes(range(256))) - 4.5) < 1e-9 and byte_entropy("é".encode() * 9) == 0.0
-    blob = "static const unsigned char data[] = {\n" + "  0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x11,\n" * 200 + "};\n"
+    row = "  0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x11,\n"
+    blob = "static const unsigned char data[] = {\n" + row * 200 + "};\n"
     assert signals(blob).data_share > 0.9
     assert generated_marker("foo.pb.cc", "x") == "generated_name"
     assert generated_marker("a.h", "// Automatically generated file, do not edit!\nint x;") == "generated_marker"

@@ -214,7 +214,8 @@ def test_diff_says_when_document_identities_differ(full):
     assert "identit" in text or ("file" in text and "function" in text), said(proc)
 
 
-# ---------------------------------------------------------------------------------------------------- opt-out, secrets in paths
+# ---------------------------------------------------------------------------------------------------- opt-out, secrets
+# in paths
 
 @pytest.fixture(scope="module")
 def hostile_tree(work) -> tuple[Path, subprocess.CompletedProcess]:

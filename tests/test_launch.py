@@ -25,7 +25,8 @@ def _flag(args: list[str], name: str, n: int = 1) -> list[str]:
 def test_launch_json_describes_both_datasets_relative_to_itself(reference_build: Path, tmp_path: Path):
     raw = json.loads((reference_build / "launch.json").read_text())
     assert raw["format"] == "cpp-data-launch/2" and raw["default_dataset"] == "packed"
-    assert raw["tokenizer"]["model"] == "tokenizer" and raw["megatron_args"] == raw["datasets"]["packed"]["megatron_args"]
+    assert raw["tokenizer"]["model"] == "tokenizer"
+    assert raw["megatron_args"] == raw["datasets"]["packed"]["megatron_args"]
     packed, documents = raw["datasets"]["packed"]["megatron_args"], raw["datasets"]["documents"]["megatron_args"]
     assert _flag(packed, "--train-data-path", 2) == ["1.0", "packed/cpp_packed_train"]
     assert _flag(documents, "--train-data-path", 2) == ["1.0", "megatron/cpp_train"]

@@ -109,7 +109,8 @@ def test_near_dedup_quality_on_labelled_real_files(tmp_path):
     ledger = pq.read_table(build_dir(out) / "provenance" / "ledger.parquet").to_pylist()
     keeper = {(r["source_repo"], r["source_path"]): (r["keeper_repo"], r["keeper_path"]) for r in ledger
               if r["decision"] in ("near_duplicate", "exact_duplicate")}
-    present = {(r["source_repo"], r["source_path"]) for r in ledger if r["decision"] in ("kept", "near_duplicate", "exact_duplicate")}
+    present = {(r["source_repo"], r["source_path"]) for r in ledger
+               if r["decision"] in ("kept", "near_duplicate", "exact_duplicate")}
 
     def root(key):
         return keeper.get(key, key)
@@ -172,7 +173,8 @@ def test_vendored_source_loses_to_upstream_even_in_a_larger_repo(tmp_path):
         build(write_sources(tmp_path / f"{out}.toml", sources), tmp_path / out, "--recipe",
               str(provenance_recipe(tmp_path / "recipe")))
         rows = pq.read_table(build_dir(tmp_path / out) / "provenance" / "ledger.parquet").to_pylist()
-        return {r["source_path"]: (r["decision"], r["keeper_repo"]) for r in rows if r["source_repo"] in ("app", "nlohmann")
+        return {r["source_path"]: (r["decision"], r["keeper_repo"]) for r in rows
+                if r["source_repo"] in ("app", "nlohmann")
                 and r["source_path"] in ("include/json.hpp", "json.hpp", "include/json_fwd.hpp", "json_fwd.hpp")}
 
     unflagged = keepers(base, "unflagged")  # the larger repo (app, 3+ MB against 0.9 MB) wins the tie-break

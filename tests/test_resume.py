@@ -31,7 +31,8 @@ from conftest import (
 pytestmark = pytest.mark.slow  # full builds (pyproject.toml: markers)
 
 # Four tasks on the local executor's pool of two processes (run_datatrove, as every stage calls it); task 1's
-# process sends itself SIGSEGV the first time. Before pipeline/runner/executors/task_watch.py, run() waited for it forever.
+# process sends itself SIGSEGV the first time. Before pipeline/runner/executors/task_watch.py, run() waited for it
+# forever.
 CRASHING_TASK = """
 import json, sys
 from pathlib import Path

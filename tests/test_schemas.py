@@ -172,7 +172,7 @@ def test_row_groups_close_at_their_byte_bound_whatever_the_chunking(tmp_path):
                 for k, cut in enumerate([[200], [1] * 200, [3, 50, 7, 140], [64, 64, 64, 8]])]
     assert all(lst == listings[0] for lst in listings)
     groups = []
-    for path, rows, _ in listings[0]:
+    for path, _, _ in listings[0]:
         md = pq.read_metadata(tmp_path / "c0" / path.split("/")[-1])
         groups += [md.row_group(i).num_rows for i in range(md.num_row_groups)]
     assert sum(groups) == 200 and [r for _, r, _ in listings[0]] == [150, 50]

@@ -1,4 +1,5 @@
-"""The tasks of several sources as one executor run (pipeline/runner/executors/source_batch.py): each source's steps see the rank
+"""The tasks of several sources as one executor run (pipeline/runner/executors/source_batch.py): each source's steps
+see the rank
 and world size they would alone, its stats and completion markers land in its own logging directory, and a
 task whose source marker exists is not run again, whatever the batch."""
 

@@ -139,7 +139,8 @@ def test_collect_takes_the_cpp_files_and_skips_the_rest(chain, corpus):
     raw = (corpus[0] / "src" / "sum.cpp").read_bytes()
     assert next(r["raw_sha256"] for r in files if r["source_path"] == "src/sum.cpp") == hashlib.sha256(raw).hexdigest()
     skipped = _rows(chain["collect"], "skipped.parquet")
-    assert sorted((r["source_path"], r["reason"]) for r in skipped) == [("LICENSE", "not_cpp"), ("README.md", "not_cpp"),
+    assert sorted((r["source_path"], r["reason"]) for r in skipped) == [("LICENSE", "not_cpp"),
+                                                                       ("README.md", "not_cpp"),
                                                                 ("compile_commands.json", "not_cpp")]
 
 

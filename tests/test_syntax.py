@@ -177,7 +177,8 @@ def test_buckets_are_stable_and_in_range():
     assert len(set(st.COMMON_NODE_TYPES)) == len(st.COMMON_NODE_TYPES) < 255
     assert st.node_type_bucket("ERROR") == 1 and st.node_type_bucket("function_definition") > 1
     assert all(1 <= st.node_type_bucket(n) <= 255 for n in named)
-    assert st.node_type_bucket("some_future_node") == st.node_type_bucket("some_future_node") > len(st.COMMON_NODE_TYPES)
+    bucket = st.node_type_bucket("some_future_node")
+    assert bucket == st.node_type_bucket("some_future_node") > len(st.COMMON_NODE_TYPES)
 
 
 @pytest.mark.parametrize("text", ["", "\n", "#define X(a) a ## b\nX(}}}{{{ ))) int;\n", "\ud800 int f() {}",
@@ -506,9 +507,9 @@ def _rule_by_hand(defs: list[dict], calls: list[dict], max_candidates: int | Non
     for c in sorted(calls, key=lambda c: c["order"]):
         keep = by_name.get(c["name"], [])
         q = c["qualifier"]
-        for test in (lambda d: not q or d["scope"] == q or d["scope"].endswith("::" + q),
-                     lambda d: d["source_path"] == c["source_path"],
-                     lambda d: d["scope"] == c["caller_scope"]):
+        for test in (lambda d, q=q: not q or d["scope"] == q or d["scope"].endswith("::" + q),
+                     lambda d, c=c: d["source_path"] == c["source_path"],
+                     lambda d, c=c: d["scope"] == c["caller_scope"]):
             keep = [d for d in keep if test(d)] or keep
         if not keep or (max_candidates is not None and len(keep) > max_candidates):
             continue

@@ -1,4 +1,5 @@
-"""tokenizers' share of the cores in a build's processes (pipeline/foundation/threads.py, executors.tokenizer_threads)."""
+"""tokenizers' share of the cores in a build's processes (pipeline/foundation/threads.py,
+contract/executor.tokenizer_threads)."""
 
 import os
 

@@ -115,7 +115,8 @@ if __name__ == "__main__":
 
 def test_a_failing_task_prints_no_traceback_and_logs_it_to_its_file(tmp_path):
     """datatrove logs a task's exception to the terminal with loguru's defaults: the traceback with every frame's
-    local variables. executors/task_logging.task_logger keeps the terminal to the build's one-line error; the task's log file
+    local variables. executors/task_logging.task_logger keeps the terminal to the build's one-line error; the task's
+    log file
     still has the traceback."""
     script = tmp_path / "failing.py"
     script.write_text(FAILING_TASK)
@@ -179,8 +180,10 @@ def test_every_task_runs_a_fresh_copy_of_the_pipeline_and_completed_tasks_are_sk
     for workers in ("1", "2"):
         run = got[workers]
         assert run["per_task"] == [1] * 7, (workers, run)
-        assert run["first"]["count: count.runs_of_this_copy"] == 7 and run["completions"] == 7 and run["stats_json"], run
-        assert run["again"]["count: count.runs_of_this_copy"] == 7, run  # nothing ran again: the stats of the finished tasks
+        assert run["first"]["count: count.runs_of_this_copy"] == 7, run
+        assert run["completions"] == 7 and run["stats_json"], run
+        # nothing ran again: the stats of the finished tasks
+        assert run["again"]["count: count.runs_of_this_copy"] == 7, run
 
 
 def test_a_task_log_that_cannot_be_written_fails_the_task_without_loguru_tracebacks(capfd):

@@ -113,7 +113,7 @@ def encode_in_parts(tok: Tokenizer, texts: list[str], part_chars: int | None = P
     if rest:
         for k, ids in zip(rest, _encode_in_parts(tok, [texts[k] for k in rest], part_chars)):
             out[k] = ids
-    return out
+    return [ids if ids is not None else [] for ids in out]
 
 
 def _encode_in_parts(tok: Tokenizer, texts: list[str], part_chars: int | None) -> list[list[int]]:
@@ -218,6 +218,7 @@ def _encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     ascii_ = [t.isascii() for t in texts] if twin is not None else []  # O(1) per str in CPython
     if not any(ascii_):
         return [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+    assert twin is not None  # some text is ASCII, so the twin exists
     if all(ascii_):
         return [e.ids for e in twin.encode_batch_fast(texts, add_special_tokens=False)]
     fast = iter(twin.encode_batch_fast([t for t, a in zip(texts, ascii_) if a], add_special_tokens=False))

@@ -45,7 +45,8 @@ def recipe_arguments(p: argparse.ArgumentParser) -> None:
                         "token ids stay those of that build; recorded by SHA-256 in the manifest")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
                    help="override a recipe parameter, checked like the recipe file and recorded in the manifest "
-                        "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. --set packed_rows.seq_length=2048")
+                        "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. "
+                         "--set packed_rows.seq_length=2048")
 
 
 def int_at_least(least: int, most: int | None = None):

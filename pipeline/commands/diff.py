@@ -1,5 +1,6 @@
 """`cpp-data diff A B`: what changed between two builds, document by document, where a document is what its
-generation says one is (schemas/generations.IDENTITY): a file for v6, keyed by (repo, path) with the commit each
+generation says one is (schemas/generations.DOCUMENT_IDENTITY): a file for v6, keyed by (repo, path) with the commit
+each
 side saw; a version of a file for v2/v3, by (repo, path, commit read at); a function for v4/v5, by (repo, path,
 doc_id). Builds whose documents are different things (v4 functions against v6 files) are compared all the same,
 and the result says so (`comparable`: false): no document of one is a document of the other.
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cpp_data.schemas.artifacts import rule_of
-from cpp_data.schemas.generations import IDENTITY
+from cpp_data.schemas.generations import DOCUMENT_IDENTITY
 from cpp_data.schemas.manifest import load_manifest
 from cpp_data.schemas.reader import iter_build_shards, read_ledger, require_complete
 
@@ -37,10 +38,11 @@ SHOWN = 10  # paths listed per kind of change in the text output; the rest are c
 
 
 def _version_column(generation: str, other: str) -> str | None:
-    """The column that tells apart documents of one path in `generation` (schemas/generations.IDENTITY), against
+    """The column that tells apart documents of one path in `generation` (schemas/generations.DOCUMENT_IDENTITY),
+    against
     a build of `other`: a file compared with versions of files is compared at the commit it was read at."""
-    column = IDENTITY[generation][1]
-    if column is None and IDENTITY[other][1] == "text_commit":
+    column = DOCUMENT_IDENTITY[generation][1]
+    if column is None and DOCUMENT_IDENTITY[other][1] == "text_commit":
         return "source_commit"
     return column
 
@@ -124,7 +126,7 @@ def _distribution(docs: dict, field: int) -> dict[str, dict[str, int]]:
 def _side(manifest: dict, documents: int, distinct: int) -> dict[str, Any]:
     generation = manifest["schema_generation"]
     side = {"build": manifest["build"], "generation": generation, "documents": documents,
-            "identity": IDENTITY.get(generation, ("documents", None))[0]}
+            "identity": DOCUMENT_IDENTITY.get(generation, ("documents", None))[0]}
     if distinct != documents:  # two documents of one identity: the per-document counts see one of them
         side["documents_sharing_an_identity"] = documents - distinct
     return side
@@ -156,7 +158,7 @@ def diff_builds(a: Path, b: Path) -> dict[str, Any]:
     return {
         "a": _side(ma, na, len(da)),
         "b": _side(mb, nb, len(db)),
-        "comparable": IDENTITY.get(ga, (None,))[0] == IDENTITY.get(gb, (None,))[0] or versions,
+        "comparable": DOCUMENT_IDENTITY.get(ga, (None,))[0] == DOCUMENT_IDENTITY.get(gb, (None,))[0] or versions,
         "documents": {k: kinds.get(k, 0) for k in ("added", "removed", "changed", "license_changed",
                                                    "same_text_new_pin", "unchanged")},
         "newly_refused": dict(sorted(refused.items())),

@@ -106,7 +106,8 @@ def cmd_export(args) -> int:
         quiet_datatrove()
 
         prefixes = export_shards(args.build, args.build / "tokenizer", partial, args.name, weights,
-                                 DatatroveExecutor(ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty())))
+                                 DatatroveExecutor(ExecutorConfig(workers=args.workers,
+                                                                     progress=sys.stderr.isatty())))
         for p, v in prefixes.items():
             print(f"{p:<16} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
                   f"sha256 {v['bin_sha256'][:16]}")
@@ -123,7 +124,8 @@ def cmd_export(args) -> int:
         p = PackedParams(seq_length=args.seq_length, fim_rate=args.fim_rate, fim_spm_rate=args.fim_spm_rate,
                          seed=args.seed)
         _, telemetry = pack_shards(args.build, args.build / "tokenizer", partial, p, weights,
-                                   DatatroveExecutor(ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty())))
+                                   DatatroveExecutor(ExecutorConfig(workers=args.workers,
+                                                                     progress=sys.stderr.isatty())))
         for s, t in telemetry.items():
             print(f"{s:<6} {t['rows']:>7,} rows  {t['slot_utilization']:.1%} slots used  "
                   f"{t['docs_per_row']:.2f} docs/row  {t['cropped_token_share']:.1%} cropped  "

@@ -88,7 +88,7 @@ def _readable_builds(out: Path) -> list[tuple[Path, dict]]:
 
 def _kept_names(out: Path, builds: list[tuple[Path, dict]], keep: int) -> set[str]:
     """LATEST, PROMOTED and the newest `keep` builds of each schema generation."""
-    keep_names = {named_build(out, "LATEST"), named_build(out, "PROMOTED")} - {None}
+    keep_names = {name for name in (named_build(out, "LATEST"), named_build(out, "PROMOTED")) if name is not None}
     by_generation: dict[str, list] = {}
     for d, m in builds:
         by_generation.setdefault(m.get("schema_generation", "?"), []).append((m.get("created_at", ""), d.name))
@@ -115,7 +115,7 @@ def _lock_doomed(builds: list[tuple[Path, dict]], keep_names: set[str], result: 
 def _doomed(out: Path, builds: list[tuple[Path, dict]], keep_names: set[str], result: GcResult) -> list[Path]:
     """What goes: every build not kept, with its exports, verify receipt and report, and every cache entry no kept
     build lists among its stages (an interrupted build's .partial entries stay for its resume)."""
-    needed = set()
+    needed: set[tuple[str, str]] = set()
     doomed: list[Path] = []
     for d, m in builds:
         if d.name in keep_names:
@@ -123,7 +123,8 @@ def _doomed(out: Path, builds: list[tuple[Path, dict]], keep_names: set[str], re
             needed.update((s["stage"], s["fingerprint"]) for s in m.get("stages", []))
         else:
             result.removed_builds.append(d.name)
-            doomed += [d, out / "exports" / d.name, out / "verify" / f"{d.name}.json", out / "reports" / f"{d.name}.html"]
+            doomed += [d, out / "exports" / d.name, out / "verify" / f"{d.name}.json",
+                       out / "reports" / f"{d.name}.html"]
     for stage_dir in sorted((out / "cache").iterdir()) if (out / "cache").is_dir() else []:
         for entry in sorted(stage_dir.iterdir()) if stage_dir.is_dir() else []:
             if entry.is_dir() and not entry.name.endswith(".partial") and (stage_dir.name, entry.name) not in needed:

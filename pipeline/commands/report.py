@@ -168,8 +168,8 @@ def _clusters(ledger: list[dict]) -> str:
     largest = sorted(members.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:EXAMPLES]
     rows = []
     for (decision, krepo, kpath), rs in largest:
-        shown = ", ".join(f"{m['source_repo']}:{m['source_path']}" for m in rs[:3]) + (f", … {len(rs) - 3} more" if len(rs) > 3
-                                                                          else "")
+        shown = ", ".join(f"{m['source_repo']}:{m['source_path']}" for m in rs[:3])
+        shown += f", … {len(rs) - 3} more" if len(rs) > 3 else ""
         sim = [m["similarity"] for m in rs if m.get("similarity") is not None]
         rows.append([decision.replace("_", " "), len(rs) + 1, f"{krepo}:{kpath}", shown,
                      f"{min(sim):.2f}" if sim else "1.00"])
@@ -293,7 +293,8 @@ def build_report(build: Path, out: Path | None = None) -> Path:
     totals = manifest.get("totals", {})
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>cpp-data report: {html.escape(manifest['build'])}</title>
-<style>body{{font-family:sans-serif;max-width:62em;margin:2em auto;color:#222}}table{{border-collapse:collapse;margin:.6em 0}}
+<style>body{{font-family:sans-serif;max-width:62em;margin:2em
+auto;color:#222}}table{{border-collapse:collapse;margin:.6em 0}}
 td,th{{border:1px solid #ccc;padding:.2em .5em;font-size:.85em;text-align:left}}section{{margin:2em 0}}
 svg{{max-width:100%;height:auto}}table.numbers td:last-child{{font-variant-numeric:tabular-nums}}</style>
 </head><body>

@@ -71,8 +71,8 @@ def as_json(doc: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in doc.items() if k != "structure_ids"}
     if doc.get("structure_ids") is not None:
         names = CATEGORY_NAMES
-        out["structure_spans"] = [{"start": a, "end": b, "category": names[c]} for a, b, c in spans(doc["structure_ids"])
-                                  if c]
+        out["structure_spans"] = [{"start": a, "end": b, "category": names[c]}
+                                  for a, b, c in spans(doc["structure_ids"]) if c]
     return out
 
 
@@ -86,8 +86,8 @@ def render(doc: dict[str, Any], colour: bool, max_lines: int = 40, extra: list[s
     if doc.get("token_ids") is not None:
         head += f" · {len(doc['token_ids']):,} tokens (first: {doc['token_ids'][:12]})"
     lines = [head]
-    for c in extra or []:
-        lines.append(f"   {c}: {doc.get(c)!r}"[:200])
+    for column in extra or []:
+        lines.append(f"   {column}: {doc.get(column)!r}"[:200])
     ids = doc.get("structure_ids")
     runs = spans(ids) if ids is not None else []
     if runs:

@@ -13,7 +13,8 @@ from cpp_data.pipeline.foundation.errors import EXIT_OK, BadInput
 
 
 def add_parser(sub, leaf, group) -> None:
-    sh = leaf(sub, "show", cmd_show, reads=("build",), help="print sample documents of a build (text, structure, tokens, license)",
+    sh = leaf(sub, "show", cmd_show, reads=("build",),
+              help="print sample documents of a build (text, structure, tokens, license)",
               description="Print documents of a build in manifest order: provenance (repo, path, commit, doc_id), "
                           "license decision, size, tokens, and the text with tree-sitter's structure spans "
                           "(coloured in a terminal, as line ranges otherwise). --json gives the same for scripts.",

@@ -76,7 +76,8 @@ def collect_status(out: Path) -> dict[str, Any]:
 def render_md(status: dict[str, Any]) -> str:
     lines = [f"# cpp-data status: {status['out']}", "", f"Latest build: {status['latest'] or 'none'}",
              f"Promoted (passed verify): {status.get('promoted') or 'none'}", "",
-             "## Generations", "", "| generation | newest build | documents | tokens | last verify |", "|---|---|---|---|---|"]
+             "## Generations", "", "| generation | newest build | documents | tokens | last verify |",
+             "|---|---|---|---|---|"]
     lines += [f"| {g} | {v['name']} | {v.get('documents') or '-'} | {v.get('tokens') or '-'} | "
               f"{v.get('last_verify') or '-'} |" for g, v in status.get("generations", {}).items()]
     lines += ["",

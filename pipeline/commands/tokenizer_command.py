@@ -10,7 +10,8 @@ from cpp_data.pipeline.foundation.errors import EXIT_FAILED, EXIT_OK
 
 def add_parser(sub, leaf, group) -> None:
     tk = group("tokenizer", help="measure a build's tokenizer")
-    te = leaf(tk, "eval", cmd_tokenizer_eval, reads=("build",), help="bytes per token against a generic BPE, and C++ idioms",
+    te = leaf(tk, "eval", cmd_tokenizer_eval, reads=("build",),
+              help="bytes per token against a generic BPE, and C++ idioms",
               description="Train a generic byte-level BPE (HF defaults, GPT-2 pre-tokenizer) of the build "
                           "tokenizer's vocabulary size on the same training documents, then compare bytes per token "
                           "on the held-out set (the tokenizer's held-out training files plus the validation split), "

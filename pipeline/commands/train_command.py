@@ -70,7 +70,8 @@ def cmd_train(args) -> int:
                     batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seq_length=args.seq_length,
                     lr=args.lr, warmup=args.warmup, device=args.device, log_every=args.log_every,
                     eval_every=args.eval_every, save_every=args.save_every, num_workers=args.num_workers,
-                    seed=args.seed, stop_after=args.stop_after, data=args.data, eval_data=args.eval_data, eval_batches=args.eval_batches,
+                    seed=args.seed, stop_after=args.stop_after, data=args.data, eval_data=args.eval_data,
+                    eval_batches=args.eval_batches,
                     attention=args.attention, compile=args.compile)
     try:
         summary = train(c)

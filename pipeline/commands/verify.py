@@ -233,14 +233,14 @@ class Verifier:
                 t = pq.read_table(self.build / e["path"], columns=["token_ids", "source_repo"])
                 for ids, repo in zip(t.column("token_ids").to_numpy(zero_copy_only=False),
                                      t.column("source_repo").to_pylist()):
-                    prefix = next((p for p in sets if groups.get(p.name) is None or repo in groups[p.name]), None)
-                    if prefix is None:
+                    owner = next((p for p in sets if repo in (groups.get(p.name) or [repo])), None)
+                    if owner is None:
                         raise GateFailed(f"{e['path']}: a document of {repo} belongs to no prefix of launch.json")
-                    ds, i = sets[prefix]
+                    ds, i = sets[owner]
                     if i >= len(ds) or not np.array_equal(ds[i], np.concatenate([ids, eod])):
-                        raise GateFailed(f"{prefix}.bin: sequence {i} is not document {i} of the {split} shards' "
+                        raise GateFailed(f"{owner}.bin: sequence {i} is not document {i} of the {split} shards' "
                                          f"token_ids and EOD")
-                    sets[prefix][1] = i + 1
+                    sets[owner][1] = i + 1
         return ", ".join(out) + "; every sequence equals its shard document's token_ids + EOD"
 
     def _eod(self) -> int:

@@ -26,7 +26,10 @@ class ExecutorConfig:
 class Executor(Protocol):
     """Runs a stage's datatrove steps where the build runs them (pipeline/runner/executors/executor.py)."""
 
-    config: ExecutorConfig
+    @property
+    def config(self) -> ExecutorConfig:
+        """The settings the build runs with (where, how many workers, progress shown or not)."""
+        ...
 
     def run(self, pipeline: list, tasks: int, logging_dir: Path, label: str) -> dict[str, int]:
         """Run `pipeline` as `tasks` datatrove tasks; the merged step statistics as {"<step>.<stat>": total}."""

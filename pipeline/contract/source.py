@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class LockedSource:
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
         is provenance only: the same commit or tree digest read from another place is the same source."""
-        pin = {"name": self.name, "kind": self.kind, "commit": self.commit,
+        pin: dict[str, Any] = {"name": self.name, "kind": self.kind, "commit": self.commit,
                "license": self.license, "vendored": self.vendored}
         if self.history_from_commit:  # only then, so pins of sources without history keep their fingerprints
             pin["history_from_commit"] = self.history_from_commit

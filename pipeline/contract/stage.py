@@ -57,6 +57,13 @@ class StageContext:
     documents: str | None = None  # the stage DOCUMENTS resolved to, when the stage reads it
     per_document: tuple[str, ...] = ()  # the stages PER_DOCUMENT resolved to
 
+    @property
+    def pin(self) -> LockedSource:
+        """The source of a per-source stage instance (a corpus stage has none: ValueError)."""
+        if self.source is None:
+            raise ValueError(f"{self.label}: a corpus stage has no source of its own")
+        return self.source
+
     def input(self, name: str) -> Artifact:
         """The single artifact of input stage `name` (per-source stages reading their own source)."""
         arts = self.inputs[name]
@@ -105,7 +112,8 @@ class Stage(ABC):
 
     def source_tasks(self, ctx: StageContext) -> SourceTasks | None:
         """A per-source stage whose work is datatrove tasks returns them here, unstarted, so that the runner
-        runs the tasks of every source that has to run as one executor run (pipeline/runner/executors/source_batch.py); such a
+        runs the tasks of every source that has to run as one executor run (pipeline/runner/executors/source_batch.py);
+        such a
         stage's `run` is `self.source_tasks(ctx).run(ctx.executor, ctx.label)`. None: the runner calls `run`."""
         return None
 

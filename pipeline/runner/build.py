@@ -3,7 +3,8 @@
 Snapshot: builds/<version>-<YYYYMMDD>-<fp8>/ where fp8 starts the build fingerprint (the hash of every stage
 instance's fingerprint). Shards, the ledger and the exports are copies out of the sealed cache (never links:
 pipeline/runner/cache.py says why), read-only;
-reports/summary.json and manifest.json (which holds the summary's SHA-256) are written, then `_COMPLETE`, then the directory is renamed into place.
+reports/summary.json and manifest.json (which holds the summary's SHA-256) are written, then `_COMPLETE`, then the
+directory is renamed into place.
 A build whose fingerprint already has a snapshot publishes nothing new ("nothing to do").
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from cpp_data.pipeline.contract.executor import ExecutorConfig
 from cpp_data.pipeline.contract.source import LockedSource
+from cpp_data.pipeline.contract.stage import Stage
 from cpp_data.pipeline.foundation.errors import CheckFailed
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
 from cpp_data.pipeline.foundation.terminal_text import printable
@@ -62,9 +64,9 @@ SUMMARY_FIELDS: dict[str, Any] = {
 }
 
 
-def recipe_stages(runner: Runner) -> list[tuple[type, list]]:
+def recipe_stages(runner: Runner) -> list[tuple[type[Stage], list]]:
     """(stage class, its artifacts) for every stage of the build, in recipe order."""
-    classes: dict[str, type] = {}
+    classes: dict[str, type[Stage]] = {}
     for task in runner.tasks:
         classes.setdefault(task.name, type(task.stage))
     return [(cls, runner.artifacts(name)) for name, cls in classes.items()]
@@ -77,7 +79,7 @@ def _add(a: Any, b: Any) -> Any:
     return (a or 0) + (b or 0) if isinstance(a, (int, float)) or isinstance(b, (int, float)) else b
 
 
-def _summary_value(cls: type, artifacts: list, key: str) -> Any:
+def _summary_value(cls: type[Stage], artifacts: list, key: str) -> Any:
     if key.startswith("per_source:"):
         want = key.split(":", 1)[1]
         return {a.source: (a.counts if want == "*" else a.counts.get(want)) for a in artifacts}
@@ -155,8 +157,10 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     lines.append(f"  kept               {d.get('kept', 0):,}")
     for rule, n in sorted(summary["refused_by_rule"].items(), key=lambda x: (-x[1], x[0])):
         lines.append(f"    {rule:<36} {n:,}")
-    lines.append(f"  exact duplicates   {summary['exact_duplicates']:,} ({summary['exact_duplicate_bytes'] / 1e6:.1f} MB)")
-    lines.append(f"  near duplicates    {summary['near_duplicates']:,} ({summary['near_duplicate_bytes'] / 1e6:.1f} MB) "
+    lines.append(f"  exact duplicates   {summary['exact_duplicates']:,} "
+                 f"({summary['exact_duplicate_bytes'] / 1e6:.1f} MB)")
+    lines.append(f"  near duplicates    {summary['near_duplicates']:,} "
+                 f"({summary['near_duplicate_bytes'] / 1e6:.1f} MB) "
                  f"in {summary['near_duplicate_clusters']:,} clusters")
     for c in summary["largest_near_duplicate_clusters"][:3]:
         lines.append(f"    cluster of {c['size']:<4} kept {printable(c['keeper'])}")
@@ -171,7 +175,8 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
             continue
         lines.append(f"  libclang {source:<11} {c['database']} database: {c['files_matched_to_compile_command']}/"
                      f"{c['source_files']} sources matched, {c['tus_clean']}/{c['tus']} TUs clean, "
-                     f"{c['tus_with_errors']} with errors, {c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
+                     f"{c['tus_with_errors']} with errors, "
+                     f"{c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
         lines.append(f"    from {c.get('database_reason', c['database'])}")
     for split, t in (summary.get("packing") or {}).items():
         lines.append(f"  packed {split:<11} {t['rows']:,} rows of {summary['packed_seq_length']}: "

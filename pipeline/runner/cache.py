@@ -3,7 +3,8 @@ with the cache.
 
 Sealing records every output file of a stage (its path, size and XXH3-128 digest) in the entry's
 `stage.json` under `outputs`; datatrove's own bookkeeping (`_datatrove/`: task logs, stats, completion
-markers, which hold timings) and the tasks' scratch (`_work/`) are left out. Before reuse the runner checks each recorded file's size and digest
+markers, which hold timings) and the tasks' scratch (`_work/`) are left out. Before reuse the runner checks each
+recorded file's size and digest
 and that no file went missing or appeared: a bit flip, a truncated file, or a file rewritten as valid Parquet
 with other text all make the entry damaged, and the stage runs again. XXH3 because this runs over every cached
 byte on every build: about 10 GB/s per core against SHA-256's 0.5-1 GB/s (the manifest keeps SHA-256 for

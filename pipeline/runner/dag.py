@@ -94,8 +94,15 @@ class Task:
             raise RuntimeError(f"{self.label}: not fingerprinted yet (an input is not sealed)")
         return Path(out) / "cache" / self.name / self.fingerprint
 
+    @property
+    def fp(self) -> str:
+        """The fingerprint of a task whose inputs are sealed (RuntimeError before)."""
+        if self.fingerprint is None:
+            raise RuntimeError(f"{self.label}: not fingerprinted yet (an input is not sealed)")
+        return self.fingerprint
+
     def artifact(self, out: Path) -> Artifact:
-        return Artifact(self.name, self.source.name if self.source else None, self.fingerprint, self.directory(out))
+        return Artifact(self.name, self.source.name if self.source else None, self.fp, self.directory(out))
 
 
 def fingerprint_payload(stage: Stage, source: LockedSource | None, inputs: dict[str, list[str]],
@@ -202,7 +209,7 @@ class Runner:
     def build_fingerprint(self) -> str:
         if any(t.fingerprint is None for t in self.tasks):
             raise RuntimeError("build_fingerprint before every stage instance was fingerprinted")
-        return hashlib.sha256("".join(t.fingerprint for t in self.tasks).encode()).hexdigest()
+        return hashlib.sha256("".join(t.fp for t in self.tasks).encode()).hexdigest()
 
     def after_only(self, task: Task) -> bool:
         """Whether --only leaves `task` out: it comes after the stage --only names (run and plan both ask)."""
@@ -319,7 +326,8 @@ class Runner:
 
     def _visit_group(self, group: list[Task], index: dict[int, int], total: int, log, report: RunReport) -> None:
         """Visit the instances of one per-source stage: reuse the sealed ones, then run the datatrove tasks of
-        all the others as one executor run (pipeline/runner/executors/source_batch.py), and seal each source's output as its
+        all the others as one executor run (pipeline/runner/executors/source_batch.py), and seal each source's output
+        as its
         tasks' counts come in. The run's seconds are shared out by task count (stage.json keeps the whole)."""
         pending = []
         for task in group:
@@ -335,11 +343,13 @@ class Runner:
         for task, where in pending:
             partial, ctx = self._begin(task, log, where)
             try:
-                begun.append((task, where, partial, task.stage.source_tasks(ctx)))
+                unit = task.stage.source_tasks(ctx)
+                assert unit is not None  # _source_group takes only stages that hand their tasks over
+                begun.append((task, where, partial, unit))
             except Exception as exc:
                 raise stage_failed(f"stage {task.label}", exc, self.out) from exc
         name, units = group[0].name, [b[3] for b in begun]
-        batch = hashlib.sha256("".join(t.fingerprint for t, *_ in begun).encode()).hexdigest()
+        batch = hashlib.sha256("".join(t.fp for t, *_ in begun).encode()).hexdigest()
         logging_dir = self.out / "cache" / name / f"batch-{batch[:16]}.partial" / "_datatrove"
         started = time.monotonic()
         try:
@@ -376,7 +386,7 @@ class Runner:
 
     def _begin(self, task: Task, log, where: dict, beside: bool = False) -> tuple[Path, StageContext]:
         """The instance's fresh (or resumed) .partial directory and the context it runs with; logs its start."""
-        partial = task.directory(self.out).with_name(task.fingerprint + ".partial")
+        partial = task.directory(self.out).with_name(task.fp + ".partial")
         if partial.exists() and not task.stage.resumable_tasks:
             shutil.rmtree(partial)
         resumed = partial.exists()

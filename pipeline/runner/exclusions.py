@@ -184,10 +184,10 @@ def load_exclusions(data: dict, sources_file: Path) -> Exclusions:
         h = hashlib.sha256()
         for f in files:
             try:
-                data = f.read_bytes()
+                content = f.read_bytes()
             except OSError as exc:
                 raise BadInput(f"{where}: cannot read {f} ({exc.strerror})") from None
-            h.update(f.name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(data).digest())
+            h.update(f.name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(content).digest())
         digest = h.hexdigest()
         _check_reference(files, ngram, where)
     return Exclusions(frozenset(repos), tuple(paths), frozenset(shas), tuple(str(f) for f in files), digest, ngram,

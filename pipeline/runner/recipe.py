@@ -166,7 +166,7 @@ def load_recipe(version: str | None = None, path: Path | None = None,
     params = {name: _stage_params(name, param_tables.get(name, {}), overrides.get(name, {}), generation, where,
                                   flags or {})
               for name in stages}
-    return Recipe(version=version or Path(path).stem, schema_generation=generation,
+    return Recipe(version=version or Path(str(path)).stem, schema_generation=generation,
                   description=str(data.get("description", "")), stages=list(stages), params=params, path=where,
                   sha256=hashlib.sha256(raw).hexdigest(),
                   overrides={k: dict(v) for k, v in sorted(overrides.items())})

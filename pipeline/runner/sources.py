@@ -92,7 +92,8 @@ def load_sources(path: Path) -> SourcesFile:
         if spec.name.casefold() in seen:  # directories and ledger rows are named after it: case-blind file systems
             first = seen[spec.name.casefold()]
             raise SourcesError(f"{path}: source {spec.name!r}: "
-                               + ("duplicate name" if first == spec.name else f"differs from source {first!r} only in case"))
+                               + ("duplicate name" if first == spec.name
+                                  else f"differs from source {first!r} only in case"))
         seen[spec.name.casefold()] = spec.name
         specs.append(spec)
     return SourcesFile(specs, exclusions.unmatched_repos([(s.name, s.url) for s in specs]))
@@ -298,7 +299,7 @@ def _resolve_ref(spec: SourceSpec) -> LockedSource:
         out = _git("ls-remote", spec.url, spec.ref, f"{spec.ref}^{{}}")
     except RuntimeError as exc:
         raise SourcesError(f"{where}: git ls-remote failed: {exc}") from None
-    refs = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
+    refs = {ref: sha for sha, ref in (line.split("\t", 1) for line in out.splitlines() if "\t" in line)}
     for candidate in (f"refs/tags/{spec.ref}^{{}}", f"refs/tags/{spec.ref}", f"refs/heads/{spec.ref}", spec.ref):
         if candidate in refs:
             return LockedSource(spec.name, spec.url, "git", spec.ref, refs[candidate], now, spec.license,
@@ -347,7 +348,8 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
     atomic_write_text(Path(path), "\n".join(lines))
 
 
-_LOCK_TYPES = {"name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
+_LOCK_TYPES: dict[str, type | tuple[type, ...]] = {
+               "name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
                "locked_at": str, "license": (str, type(None)), "vendored": bool, "history_from": (str, type(None)),
                "history_from_commit": (str, type(None)), "configure": bool,
                "weight": (float, int), "opt_out": dict, "decontaminate": dict}
@@ -439,12 +441,13 @@ def lock_sources(specs: list[SourceSpec], existing: list[LockedSource] | None = 
 
 def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: bool) -> list[LockedSource]:
     by_name = {s.name: s for s in existing or []}
-    out = []
+    out: list[LockedSource] = []
     for spec in specs:
         old = by_name.get(spec.name)
-        same = old is not None and old.requested_ref == (spec.ref or ("HEAD" if old.kind == "git" else None))
-        same = same and old.history_from == spec.history_from
-        if not update and same and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())):
+        same = (old is not None and old.requested_ref == (spec.ref or ("HEAD" if old.kind == "git" else None))
+                and old.history_from == spec.history_from
+                and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())))
+        if not update and same and old is not None:
             out.append(replace(old, license=spec.license, vendored=spec.vendored, configure=spec.configure,
                                weight=spec.weight, opt_out=spec.opt_out, decontaminate=spec.decontaminate))
         else:

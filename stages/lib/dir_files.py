@@ -73,4 +73,4 @@ class TreeDigest:
 
 
 def file_sha256(path: str) -> bytes:
-    return hash_file(hashlib.sha256(), path).digest()
+    return hash_file(hashlib.sha256(), Path(path)).digest()

@@ -22,7 +22,8 @@ def _row_adapter(self, data: dict, path: str, id_in_file: int | str) -> dict:
     text = data.pop("text", None)
     if text is None:
         text = data.pop("content")  # raw bytes: the decode step turns them into text
-    return {"text": text, "id": f"{data['source_repo']}/{data['source_path']}@{data['source_commit']}", "metadata": data}
+    doc_id = f"{data['source_repo']}/{data['source_path']}@{data['source_commit']}"
+    return {"text": text, "id": doc_id, "metadata": data}
 
 
 def reader(folder: Path, pattern: str) -> ParquetReader:

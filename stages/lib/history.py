@@ -170,7 +170,8 @@ class _HistoryWalk:
 
     def state_at(self, sha: str) -> str:
         if sha not in self.state_of:
-            self.state_of[sha] = license_state(self.repo, sha, self.blobs, self.states, self.p.max_license_file_bytes)[0]
+            self.state_of[sha] = license_state(self.repo, sha, self.blobs, self.states,
+                                               self.p.max_license_file_bytes)[0]
         return self.state_of[sha]
 
     def visit(self, commit) -> None:
@@ -214,7 +215,7 @@ class _HistoryWalk:
         """A version's bytes, or None (recorded once as skipped) for a submodule, a symlink, a file too large or
         a binary one."""
         data = None if mode in ("160000", "120000") else self.blobs.read(oid)
-        reason = ("submodule" if mode == "160000" else "symlink" if mode == "120000"
+        reason = ("submodule" if mode == "160000" else "symlink" if mode == "120000" or data is None
                   else "too_large" if len(data) > self.p.max_bytes else "binary" if b"\0" in data else None)
         if reason is None:
             return data
@@ -254,7 +255,7 @@ def collect_history(ctx, p, add, skip, add_license) -> dict:
     """Emit the versions of a git source's history walk through `add(row)` / `skip(...)`; returns counts."""
     import tempfile
 
-    src = ctx.source
+    src = ctx.pin
     if src.kind != "git":
         raise RuntimeError(f"source {src.name!r}: the {p.history} history walk needs a git source, not a directory")
     with tempfile.TemporaryDirectory(dir=ctx.out, prefix=".git-") as tmp:

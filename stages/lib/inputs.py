@@ -10,5 +10,5 @@ def document_parts(ctx: StageContext, source: str | None = None) -> list:
     only `source`'s when given."""
     if ctx.documents is None:
         raise ValueError(f"{ctx.label}: reads no DOCUMENTS input")
-    return [p for art in sorted(ctx.inputs[ctx.documents], key=lambda a: a.source) if source in (None, art.source)
+    return [p for art in sorted(ctx.inputs[ctx.documents], key=lambda a: a.source or "") if source in (None, art.source)
             for p in sorted(art.path.glob("part-*.parquet"))]

@@ -28,14 +28,14 @@ from cpp_data.stages.lib.quality import comments
 
 # The tag at the start of a comment line (`// SPDX-...`, ` * SPDX-...`, `/* SPDX-... */`, a bare line inside a block
 # comment), not inside code: a licensing tool's `printf("SPDX-License-Identifier: %s", ...)` tags nothing.
-_SPDX_TAG = re.compile(r"^[ \t]*(?:(?://+|/\*+)[!<]?|\*+|#)?[ \t]*SPDX-License-Identifier:[ \t]*([^\n*]+?)\s*(?:\*/|-->|$)",
-                       re.MULTILINE)
+_SPDX_TAG = re.compile(r"^[ \t]*(?:(?://+|/\*+)[!<]?|\*+|#)?[ \t]*"
+                       r"SPDX-License-Identifier:[ \t]*([^\n*]+?)\s*(?:\*/|-->|$)", re.MULTILINE)
 _LINE_DECORATION = re.compile(r"^[ \t]*(?:[/*#!|]+[ \t]?)?", re.M)
 # A line naming who holds the copyright or wrote the file, which varies per file. Not a license's own lines that
 # start with the word: ISC's "copyright notice and this permission notice appear in all copies" (without it
 # askalono reads ISC as 0BSD) or MIT's "AUTHORS OR COPYRIGHT HOLDERS BE LIABLE".
-_COPYRIGHT_LINE = re.compile(r"^\s*(copyright\s*(\(c\)|©|\d|by\b|:)|\(c\)|©|all rights reserved|authors?\s*:|written by).*$",
-                             re.I | re.M)
+_COPYRIGHT_LINE = re.compile(r"^\s*(copyright\s*(\(c\)|©|\d|by\b|:)|\(c\)|©|all rights reserved|authors?\s*:"
+                             r"|written by).*$", re.I | re.M)
 _RULES = re.compile(r"[=\-_*/#|~]{3,}")
 LICENSE_FILE = re.compile(r"^(licen[cs]e|copying|unlicense)([-._][\w.-]*)?$", re.I)
 

@@ -46,7 +46,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -61,7 +61,7 @@ from cpp_data.schemas.reader import iter_shard, read_row_group, shard_files
 from cpp_data.stages.lib.list_columns import list_array
 from cpp_data.tokenizer.files import tokenizer_info
 
-PACKED_COMPRESSION = {"compression": "zstd", "compression_level": None}  # zstd's default level
+PACKED_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": None}  # zstd's default level
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,8 @@ def _documents(files: list[Path], meta_cols: list[str], lo: int = 0, hi: int | N
                 if k < lo or (hi is not None and k >= hi):
                     continue
                 a, b = offsets[r], offsets[r + 1]
-                yield k, doc_id, repos[r], values[a:b].astype(np.int32), {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
+                meta = {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
+                yield k, doc_id, repos[r], values[a:b].astype(np.int32), meta
             ordinal += n
 
 
@@ -208,7 +209,8 @@ def block_plan(files: list[Path], split: str, groups: list, block_docs: int, blo
     (size_bytes; a larger document alone), each as the ordinal range [lo, hi) it spans. One streaming pass over
     two small columns."""
     blocks: list[dict] = []
-    state = {suffix: {"count": 0, "bytes": 0, "lo": None, "last": None} for suffix, _, _ in groups}
+    state: dict[str, dict[str, Any]] = {suffix: {"count": 0, "bytes": 0, "lo": None, "last": None}
+                                        for suffix, _, _ in groups}
 
     def close(suffix: str, keep) -> None:
         st = state[suffix]
@@ -328,8 +330,8 @@ class PackBlock(PipelineStep):
         stats["pieces"] = len(pieces)
         written = indexed.close()
         (self.work / "parts" / f"{rank:05d}.json").write_text(json.dumps({"stats": stats, "indexed": written}))
-        for k, v in stats.items():
-            self.stat_update(k, value=v)
+        for name, value in stats.items():
+            self.stat_update(name, value=value)
         return
         yield
 
@@ -417,7 +419,7 @@ def _file_plan(blocks: list[dict], written: list[dict], rows_per_shard: int) -> 
     for key in dict.fromkeys(b["key"] for b in blocks):
         mine = [(r, b) for r, b in enumerate(blocks) if b["key"] == key]
         spans, total = [], 0
-        for r, b in mine:
+        for r, _ in mine:
             n = written[r]["stats"]["rows"]
             spans.append((r, total, total + n))
             total += n
@@ -468,7 +470,7 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     out_files, telemetry, prefixes = [], {}, {}
     for split in ("train", "valid"):
         total: dict[str, int] = {}
-        for suffix, members, keep in split_groups(split, weights):
+        for suffix, members, _ in split_groups(split, weights):
             key = split + suffix
             mine = [r for r, b in enumerate(blocks) if b["key"] == key]
             stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}

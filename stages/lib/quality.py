@@ -39,7 +39,8 @@ GENERATED_MARKERS = (
     "auto-generated",
     "automatically generated",
 )
-GENERATED_NAME = re.compile(r"(\.pb\.(cc|h)|\.grpc\.pb\.(cc|h)|(^|/)moc_[^/]*\.cpp|(^|/)qrc_[^/]*\.cpp|(^|/)ui_[^/]*\.h)$")
+GENERATED_NAME = re.compile(r"(\.pb\.(cc|h)|\.grpc\.pb\.(cc|h)|(^|/)moc_[^/]*\.cpp|(^|/)qrc_[^/]*\.cpp"
+                            r"|(^|/)ui_[^/]*\.h)$")
 
 
 @dataclass(frozen=True)

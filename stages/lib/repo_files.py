@@ -91,18 +91,20 @@ class BlobReader:
     def __init__(self, repo: Path):
         self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both piped
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
 
     def read(self, oid: str) -> bytes:
-        self.proc.stdin.write(oid.encode() + b"\n")
-        self.proc.stdin.flush()
-        header = self.proc.stdout.readline().split()
+        self.stdin.write(oid.encode() + b"\n")
+        self.stdin.flush()
+        header = self.stdout.readline().split()
         size = int(header[2])
-        data = self.proc.stdout.read(size)
-        self.proc.stdout.read(1)
+        data = self.stdout.read(size)
+        self.stdout.read(1)
         return data
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stdin.close()
         self.proc.wait()
 
 

@@ -45,6 +45,7 @@ import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 SECRET = "<redacted-secret>"
 EMAIL = "<redacted-email>"
@@ -188,7 +189,8 @@ def _settings(entropy_limit: float) -> None:
 
     ours = {cls.__name__ for cls in secret_plugins.PLUGINS}
     plugins = []
-    for cls in get_mapping_from_secret_type_to_class().values():
+    classes: list[Any] = list(get_mapping_from_secret_type_to_class().values())
+    for cls in classes:
         if cls.__name__ in _EXCLUDED_PLUGINS or cls.__name__ in ours:
             continue
         plugins.append({"name": cls.__name__, **({"limit": entropy_limit}
@@ -236,7 +238,7 @@ def _keyword_denylist() -> re.Pattern:
     entry cut at its first non-ASCII letter (`contraseña`: an ASCII lowering leaves `Ñ` as it is)."""
     from detect_secrets.plugins.keyword import DENYLIST
 
-    return re.compile("|".join(re.match(r"[\x00-\x7f]*", entry).group() for entry in DENYLIST))
+    return re.compile("|".join(re.sub(r"[^\x00-\x7f].*", "", entry, flags=re.S) for entry in DENYLIST))
 
 
 def _lines_holding(lower: str, starts: list[int], words: tuple[str, ...]) -> set[int]:
@@ -311,7 +313,7 @@ def scan_lines(lines: list[str], numbers: list[int] | None = None,
             for secret in _scan_line(plugin=plugin, filename=_FILENAME, line=line, line_number=n, context=context):
                 if not _is_filtered_out(required_filter_parameters=["context"], filename=secret.filename,
                                         secret=secret.secret_value, plugin=plugin, line=line, context=context):
-                    yield Finding(n, secret.type, secret.secret_value)
+                    yield Finding(n, secret.type, secret.secret_value or "")
 
 
 def find_secrets(text: str, entropy_limit: float = 4.5, prefilter: bool = True) -> list[Finding]:
@@ -428,8 +430,9 @@ def scrub(text: str, entropy_limit: float = 4.5) -> ScrubResult:
     that would not go away."""
     configure(entropy_limit)
     lines = text.split("\n")
-    plugins = candidate_plugins(text, entropy_limit)  # the first round's; changed lines are rescanned by all
-    numbers = list(plugins)
+    # the first round's plugins; changed lines are rescanned by all
+    plugins: dict[int, frozenset[str]] | None = candidate_plugins(text, entropy_limit)
+    numbers = list(plugins or ())
     redactions = 0
     for _ in range(_ROUNDS):
         findings = list(scan_lines(lines, numbers, plugins))

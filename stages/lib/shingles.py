@@ -27,7 +27,8 @@ TOKEN = re.compile(
 # One item of a file's leading region: whitespace, a run of // lines, a /* */ block, or an include guard /
 # #pragma once line (banners often sit just after those).
 _LEAD_ITEM = re.compile(
-    r"\s+|//[^\n]*(?:\n[ \t]*//[^\n]*)*|/\*.*?\*/|#[ \t]*(?:pragma[ \t]+once|ifndef[ \t]+\w+|define[ \t]+\w+)[ \t]*(?=\n|\Z)",
+    r"\s+|//[^\n]*(?:\n[ \t]*//[^\n]*)*|/\*.*?\*/"
+    r"|#[ \t]*(?:pragma[ \t]+once|ifndef[ \t]+\w+|define[ \t]+\w+)[ \t]*(?=\n|\Z)",
     re.DOTALL,
 )
 _LICENSE_HINT = re.compile(r"copyright|licen[cs]e|spdx-|redistribut|permission is hereby granted|\(c\)", re.I)

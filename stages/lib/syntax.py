@@ -134,7 +134,8 @@ class RepairNodes(NamedTuple):
 
 
 _CLASS_KEYS = (b"class", b"struct", b"union")
-_WORD_BYTE = bytes(chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") for b in range(256))  # a bytes regex's word bytes
+# a bytes regex's word bytes
+_WORD_BYTE = bytes(chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") for b in range(256))
 # a key word followed by one name and then a character that ends a head of one word: no macro to find there
 # (`_head_macros` needs two words before `{` or `:`), so the specifier is not looked up
 _ONE_WORD_HEAD = re.compile(rb"\s+[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*\s*(?:[;,>)=*&{]|:(?!:))")
@@ -653,7 +654,7 @@ def _is_forward_decl(node: Node) -> bool:
         type_node = node.child_by_field_name("type")
         return type_node is not None and type_node.type in _CLASS_TYPES
     while decl is not None and decl.type in _WRAPPERS and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator") or (decl.named_children or [None])[0]
+        decl = decl.child_by_field_name("declarator") or (decl.named_children[0] if decl.named_children else None)
     return decl is not None and decl.type == "function_declarator"
 
 

@@ -21,6 +21,7 @@ completion records stay datatrove's):
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future
 
@@ -135,9 +136,9 @@ def _ensure_ray(cfg: ExecutorConfig) -> None:
     if ray.is_initialized():
         return
     if cfg.ray_address:
-        ray.init(address=cfg.ray_address, log_to_driver=False, logging_level="WARNING")
+        ray.init(address=cfg.ray_address, log_to_driver=False, logging_level=logging.WARNING)
     else:
-        ray.init(num_cpus=cfg.workers, log_to_driver=False, logging_level="WARNING", include_dashboard=False)
+        ray.init(num_cpus=cfg.workers, log_to_driver=False, logging_level=logging.WARNING, include_dashboard=False)
 
 
 def ray_task_resources(cfg: ExecutorConfig) -> tuple[float, float, dict[str, float]]:

@@ -15,6 +15,7 @@ import sys
 import threading
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -114,7 +115,7 @@ def collect_stats(logging_dir: Path) -> dict[str, int]:
     """Sum the per-task datatrove stats files into {"<step>.<stat>": total}."""
     import json
 
-    totals: dict[str, int] = {}
+    totals: dict[str, Any] = {}
     for path in sorted((Path(logging_dir) / "stats").glob("*.json")):
         for step in json.loads(path.read_text()):
             name = step.get("name", "step")

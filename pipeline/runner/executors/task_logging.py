@@ -62,7 +62,7 @@ def use_task_logger() -> None:
 
     base.add_task_logger = task_logger
     if (ray_module := sys.modules.get("datatrove.executor.ray")) is not None:
-        ray_module.add_task_logger = task_logger
+        ray_module.add_task_logger = task_logger  # type: ignore[attr-defined]  # datatrove's own name, replaced
 
 
 def remember_loguru_lib_dirs() -> None:
@@ -87,8 +87,8 @@ def remember_loguru_lib_dirs() -> None:
             known[key] = compute()
         return list(known[key])
 
-    lib_dirs.remembered = True
-    formatter._get_lib_dirs = staticmethod(lib_dirs)
+    lib_dirs.remembered = True  # type: ignore[attr-defined]  # marks the replacement: installed once
+    formatter._get_lib_dirs = staticmethod(lib_dirs)  # type: ignore[union-attr]  # loguru's private method
 
 
 class TaskLoggerMixin:

@@ -20,7 +20,8 @@ def bind_children_to_this_process() -> None:
 
 class DieWithParent:
     """A first pipeline step: binds the task's process to its parent's life, gives Arrow the build's allocator
-    (pipeline/foundation/allocator.py: a Ray or Slurm worker does not inherit the driver's environment) and tokenizers its
+    (pipeline/foundation/allocator.py: a Ray or Slurm worker does not inherit the driver's environment) and tokenizers
+    its
     share of the cores (pipeline/foundation/threads.py), loguru its remembered library directories (the task's later
     handlers), records which node runs the task (`nodes/<rank>` under the logging directory: the Ray node's IP
     and id, else the host name), then passes data through."""

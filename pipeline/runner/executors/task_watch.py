@@ -25,6 +25,7 @@ import shutil
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 from cpp_data.pipeline.foundation.errors import CheckFailed
 
@@ -66,7 +67,7 @@ class TaskDeathWatch:
         self.died: tuple[int, int] | None = None  # (rank, pid)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._previous = None
+        self._previous: Any = None  # the SIGUSR1 handler to put back
 
     def __enter__(self) -> "TaskDeathWatch":
         if threading.current_thread() is not threading.main_thread() or not Path("/proc/self/stat").exists():
@@ -111,7 +112,7 @@ class TaskDeathWatch:
             seen = set(dead)
             if confirmed and not self._stop.is_set():
                 self.died = confirmed[0]
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
                 return
 
     def _raise(self, signum, frame) -> None:
