@@ -18,16 +18,17 @@ MB/s is megabytes of C/C++ collected (the build summary's bytes) over the stage'
 is the issue's speed figure, over the build's own wall time less the semantics stage's, since libclang's time
 depends on how many translation units a project has and not on corpus bytes: semantics is reported as TUs per
 second per worker instead. googletest's CMake project is
-configured only when --semantics is given (its 99 TUs take about three minutes on two cores).
+configured only when --semantics is given (its TUs make that the slowest part of a run).
 
     .venv/bin/python bench/scale.py --scales 1 2 4 --workers 1 2 [--semantics] [--work /tmp/scale]
         [--extra-repo-mb 16] [--set tokenizer.sample_bytes=8000000 ...] [--name NAME]
 
 Writes bench/results/<--name>.{json,md,png} (scale by default), with each run's output digest (the published
-files' SHA-256s, README.md aside), so the runs of one scale show whether the worker count changed a byte, and
-the cost of each stage per GB of C/C++ collected (docs/SCALING.md's table). `--render RUNS.json` writes the
-.md and .png again from a results file, without building (for a table added after the runs).
-Times are wall seconds on this machine with nothing else running; compare runs of one invocation only.
+files' SHA-256 digests, README.md aside), so the runs of one scale show whether the worker count changed a
+byte, and the cost of each stage per GB of C/C++ collected (docs/SCALING.md's table). `--render RUNS.json` writes
+the .md and .png again from a results file, without building (for a table added after the runs).
+Times are wall seconds of the machine that ran them, with nothing else running; compare runs of one invocation
+only.
 """
 
 from __future__ import annotations

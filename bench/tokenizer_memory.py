@@ -3,7 +3,7 @@
 For each size, a fresh process trains the cpp-data tokenizer (train_cpp_tokenizer: the band, 65,536 ids, the
 stage's settings) on the first SIZE megabytes of C/C++ files under Debian's header trees (Boost, Qt 5, Eigen,
 POCO, JUCE; sorted paths, files over 1 MB and non-UTF-8 files skipped) and reports its peak RSS
-(getrusage) and wall time. Those trees hold about 167 MB of such text, the largest size. The trainer keeps a
+(getrusage) and wall time. The largest size is all of such text those trees hold. The trainer keeps a
 count of every distinct pre-token and its pair statistics in memory, so its peak follows the sample, not the
 corpus.
 

@@ -39,8 +39,8 @@ from pathlib import Path
 # JSON_BuildTests, BUILD_TESTING, FOO_ENABLE_TESTING, FMT_TEST, ... but never a switch that disables them.
 _TEST_OPTION = re.compile(r"(?i)(^|_)(build_?|enable_?|with_?)?(tests?|testing|examples?|samples?)$")
 _NEGATIVE = re.compile(r"(?i)disable|skip|(^|_)no_")
-# ... nor a switch for tests in another language of the GPU toolkits: pybind11's PYBIND11_CUDA_TESTS made the
-# database's commands nvcc's, which libclang cannot read (0 of 82 TUs clean), where BUILD_TESTING=ON's were C++
+# ... nor a switch for tests in another language of the GPU toolkits: pybind11's PYBIND11_CUDA_TESTS makes the
+# database's commands nvcc's, which libclang cannot read, where BUILD_TESTING=ON's are C++
 _OTHER_LANGUAGE = re.compile(r"(?i)(^|_)(cuda|hip|rocm|sycl|opencl)(_|$)")
 _CACHE_BOOL = re.compile(r"^([A-Za-z0-9_.+-]+):BOOL=(.*)$")
 _OPTION_DECL = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.MULTILINE | re.IGNORECASE)

@@ -97,7 +97,7 @@ class SDPAAttention(torch.nn.Module):
             flat = [t.transpose(0, 1).reshape(b * s, t.shape[2], d) for t in (query, key, value)]
             out = varlen_attn(*flat, cu, cu, s, s, scale=self.softmax_scale, **causal)
             # contiguous [s, b, h * d]: a transposed view would turn linear_proj's matmul into a batched one of
-            # s tiny [b, h * d] products (1.7 ms per layer at b = 16 on an H200, bench/results/gpu-h200-profile.txt)
+            # s tiny [b, h * d] products, slow on a GPU (bench/results/gpu-h200-profile.txt)
             return out.view(b, s, h * d).transpose(0, 1).contiguous()
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, dim]
         if cu is not None:

@@ -1,4 +1,4 @@
-"""Two small patches that let megatron-core's GPTModel train on CPU (documented in ENVIRONMENT.md).
+"""Two small patches that let megatron-core's GPTModel train on CPU.
 
 megatron-core assumes CUDA in two places the local layer spec reaches: rotary embeddings and parameter init call
 `torch.cuda.current_device()`, and the tensor-parallel RNG tracker forks a CUDA RNG state. On CPU the first is

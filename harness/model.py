@@ -43,10 +43,10 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """The MLP's activation: GeLU in its tanh approximation, the function megatron-core's fused bias-GeLU computes
     (fusions/fused_bias_gelu.py, what Megatron-LM runs on GPUs), as a plain expression after the bias add.
     megatron-core's fusion is an autograd.Function whose backward returns one gradient for input and bias;
-    compiled, inductor recomputed the tanh for each of the two (bias-GeLU took 13 ms per micro batch of 32 on an
-    H200 against the reference's 9, bench/results/gpu-h200-profile.txt); from this expression it derives the
-    backward itself. It is also the same function on CPU, where the fusion was off and megatron-core's default
-    F.gelu (the exact, erf form) ran instead."""
+    compiled, inductor recomputes the tanh for each of the two, which makes bias-GeLU slower than the
+    reference's (bench/results/gpu-h200-profile.txt); from this expression it derives the backward itself. It is
+    also the same function on CPU, where megatron-core's fusion is off and its default F.gelu (the exact, erf
+    form) would run instead."""
     return F.gelu(x, approximate="tanh")
 
 
@@ -54,13 +54,12 @@ def _rope_from_table() -> None:
     """megatron-core's unfused RoPE (rope_utils._apply_rotary_pos_emb_bshd) takes the angles (fp32 [s, 1, 1, d])
     and computes cos and sin of them in every layer, for queries and keys. Compiled, inductor fuses those cos/sin
     into the rotation's elementwise kernels and recomputes them, with the angles' arange, per element of q and k,
-    forward and backward (4.1 ms per micro batch of 16 on an H200 in the backward alone, by the profile taken
-    before this change: bench/results/gpu-h200-profile.txt in git history).
+    forward and backward: a visible share of the backward in a GPU profile.
     Here the model's rotary module hands out a table of cos and sin computed once (`_CosSinTable`), and the
     attention's `apply_rotary_pos_emb` (a module global of megatron.core.transformer.attention, so nothing else
     changes) rotates with it: the same values megatron-core would compute (cos and sin of the same fp32 angles,
-    cast to the queries' dtype), now loaded instead of recomputed. Any other angles (a last dimension that is not
-    twice the head's, packed 'thd' layouts, YaRN's mscale) go to megatron-core's own function. Alone, it moved
+    cast to the queries' dtype), loaded instead of recomputed. Any other angles (a last dimension that is not
+    twice the head's, packed 'thd' layouts, YaRN's mscale) go to megatron-core's own function. Alone, it changes
     tokens/s by nothing measurable (bench/results/gpu-h200-speed.json, call 8)."""
     from megatron.core.models.common.embeddings import rope_utils
     from megatron.core.transformer import attention

@@ -93,9 +93,9 @@ def _segments(position_ids: torch.Tensor, device: torch.device):
 
 
 def _check_resume(ckpt: Path, state: dict, now: dict) -> None:
-    """A run resumes only as it started: another batch size had been taken silently (the sample order and the
-    token count went wrong: 196,608 tokens at step 6, 114,688 at step 7), another vocabulary failed in
-    load_state_dict with a bare RuntimeError. Checkpoints from before a key was recorded skip that key."""
+    """A run resumes only as it started: another batch size would silently change the sample order and the
+    token count, and another vocabulary would fail in load_state_dict with a bare RuntimeError. A checkpoint
+    that does not record a key skips that key."""
     differ = [f"{k} {state[k]} (now {v})" for k, v in now.items() if k in state and state[k] != v]
     if differ:
         raise BadInput(f"{ckpt}: this run was trained with {', '.join(differ)}; resume it with the same "
@@ -109,9 +109,9 @@ def _forward_loss(model, tokens, position_ids, attention_mask, labels, loss_mask
 
     The loss runs in the output layer's own [s, b] order (labels and mask transposed, not the logits): GPTModel
     hands the logits back as [b, s] (`transpose(0, 1).contiguous()`), and a loss taken in that order sends the
-    output layer a transposed gradient, which compiled into a batched matmul of s products of b rows each for
-    its input gradient (22 ms per micro batch of 32 on an H200, against ~8 ms for the same FLOPs as one matmul;
-    bench/results/gpu-h200-profile.txt). Compiled, the two transposes cancel and no copy is made."""
+    output layer a transposed gradient, which compiles into a batched matmul of s products of b rows each for
+    its input gradient, several times slower than the same FLOPs as one matmul
+    (bench/results/gpu-h200-profile.txt). Compiled, the two transposes cancel and no copy is made."""
     with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=autocast):
         logits = model(input_ids=tokens, position_ids=position_ids, attention_mask=attention_mask,
                        packed_seq_params=segments)
@@ -173,8 +173,8 @@ def _peak_flops(device: torch.device) -> float | None:
 def keep_freed_memory() -> None:
     """On CPU, let glibc keep the memory PyTorch frees instead of returning it to the kernel: every step
     allocates and frees the logits ([tokens, vocabulary] floats, hundreds of MB), which glibc serves with a fresh
-    mmap each time, and the page faults of touching it again cost as much system time as the step's compute
-    (measured: a 30-step tiny run, 25 s wall with 18 s of system time, 15 s with 1.6 s). No effect elsewhere."""
+    mmap each time, and the page faults of touching it again cost as much system time as the step's compute.
+    No effect elsewhere."""
     import ctypes
     import sys
 

@@ -96,9 +96,9 @@ def _scalar(v: Any) -> str:
 
 
 def license_keys(spdx: str | None) -> list[str]:
-    """The licenses an SPDX expression names, for the card's `license:` list: every term of an AND or OR (an
-    expression of several had been left out, so `(... OR ...) AND MIT` listed no MIT), a `WITH`'s license,
-    keys off the SPDX list (`LicenseRef-...`) and NOASSERTION left out."""
+    """The licenses an SPDX expression names, for the card's `license:` list: every term of an AND or OR, nested
+    ones included (`(... OR ...) AND MIT` lists MIT too), a `WITH`'s license, keys off the SPDX list
+    (`LicenseRef-...`) and NOASSERTION left out."""
     if not spdx:
         return []
     terms = re.split(r"\s+(?:AND|OR)\s+|[()]", spdx)

@@ -62,7 +62,7 @@ class PartialWriter:
     """A partial `<prefix>.bin/.idx` that a task writes and join_partials joins at once (scratch, never
     published): the format above, one sequence per document, written with numpy.
 
-    Hand-written because importing torch and megatron-core costs every worker process about 5 s, which on a
+    Hand-written because importing torch and megatron-core costs every worker process seconds, which on a
     small build is more than the work; the joined result is megatron-core's builder's (tests/test_indexed.py
     compares it byte for byte with adding each sequence to the builder and with its add_index)."""
 
@@ -127,9 +127,9 @@ def join_partials(prefix: Path, parts: list[tuple[Path, dict]], vocab_size: int)
     indices shifted by the sequences before them.
 
     Hand-written because the builder's `add_index` extends Python lists with every sequence length and document
-    index (about 136 bytes per sequence measured: 650 MiB for 5 M sequences, 13 GB for the 100 M documents of
-    a 1 TB corpus) and importing torch and megatron-core costs the driver about 5 s per export; this streams
-    each array from the partials' memory-mapped .idx files a chunk at a time, so memory stays flat."""
+    index (over a hundred bytes per sequence, so gigabytes for a corpus of a hundred million documents) and
+    importing torch and megatron-core costs the driver seconds per export; this streams each array from the
+    partials' memory-mapped .idx files a chunk at a time, so memory stays flat."""
     prefix = Path(prefix)
     parts = [(part, w) for part, w in parts if w["sequences"]]
     dtype = partial_dtype(vocab_size)

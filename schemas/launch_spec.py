@@ -38,7 +38,7 @@ PACKED_FLAGS = ["--reset-position-ids", "--reset-attention-mask", "--eod-mask-lo
 
 # The longest sequence any cpp-data command takes (packed_rows.seq_length, export and train --seq-length):
 # 16,777,216 tokens, past any context length in use, so that a typo (99999999999) fails before anything runs
-# instead of after the stages before packing, asking for 745 GiB for one row.
+# instead of after the stages before packing, when the packer asks for the memory of one row that long.
 MAX_SEQ_LENGTH = 1 << 24
 
 

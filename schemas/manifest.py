@@ -24,7 +24,7 @@ FORMAT = "cpp-data-manifest/1"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    """SHA-256 hex digest of a file, read `chunk` bytes at a time."""
     return hash_file(hashlib.sha256(), path, chunk).hexdigest()
 
 

@@ -2,13 +2,13 @@
 row group from the column chunks of several files' row groups, side by side (`splice_row_groups`).
 
 Why by hand: pyarrow can only write a row group by encoding a table, so putting the row groups of N files into
-one file costs a decode and an encode of every column (the single-core merge that ended the structure and
+one file costs a decode and an encode of every column (a single-core merge at the end of the structure and
 token_columns stages). No kept library appends encoded row groups. The format makes it cheap: a Parquet file
 is `PAR1`, the row groups' column chunks (pages that hold no file offsets), the footer (a Thrift
 compact-protocol `FileMetaData`), its 4-byte little-endian length and `PAR1` again. So the bodies are copied
 in order and one footer is written that lists every row group, with each file offset moved by where its body
-now starts. Row groups written one per file with the same writer settings come out as the same bytes as one
-writer writing them in turn (tests/test_parquet_concat.py checks that against pyarrow).
+starts in the new file. Row groups written one per file with the same writer settings come out as the same
+bytes as one writer writing them in turn (tests/test_parquet_concat.py checks that against pyarrow).
 
 The footer is read and written with a schema-less Thrift compact codec (`_read_struct`, `_write_struct`):
 every field is kept as read (id, type, value) and written back in the same order and encoding, so the only
@@ -243,8 +243,8 @@ def footer_bytes(meta: list[list]) -> bytes:
 
 
 def _copy_range(src: BinaryIO, start: int, length: int, dest: BinaryIO, short: str) -> None:
-    """Copy `length` bytes of `src` from `start` to `dest` in 1 MiB blocks; ParquetConcatError(short) if the
-    file ends first."""
+    """Copy `length` bytes of `src` from `start` to `dest` in blocks of 1 << 20 bytes; ParquetConcatError(short)
+    if the file ends first."""
     src.seek(start)
     while length:
         block = src.read(min(length, 1 << 20))
@@ -271,7 +271,7 @@ def concat_parquet(parts: Sequence[Path], dest: BinaryIO) -> int:
     """Write `parts` (Parquet files of one schema, in order) to `dest` as one Parquet file holding all their row
     groups in order; returns the rows written. The schema and key-value metadata (Arrow's schema among them)
     must be equal in every part, else ParquetConcatError naming the first part that differs. Memory: the footers
-    only; the bodies are copied 1 MiB at a time."""
+    only; the bodies are copied a block at a time (`_copy_range`)."""
     if not parts:
         raise ParquetConcatError("no Parquet files to concatenate")
     first: list[list] | None = None
@@ -356,7 +356,7 @@ def splice_row_groups(dest: BinaryIO, template: Path, groups: Sequence[Sequence[
     """Write to `dest` a Parquet file with `template`'s schema and key-value metadata whose row group k holds the
     column chunks of groups[k]'s (file, row group) pairs, side by side in that order, copied byte for byte;
     returns the rows written. The pairs of a group must have as many rows each, and their files' fields, in
-    order, must be the template's. Memory: the footers, and one chunk's copy buffer of 1 MiB."""
+    order, must be the template's. Memory: the footers, and one copy block (`_copy_range`)."""
     meta = [list(f) for f in read_footer(Path(template))[0]]
     want = _top_level_fields(meta)
     footers: dict[Path, tuple[list[list], list[list]]] = {}

@@ -5,9 +5,9 @@
   their generation (0 for categories, -1 for ast_depth / sibling_index / ast_node_type, ...), per character of
   `text` for per-character columns and per token of `token_ids` for per-token columns.
 - A missing or malformed required column fails closed with the shard, row group and column named.
-- Shards of an earlier schema revision (schemas/generations.SCHEMA_REVISION) read under today's names: a retired
-  column is renamed to its successor, and list-of-struct columns whose fields were renamed are relabelled by
-  position. The ledger has the same: `read_ledger`.
+- Shards of an earlier schema revision (schemas/generations.SCHEMA_REVISION) read under the current names: a
+  retired column is renamed to its successor, and list-of-struct columns whose fields were renamed are relabelled
+  by position. The ledger has the same: `read_ledger`.
 Reading streams one row group at a time, so memory stays bounded by the row-group size, and decodes each row
 group in batches of rows (`read_row_group`), so the decoder's scratch stays bounded by a batch.
 """
@@ -45,9 +45,8 @@ def read_row_group(pf: pq.ParquetFile, rg: int, columns: list[str] | None = None
 
     Why not read_row_group: decoding a list column at once allocates the Parquet levels of every value of the
     row group (for a per-character column, 4 bytes per character of text beside the values), and Arrow's
-    allocator keeps what was freed. Measured on a 9 MB-text v6 row group of 1,024 documents (56 MiB as Arrow):
-    the process grew by 405 to 575 MiB reading it whole, by about 160 MiB reading it 64 rows at a time, in the
-    same time (0.3 s)."""
+    allocator keeps what was freed, so a process reading a row group whole grows by several times its Arrow
+    size. Read `batch_rows` at a time it grows by a fraction of that, in the same time."""
     batches = list(pf.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False))
     schema = pf.schema_arrow if columns is None else pa.schema([pf.schema_arrow.field(n) for n in columns])
     return pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema)
@@ -83,7 +82,7 @@ def struct_fields_renamed(have: pa.DataType, want: pa.DataType) -> bool:
 
 def _relabel(arr, want: pa.DataType):
     """A list<struct> column of an earlier revision, whose struct fields were renamed (same count, same types,
-    same order), under today's field names; None when it is not that case."""
+    same order), under the current field names; None when it is not that case."""
     if not struct_fields_renamed(arr.type, want):
         return None
     names = [want.value_type.field(i).name for i in range(want.value_type.num_fields)]
@@ -99,7 +98,7 @@ def _relabel(arr, want: pa.DataType):
 
 def conform(table: pa.Table, generation: str, where: str, names: list[str] | None = None) -> pa.Table:
     """Return `table` with exactly the columns of `generation` (or those of them in `names`, in that order),
-    filling the missing optional ones; columns of an earlier schema revision are read under today's names."""
+    filling the missing optional ones; columns of an earlier schema revision are read under the current names."""
     present = set(table.column_names)
     renames = {c.formerly: c.name for c in columns(generation)
                if c.formerly and c.formerly in present and c.name not in present}
@@ -189,8 +188,8 @@ def iter_build_shards(build_dir: Path, generation: str | None = None, split: str
 
 
 def read_ledger(path: Path, columns_wanted: list[str] | None = None) -> pa.Table:
-    """A build's provenance/ledger.parquet under today's column names (schemas/artifacts.LEDGER), also when an
-    earlier schema revision wrote it (repo, commit, path, sha256, size: artifacts.LEDGER_RENAMED)."""
+    """A build's provenance/ledger.parquet under the current column names (schemas/artifacts.LEDGER), also when
+    an earlier schema revision wrote it (repo, commit, path, sha256, size: artifacts.LEDGER_RENAMED)."""
     from cpp_data.schemas.artifacts import LEDGER_RENAMED
 
     path = Path(path)

@@ -31,28 +31,27 @@ class ShardParams:
     row_group_size: int = 1024
     # ... and at most this many bytes of `text` per row group (one larger document stands alone; 0: no bound).
     # Every task over the shards (structure, token_columns and their merges) holds a row group's per-character
-    # columns, at about 40 MiB per MB of text, so this bounds their memory where documents are large: 1,024
-    # rows of up to collect.max_bytes each could be 1 GB of text. Measured: a structure merge of a 16.6 MB row
-    # group (19 documents of 0.9 MB) peaked at 807 MiB; the default corpus's 1,024-row groups held 5 to 10 MB.
+    # columns, tens of bytes per byte of text, so this bounds their memory where documents are large: 1,024
+    # rows of up to collect.max_bytes each could be a gigabyte of text, where a row group of typical documents
+    # holds a few MB (docs/SCALING.md, memory).
     row_group_bytes: int = 4 * 2**20
     valid_fraction: float = 0.01
     seed: int = 42
     compression: str = "zstd"
     compression_level: int | None = 3  # None: the codec's default level
     # in-memory size of one shuffle bucket (Parquet's uncompressed size of its rows): a shard-writing task holds
-    # a whole bucket and its sorted copy, so this bounds the stage's memory. 256 MiB let the bucket grow with
-    # the corpus up to that size: one bucket of the 4x corpus (bench/scale.py) took its task to 359 MiB, the
-    # build's largest process; 16 MiB gave 2 buckets and the same bytes (the order is by key, whatever the
-    # buckets; docs/SCALING.md, Memory).
+    # a whole bucket and its sorted copy, so this bounds the stage's memory, which would otherwise grow with the
+    # corpus. A small bucket costs nothing in output: the order is by key, whatever the buckets, so more buckets
+    # give the same bytes (docs/SCALING.md, memory).
     bucket_bytes: int = 16 * 2**20
     max_buckets: int = 512  # bound on open bucket files; past it buckets grow beyond bucket_bytes
 
 
 # Columns of token ids are written without a dictionary. A vocabulary of tens of thousands of ids makes the
 # dictionary page large and its indices nearly as wide as the ids, so the dictionary only costs the encoder a
-# hash per value: the 2x corpus's packed training file took 6.8 MB per id column with one and 5.3 MB without
-# (zstd either way), and the shards' token_ids 5.9 MB and 4.8 MB. Every other column keeps its dictionary,
-# which the small-valued per-character and per-token columns need (structure_ids: 0.6 MB with, 1.2 without).
+# hash per value and makes the column larger, under zstd too. Every other column keeps its dictionary, which
+# the small-valued per-character and per-token columns need (without it, structure_ids takes about twice the
+# bytes).
 PLAIN_COLUMNS = frozenset({"token_ids", "input_ids", "target_ids"})
 
 
@@ -156,7 +155,7 @@ class ShardWriter:
                 break  # the rows still to come could join this row group
             writer = self.writer if self.writer is not None else self._open()
             # one Arrow chunk per row group: Parquet ends a page where a written chunk ends once the page is
-            # full, so a row group made of several chunks had other pages (and bytes) than the same rows whole
+            # full, so a row group made of several chunks would get other pages (and bytes) than the same rows whole
             writer.write_table(table.slice(pos, n).combine_chunks(), row_group_size=n)
             self.rows_in_shard += n
             pos += n

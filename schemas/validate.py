@@ -111,7 +111,7 @@ def validate_build(build_dir: Path) -> dict:
             shards += 1
             rows += entry.get("rows") or 0
     summary = build_dir / "reports" / "summary.json"
-    if manifest.get("summary_sha256") is not None:  # builds before 2026-12-05 did not record it
+    if manifest.get("summary_sha256") is not None:  # builds of earlier revisions of cpp-data do not record it
         if not summary.is_file():
             raise ShardError(f"{summary}: missing (the manifest records its SHA-256)")
         digest = sha256_file(summary)

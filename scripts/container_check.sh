@@ -29,7 +29,7 @@ args=(--build-arg "BASE=$BASE_IMAGE")
                                                   --build-arg PIP_CERT=/etc/host-ca.crt)
 links=$(python3 -m pip config get global.find-links 2>/dev/null || true)
 [ -n "$links" ] && [ -d "$links" ] && args+=(-v "$links:$links:ro" --build-arg "PIP_FIND_LINKS=$links")
-# crun's cgroup setup fails on these machines (hybrid cgroups); chroot isolation with cgroupfs works.
+# crun's cgroup setup fails on hosts with hybrid cgroups; chroot isolation with cgroupfs works everywhere.
 # SYS_ADMIN and NET_ADMIN let bubblewrap make its namespaces inside the check's RUN step.
 build() { $SUDO podman --cgroup-manager=cgroupfs build --isolation chroot --cap-add=SYS_ADMIN,NET_ADMIN \
           "${args[@]}" "$@" .; }

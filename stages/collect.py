@@ -298,9 +298,9 @@ class Collect(Stage):
 def _symlink_reason(root: Path, link: Path) -> str:
     """Why a symlink is skipped, from the tree alone, so that the same tree digest gives the same ledger: an
     absolute link, or one whose path leaves the tree, is `symlink_outside_tree` whether or not its target
-    exists on this machine (a dangling absolute link had become outside_tree once its target appeared, changing
-    the build's name); inside the tree, a link is a loop, dangling, or a plain `symlink` to a file read under
-    its own path."""
+    exists on the building machine (were it judged by its target, a dangling absolute link would turn
+    outside_tree once its target appeared, changing the build's name); inside the tree, a link is a loop,
+    dangling, or a plain `symlink` to a file read under its own path."""
     if os.path.isabs(os.readlink(link)):
         return "symlink_outside_tree"
     try:

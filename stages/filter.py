@@ -32,9 +32,8 @@ class FilterParams:
     max_line_length: int = 1000
     min_unique_line_ratio: float = 0.30
     max_comment_share: float = 0.80
-    # The reference design said 4.5 bits; measured real C++ (googletest + POCO headers) has a median of 5.08 and 99.8%
-    # of
-    # files above 4.5, so 4.5 would refuse nearly all code. 6.0 still refuses compressed or binary payloads.
+    # Not the reference design's 4.5 bits: nearly all real C++ (googletest and POCO headers, say) lies above 4.5,
+    # so 4.5 would refuse nearly all code. 6.0 still refuses compressed or binary payloads.
     max_byte_entropy: float = 6.0
     max_data_share: float = 0.5  # numeric-array lines and long base64 runs (embedded resources)
     drop_generated: bool = True

@@ -8,9 +8,9 @@ The repository-level LICENSE/COPYING files that collect found are identified onc
 for a history walk once per license state of the tree, so a version is judged by the licenses of its commit.
 The document tasks do that (`source_license_states`), not the driver: a source's first task in a worker
 process identifies the files and writes the result beside the source's output, or reads what another task of
-the source wrote there. The driver had done it source after source before any task started, and pyaskalono
-loads its license store again for every text it identifies (0.13 s a call here; `license_match` caches
-results by normalized text, so a text seen before costs nothing): serial work growing with the repositories.
+the source wrote there. Done in the driver, source after source before any task starts, it would be serial work
+growing with the repositories, since pyaskalono loads its license store again for every text it identifies
+(`license_match` caches results by normalized text, so a text seen before costs nothing).
 The source's first tasks usually start together, one per worker: each then goes through the files from its own
 point (`identified_in_turn`: task j starts at the j-th fraction of the van der Corput sequence), claims a file
 before identifying it and records the answer in the stage's work directory, passing over what another task has
@@ -150,8 +150,8 @@ def identified_in_turn(texts: list[str], ids_dir: Path, start: float) -> dict[st
     a text another task has claimed (`<key>.claim`, created exclusively) is passed over until the end, and any
     other claimed, identified and recorded. At the end a passed-over text is read, or identified here if it is
     still unrecorded (its claimer may have died). Tasks that start together at spread points (`turn_start`)
-    each identify about their share and read the rest: askalono costs ~0.15-0.2 s a call whatever the text,
-    and every task of a source had identified all of its files when they started at once. Whichever task
+    each identify about their share and read the rest: askalono's cost per call is fixed whatever the text, and
+    tasks starting at once from the same point would each identify all of the source's files. Whichever task
     identified a text, the answer is the same; the records live and go with the stage's work directory."""
     ids_dir = Path(ids_dir)
     ids_dir.mkdir(parents=True, exist_ok=True)
@@ -241,8 +241,8 @@ def file_license(text: str, path: str, directory_licenses: dict, declared: str |
     directories, and never the sources file's declared license: both speak for the host project, not for the
     code it bundles. Without a notice or a license file of its own it is NOASSERTION, refused.
 
-    Why: LightGBM bundles Eigen (MPL-2.0) as external_libs/eigen/ with no license file; 211 of its files carry
-    the MPL header, and the 12 without one were recorded as LightGBM's MIT and 11 of them kept."""
+    Why: LightGBM bundles Eigen (MPL-2.0) as external_libs/eigen/ with no license file; most of its files carry
+    the MPL header, and the ones without it would otherwise take LightGBM's MIT and be kept."""
     root = vendored_root(path)
     answer = classify(text, nearest(directory_licenses, path, root), declared if root is None else None,
                       header_min_chars)

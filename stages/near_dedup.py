@@ -96,7 +96,7 @@ class SignatureStep(PipelineStep):
         self.out, self.p, self.removed_file = Path(out), params, Path(removed_file)
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from datasketch import MinHash  # here, not at the top: it imports scipy (0.4 s), and every CLI command
+        from datasketch import MinHash  # here, not at the top: it imports scipy, and every CLI command
         # that loads the recipe imports this module; the tasks' forkserver preloads it (executors/local.WORKER_PRELOAD)
 
         p = self.p

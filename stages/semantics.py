@@ -59,8 +59,8 @@ class SemanticsParams:
 def _materialize(src, into: Path) -> tuple[Path, str | None]:
     """The source's files on disk at its pin (a plain directory as it is, a git source via git archive), and
     what could not be written out, if anything. One odd path of an upstream repository (longer than PATH_MAX,
-    or a tree entry git archive calls invalid) had failed the whole build with tar's or git's exit status; the
-    semantic layer is an addition, so the files that could be written are indexed, the others go to
+    or a tree entry git archive calls invalid) must not fail the whole build with tar's or git's exit status;
+    the semantic layer is an addition, so the files that could be written are indexed, the others go to
     tree-sitter, and the coverage line says why."""
     if src.kind != "git":
         return Path(src.url), None

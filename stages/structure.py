@@ -269,7 +269,7 @@ def repository_graph(defs: pa.Table, calls: pa.Table, max_candidates: int) -> tu
     edges = name_graph.resolve(defs.select(name_graph.DEFINITIONS.names), calls.select(name_graph.CALLS.names),
                                max_candidates)
     # the join's arrays are freed; Python's objects below come from arenas of their own, which cannot reuse
-    # that heap: handed back, the 92 MB repository's graph task peaks 50 MiB lower (pipeline/foundation/allocator.py)
+    # that heap: handed back, it lowers a large repository's graph task peak (pipeline/foundation/allocator.py)
     give_back_freed_memory()
     caller_file, caller = edges.column("caller_file").to_pylist(), edges.column("caller").to_pylist()
     callee_file, callee = edges.column("callee_file").to_pylist(), edges.column("callee").to_pylist()
@@ -344,8 +344,8 @@ class GraphGroup(PipelineStep):
 
 
 # A corpus under GRAPH_SPREAD * graph_group_rows rows is cut into groups of about 1/GRAPH_SPREAD of its rows, so
-# that a small corpus's graph phase is a few tasks, not one task on one core (2x corpus: 4 groups, the phase 1.34
-# -> 0.99 s, the same output). A constant, not the worker count: the stage's files must not depend on it.
+# that a small corpus's graph phase is a few tasks, not one task on one core (the same output either way). A
+# constant, not the worker count: the stage's files must not depend on it.
 GRAPH_SPREAD = 8
 
 

@@ -47,18 +47,17 @@ class TokenizerParams:
     # `build --tokenizer PATH` sets it. Token ids then stay those of the earlier build (continued training).
     frozen: str = ""
     # text the trainer sees at most (a seeded sample above it). Its process's peak follows the sample (its merge
-    # queue holds sets of the words each pair occurs in): with one thread, 287 MiB on the default corpus's 14
-    # MB, 300 on 16 MB, 333 on 20 MB and 372 on 24 MB of bench/scale.py's 4x corpus (docs/SCALING.md). 12 MB
-    # is below the default corpus's 14 MB, so from that corpus up the trainer's peak no longer grows with the
-    # corpus. It costs 3.4% in held-out bytes per token against training on all 62 MB of the 4x corpus, 1.0%
-    # more than 20 MB (bench/results/tokenizer_sample-4x-20261204.md), and 0.1% on the default corpus.
+    # queue holds sets of the words each pair occurs in: bench/results/tokenizer_memory.md). The default lies
+    # just under the default corpus's size, so from that corpus up the trainer's peak stops growing with the
+    # corpus, for a small loss in held-out bytes per token against training on everything
+    # (bench/results/tokenizer_sample-4x-20261204.md).
     sample_bytes: int = 12_000_000
     sample_seed: int = 42
 
     def check(self) -> str | None:
         """The band file must read, and vocab_size must hold its fixed ids and their merge chains (the trainer's
-        own rule, smallest_vocab_size); a frozen tokenizer brings its own vocabulary, and must load now, before
-        any stage runs (a broken tokenizer.json had failed the build at this stage, naming the cache's copy)."""
+        own rule, smallest_vocab_size); a frozen tokenizer brings its own vocabulary, and must load here, before
+        any stage runs, not fail the build at this stage naming the cache's copy."""
         if self.frozen:
             from cpp_data.pipeline.foundation.errors import BadInput
             from cpp_data.tokenizer.files import tokenizer_info
@@ -132,8 +131,8 @@ class TokenizerStage(Stage):
 def frozen_tokenizer_dir(given: str) -> Path:
     """The tokenizer directory a `frozen` path names: the directory itself, a build's tokenizer/, or the
     latest build's of an output directory. BadInput naming the path when there is none, and when the tokenizer
-    of a build no longer matches that build's manifest (edited after the build: its ids would silently differ
-    from the ids the build was written with)."""
+    of a build differs from what that build's manifest records (edited after the build: its ids would silently
+    differ from the ids the build was written with)."""
     from cpp_data.pipeline.foundation.errors import BadInput
     from cpp_data.schemas.reader import require_complete, resolve_build
 

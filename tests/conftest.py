@@ -18,12 +18,12 @@ POCO = Path("/usr/include/Poco")
 JUCE = Path("/usr/share/juce/modules")
 CLI = [sys.executable, "-m", "cpp_data.pipeline.cli"]
 
-# The test files in order of their wall time in a full run on 2 cores (longest first; measured with 4
-# processes), handed out in this order: pyproject.toml turns off xdist's own reordering (by number of tests,
-# which sent one-test files such as test_ray.py out last and left a process busy for two minutes after the
-# others had finished). test_ray.py is the exception: its cluster's daemons burn CPU for as long as it lives,
-# and started first, against the reference builds, it lived three times as long (356 s against 120 s), so it
-# goes out once the longest files have started. Files not named here follow in collection order.
+# The test files in order of their wall time in a full run (longest first), handed out in this order:
+# pyproject.toml turns off xdist's own reordering (by number of tests, which sends one-test files such as
+# test_ray.py out last and leaves a process busy long after the others have finished). test_ray.py is the
+# exception: its cluster's daemons burn CPU for as long as it lives, and started first, against the reference
+# builds, it lives several times as long, so it goes out once the longest files have started. Files not named
+# here follow in collection order.
 LONGEST_FIRST = ("test_slurm.py", "test_resume.py", "test_front_door.py", "test_verify.py", "test_cache.py",
                  "test_megatron_lm.py", "test_harness.py", "test_harness_runs.py", "test_ray.py", "test_cli.py",
                  "test_build.py", "test_bad_input.py", "test_history.py", "test_clang_index.py",
@@ -67,7 +67,7 @@ def small_sources(tmp_path: Path) -> Path:
 
 
 # How long one command of a test may run. The longest, a whole build on Ray or under the Slurm stand-in, take a
-# few minutes on 2 cores; a command that runs longer is taken for hung (see run_bounded).
+# few minutes; a command that runs far longer is taken for hung (see run_bounded).
 COMMAND_TIMEOUT_S = float(os.environ.get("CPP_DATA_TEST_COMMAND_TIMEOUT", 1200))
 
 

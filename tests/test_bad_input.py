@@ -149,7 +149,7 @@ def test_out_that_is_a_file_is_a_one_line_error(tmp_path):
     assert str(out) in err and "is a file" in err and "Traceback" not in err
     assert out.read_text() == "not a directory"  # left as it was
     dangling = tmp_path / "dangling"
-    dangling.symlink_to(tmp_path / "gone" / "out")  # a mount or volume that is not there today
+    dangling.symlink_to(tmp_path / "gone" / "out")  # a mount or volume that is absent
     proc = run_cli("build", "--sources", str(sources), "--out", str(dangling), check=False)
     err = proc.stderr.strip()
     assert proc.returncode == 2 and len(err.splitlines()) == 1, (proc.returncode, err)
@@ -189,7 +189,7 @@ def test_directory_changed_after_lock_fails_loudly(tmp_path):
     run_cli("sources", "lock", str(sources))
     (tree / "a.cc").write_text("int changed = 1;\n" * 20)
     proc = build(sources, tmp_path / "out", check=False)
-    assert proc.returncode == 2  # bad input: the pins no longer name what is on disk
+    assert proc.returncode == 2  # bad input: the pins do not name what is on disk
     assert "changed since it was locked" in proc.stderr and "sources lock" in proc.stderr
 
 
@@ -224,7 +224,7 @@ def test_an_output_or_a_lock_inside_a_directory_source_is_refused_up_front(tmp_p
     (tree / "sources.lock").unlink()
     other = write_sources(tmp_path / "other.toml", [{"name": "other", "url": str(tree)}])
     err = one_line_error("build", "--sources", str(other), "--lock", str(lock), "--out", str(tmp_path / "o"),
-                         "--dry-run")  # an explicit lock of another sources file had been ignored without a word
+                         "--dry-run")  # an explicit lock of another sources file is refused, not ignored
     assert f"{lock}: pins none of the sources of {other} (it pins self)" in err
     err = one_line_error("sources", "lock", str(sources), "-o", str(tmp_path))  # a directory
     assert str(tmp_path) in err and "cannot write the lock file" in err
@@ -300,10 +300,10 @@ def test_every_file_reached_gets_one_ledger_row(tmp_path):
 
 
 def test_hostile_texts_are_structured_without_stalling_the_build(tmp_path):
-    """Generated-looking files that passed the filter but had found quadratic corners in the structure analysis
-    (docs/DESIGN.md section 6): before the bounds, the analysis of each of the three largest here ran past
-    120 s alone, and the 25,000 nested namespaces took a process to 4.7 GB. The build must finish well inside
-    the bound below (about 15 s here) and structure every one of them."""
+    """Generated-looking files that pass the filter but find quadratic corners in an unbounded structure
+    analysis (docs/DESIGN.md section 6): without the bounds, each of the three largest here runs for minutes
+    alone, and the 25,000 nested namespaces take a process to gigabytes. The build must finish well inside the
+    bound below and structure every one of them."""
     tree = tmp_path / "gen"
     tree.mkdir()
     files = {
@@ -386,8 +386,8 @@ def test_a_full_disk_is_named_with_what_to_do(tmp_path):
 
 
 def test_special_files_named_in_the_sources_file_are_refused_not_read(tmp_path):
-    """A FIFO as a decontamination reference or an opt-out list had hung the build (even --dry-run), and
-    /dev/zero grew it to 24 GB until the kernel killed it: each is refused in one line, before any read."""
+    """A FIFO as a decontamination reference or an opt-out list would hang the build (even --dry-run), and
+    /dev/zero would grow it until the kernel killed it: each is refused in one line, before any read."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.cpp").write_text("int main() { return 0; }\n" * 20)
@@ -462,9 +462,9 @@ def _git_tree_with(repo, extra: list[tuple[str, str]]) -> str:
 
 
 def test_a_tree_no_checkout_can_write_out_degrades_the_semantic_layer_not_the_build(tmp_path):
-    """A path longer than PATH_MAX, or a tree entry named '..', both of which git stores, had failed the whole
-    build in the semantics stage (tar's or git archive's exit status, 130 KB of tar errors); collect reads
-    such trees. The build now finishes, and the coverage line says what libclang could not see."""
+    """A path longer than PATH_MAX, or a tree entry named '..', both of which git stores, cannot be written out
+    for the semantics stage (tar's or git archive's exit status); collect reads such trees. The build finishes,
+    and the coverage line says what libclang could not see."""
     import subprocess
 
     code = "// SPDX-License-Identifier: MIT\nint twice(int x) { return 2 * x; }\n" * 6
@@ -494,8 +494,8 @@ def test_a_tree_no_checkout_can_write_out_degrades_the_semantic_layer_not_the_bu
 
 
 def test_a_lock_pinning_a_commit_the_repository_lacks_is_bad_input(tmp_path):
-    """A lock whose commit a local repository no longer holds (history rewritten) failed in the collect stage
-    with exit 1; it is refused before any stage, exit 2, saying to relock."""
+    """A lock whose commit a local repository lacks (history rewritten) is refused before any stage, exit 2,
+    saying to relock, rather than failing in the collect stage."""
     repo = tmp_path / "repo"
     make_git_repo(repo, {"a.cpp": "int main() { return 0; }\n" * 20})
     sources = write_sources(tmp_path / "s.toml", [{"name": "r", "url": str(repo), "ref": "main"}])

@@ -46,7 +46,7 @@ def test_build_contents_and_summary(reference_build):
             sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
             text = [len(x.encode()) for x in t.column("text").to_pylist()]
             start = 0
-            for k, n in enumerate(sizes):  # 1,024 rows or 4 MiB of text, whichever comes first
+            for k, n in enumerate(sizes):  # row_group_size rows or row_group_bytes of text, whichever comes first
                 group = sum(text[start:start + n])
                 assert n <= 1024 and (group <= 4 * 2**20 or n == 1)
                 if k < len(sizes) - 1 and n < 1024:

@@ -291,7 +291,7 @@ def test_a_database_written_in_another_checkout_is_read_as_this_tree(tmp_path):
     root = tmp_path / "pinned"
     shutil.copytree(FIX, root)
     (root / "src" / "broken.cc").unlink()
-    there = "/home/dev/proj"  # where the database was generated: nothing there on this machine
+    there = "/home/dev/proj"  # where the database was generated: a path that does not exist where the test runs
     define = "'-DNAME=\"x y\"'"  # as main.cc needs it
     db = [{"directory": f"{there}/src", "file": f, "command": f"c++ -I{there}/include {define} -std=c++17 -c {f}"}
           for f in ("util.cc", "main.cc")]

@@ -34,8 +34,8 @@ def test_help_texts(args, words):
     (("validate", " "), "argument build: is empty"),
 ])
 def test_numeric_options_out_of_range_are_usage_errors(args, message):
-    """A batch size of 0 had ended in ZeroDivisionError (exit 1) and a negative export length had been
-    written into launch.json; out-of-range numbers are refused with argparse's one-line error (exit 2)."""
+    """Out-of-range numbers (a batch size of 0, which would divide by zero; a negative export length, which would
+    reach launch.json) are refused with argparse's one-line error (exit 2)."""
     proc = run_cli(*args, check=False)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and message in lines[-1], proc.stderr
@@ -161,7 +161,7 @@ def test_recipes_list_and_show():
                                    "got 'bogus'"),
     ("shards.compression_level=999", "compression_level of zstd must be between -131072 and 22, got 999"),
     ("token_columns.compression_level=23", "compression_level of zstd must be between -131072 and 22, got 23"),
-    # sizes that made the trainer abort with a Rust backtrace, the packer ask for 745 GiB
+    # sizes that would make the trainer abort with a Rust backtrace, the packer ask for memory no machine has
     ("tokenizer.vocab_size=99999999999", "vocab_size must be between 1 and 4194304, got 99999999999"),
     ("packed_rows.seq_length=99999999999", "seq_length must be between 2 and 16777216, got 99999999999"),
 ])
@@ -307,7 +307,8 @@ def test_an_unreachable_ray_address_is_refused_not_waited_on(tmp_path):
 
 
 def test_build_options_that_contradict_or_misname_are_one_line_errors(tmp_path):
-    """Found by a probe of the control flags: each had been taken silently or blamed on an option not given."""
+    """Control flags that contradict each other or name the wrong thing are one-line errors that blame the option
+    given, never taken silently."""
     from importlib import resources
 
     src = tmp_path / "src"

@@ -171,9 +171,9 @@ def test_export_never_replaces_files_it_did_not_write(reference_build: Path, tmp
 
 
 def test_commands_never_write_inside_a_published_build(reference_build: Path):
-    """`report --output BUILD/reports/summary.json` had replaced a sealed build's summary with HTML, `diff --tables
-    BUILD/shards` added Parquet files to it, and `export megatron --name ../../evil` wrote bin/idx files outside
-    the export directory, all with exit 0. Each is refused in one line before any work."""
+    """`report --output BUILD/reports/summary.json` would replace a sealed build's summary with HTML, `diff --tables
+    BUILD/shards` add Parquet files to it, and `export megatron --name ../../evil` write bin/idx files outside the
+    export directory. Each is refused in one line before any work."""
     b = str(reference_build)
     for args, message in (
             (["report", b, "--output", f"{b}/reports/summary.json"], f"inside the published build {b}"),

@@ -36,8 +36,8 @@ def test_literals_left_open_end_at_the_line_and_digit_separators_open_none():
     assert comment_chars("f(U'\\U0001F600'); //'x") == len("//'x")  # a literal of 9 escapes and digits
 
 
-@pytest.mark.timeout(60)  # a bound, not a target: before, each quote inside a literal left open restarted the
-# scan, and these 0.5-0.75 MB texts would have taken about a quarter of an hour
+@pytest.mark.timeout(60)  # a bound, not a target: were each quote inside a literal left open to restart the
+# scan, these texts would take many minutes
 def test_scanning_texts_of_escaped_quotes_stays_linear():
     for unit in ('"\\', "'\\", '"\\"', "'\\'"):
         for text in (unit * 250_000, (unit * 400 + "\\\n") * 600):
@@ -109,10 +109,10 @@ def test_code_commented_in_chinese_is_not_taken_for_encoded_data():
     zh, rng = _chinese_lines(), random.Random(0)
     commented = "\n".join(f"  // {rng.choice(zh)}\n{line}" if rng.random() < 0.5 else line for line in code)
     limit = FilterParams().max_byte_entropy
-    assert _plain_byte_entropy(commented.encode()) > limit  # what the rule had measured
+    assert _plain_byte_entropy(commented.encode()) > limit  # counted byte by byte, without the fold
     assert signals(commented).byte_entropy < signals("\n".join(code)).byte_entropy < limit
-    # ASCII data keeps its measure: 30 kB of base64 wrapped at 76 characters in a string array (too short a run
-    # for the data-blob rule) is still over the limit
+    # ASCII data keeps its measure: line-wrapped base64 in a string array (too short a run for the data-blob
+    # rule) is still over the limit
     b64 = base64.b64encode(random.Random(1).randbytes(30_000)).decode()
     array = "static const char* kData[] = {\n" + "".join(f'  "{b64[i:i + 76]}",\n' for i in range(0, len(b64), 76))
     assert signals(array + "};\n").byte_entropy > limit and signals(array + "};\n").data_share == 0.0
@@ -213,7 +213,7 @@ def test_license_cascade_on_real_headers():
 
 def test_the_four_clause_bsd_is_not_read_as_the_three_clause():
     """FreeBSD's rpcsvc/crypt.x (Debian's libtirpc-dev) carries the BSD license with the advertising clause, not
-    on the default allow-list; it had been recorded BSD-3-Clause and kept."""
+    on the default allow-list: it must not be recorded BSD-3-Clause and kept."""
     crypt = Path("/usr/include/tirpc/rpcsvc/crypt.x")
     need(crypt, GOOGLETEST)
     got = classify(crypt.read_text(), ("MIT", 1.0, "LICENSE"), "MIT")
@@ -252,7 +252,7 @@ def test_policy_expressions():
     assert policy("LGPL-2.1-or-later", ALLOW, True) == (True, "weak_copyleft", "")
     assert policy("SSPL-1.0", ALLOW, True)[2] == "license_not_allowed"
     # a key off the SPDX list is no permissive choice: CGAL's GPL-or-commercial, kept under the opt-in, is
-    # copyleft (it had been tagged permissive), and one the recipe allows by name is of unknown family
+    # copyleft (not permissive), and one the recipe allows by name is of unknown family
     assert policy("GPL-3.0-or-later OR LicenseRef-scancode-commercial-license", ALLOW, True) == (True, "copyleft", "")
     assert policy("LGPL-3.0-or-later OR LicenseRef-Commercial", ALLOW, True) == (True, "weak_copyleft", "")
     assert policy("BUSL-1.1 OR GPL-2.0-only", ALLOW, True) == (True, "copyleft", "")
@@ -394,7 +394,7 @@ def test_license_files_combine_conservatively_and_explain():
 
 def test_vendored_code_never_takes_the_host_projects_license(tmp_path):
     """LightGBM bundles Eigen (MPL-2.0) as external_libs/eigen/ with no license file; Eigen's headerless files
-    had been recorded as LightGBM's MIT and kept. Debian's Eigen headers (its copyright file: MPL-2.0) under a
+    must not be recorded as LightGBM's MIT and kept. Debian's Eigen headers (its copyright file: MPL-2.0) under a
     repository whose LICENSE is BSD, declared MIT: every file refused, the MPL-headed one by its notice, the
     headerless ones as NOASSERTION saying why. A bundled component with a license file of its own still takes
     it, and the project's own files still take the repository's."""
@@ -565,7 +565,8 @@ def test_tasks_starting_together_share_the_license_files(tmp_path):
     assert all(proc.returncode == 0 for proc in procs)
     assert all(g["got"] == truth for g in got)
     total = sum(g["calls"] for g in got)
-    # each identifies at most one text its peer had claimed but not yet recorded; without sharing, 2 x the texts
+    # each identifies at most one text its peer has claimed but not yet recorded; without sharing, each would
+    # identify every text
     assert len(truth) <= total <= len(truth) + 2, [g["calls"] for g in got]
 
 
@@ -647,7 +648,7 @@ def test_decode_gives_the_normalized_size_and_refuses_what_is_not_text(raw):
     assert doc.metadata["size_bytes"] == len(doc.text.encode("utf-8"))  # a license refusal's ledger size
     for bad, rule in ((raw + b"\0", "binary"), (b"\xff" + raw, "undecodable_utf8@0"),
                       (b"\r\n \r", "empty_after_normalize"),
-                      # a Windows editor's UTF-16 source had been refused as "binary" (its NULs)
+                      # a Windows editor's UTF-16 source is not_utf8, not "binary" (for its NULs)
                       (raw.decode().encode("utf-16"), "not_utf8@utf-16le"),
                       (b"\xfe\xff" + "int x;\n".encode("utf-16-be"), "not_utf8@utf-16be"),
                       (raw.decode().encode("utf-32"), "not_utf8@utf-32le")):
@@ -673,7 +674,7 @@ def test_an_unrecognized_spdx_tag_is_quoted_in_the_evidence_without_its_pii():
     # tzfile.h as abseil ships it (time/internal/cctz/src/tzfile.h)
     ("/*\n** This file is in the public domain, so clarified as of\n** 1996-06-05 by Arthur David Olson.\n*/\n",
      "LicenseRef-scancode-public-domain"),
-    # libstdc++'s headers (<vector> as GCC 12 ships it): the runtime exception had been dropped
+    # libstdc++'s headers (<vector> as GCC 12 ships it): the runtime exception is kept
     ("// Copyright (C) 2001-2022 Free Software Foundation, Inc.\n//\n"
      "// This file is part of the GNU ISO C++ Library.  This library is free\n"
      "// software; you can redistribute it and/or modify it under the\n"

@@ -31,8 +31,8 @@ def test_gc_keeps_latest_and_promoted_and_what_they_need(reference_build: Path, 
     (out / "builds" / "PROMOTED").unlink()
     dry = run_cli("gc", "--out", str(out), "--keep", "1", "--dry-run")
     assert f"would remove build {old}" in dry.stdout and (out / "builds" / old).is_dir()
-    # a command reading the old build (verify, export, train ...) keeps it from this gc: it had been removed
-    # under a running verify, whose gates then failed on FileNotFoundError
+    # a command reading the old build (verify, export, train ...) keeps it from this gc: removed under a running
+    # verify, the build would fail that verify's gates on FileNotFoundError
     reader = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
                                "from cpp_data.pipeline.runner.outlock import hold_for_reading; "
                                "hold_for_reading(Path(sys.argv[1])); print('reading', flush=True); time.sleep(120)",

@@ -82,7 +82,7 @@ def test_a_cuda_device_without_cuda_is_a_one_line_usage_error(reference_build: P
 
 
 def test_an_unknown_model_is_refused_before_the_run_directory_is_made(reference_build: Path, tmp_path: Path):
-    """`--model huge` was refused (exit 2) after RUN/checkpoints/ and RUN/index_cache/ had been made."""
+    """`--model huge` is refused (exit 2) before RUN/checkpoints/ or RUN/index_cache/ is made."""
     proc = run_cli("train", "--launch-spec", str(reference_build), "--out", str(tmp_path / "run"), "--model", "huge",
                    check=False)
     assert proc.returncode == 2 and "unknown model size 'huge'" in proc.stderr.strip().splitlines()[-1]

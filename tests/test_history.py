@@ -206,8 +206,8 @@ def test_diff_of_two_history_builds_goes_by_version(history, tmp_path):
     assert ("src/sample2.cc", c["merge"]) in added
     assert not any(d["change"] == "removed" for d in docs)
     assert result["documents"]["added"] == len(added) > 0
-    # against a build of another generation every version stays a document of its own (a v2 "before" and
-    # the "after" of the same commit had been folded into one, and the v2 build counted short)
+    # against a build of another generation every version stays a document of its own (folding a v2 "before"
+    # and the "after" of the same commit into one would count the v2 build short)
     plain = tmp_path / "plain"
     provenance_build(history["sources"], plain)
     rows = sum(pq.read_metadata(f).num_rows for f in (b / "shards").glob("*.parquet"))

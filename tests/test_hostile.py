@@ -338,7 +338,7 @@ except Exception as exc:
 
 
 def test_load_build_checks_complete_and_checksums(prov, tmp_path):
-    """load_build refuses a build without _COMPLETE, and one whose shard no longer matches the
+    """load_build refuses a build without _COMPLETE, and one whose shard does not match the
     manifest's checksum, naming the file."""
     import pyarrow.parquet as pq
 

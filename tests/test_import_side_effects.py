@@ -1,9 +1,9 @@
-"""Issue 13, point 6: importing cpp_data does nothing to the process that imports it. The state that used to
-change on import was the umask (fsutil), loguru's handlers (executors) and torch.cuda with a process group
-(verify's train step). A child interpreter imports every module of the package and compares that state, with
-signal handlers, environment, streams and the multiprocessing start method, before and after. What the
-libraries do when imported (datatrove replaces loguru's default handler) happens before the first look.
-Checked that it can fail: with datatrove imported only by cpp_data, the test names loguru_handlers."""
+"""Issue 13, point 6: importing cpp_data does nothing to the process that imports it. The state an import could
+change is the umask (fsutil), loguru's handlers (executors) and torch.cuda with a process group (verify's train
+step). A child interpreter imports every module of the package and compares that state, with signal handlers,
+environment, streams and the multiprocessing start method, before and after. What the libraries do when
+imported (datatrove replaces loguru's default handler) happens before the first look. The test can fail: with
+datatrove imported only by cpp_data, it names loguru_handlers."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ comments, small insertions and deletions, a copy under another path with another
 "older version" (a block removed and an identifier renamed). True non-duplicates: distinct short files that
 share one license banner, and distinct files generated from one class template.
 
-Ground truth is the exact Jaccard of the shingle sets. Recall is measured on planted pairs with Jaccard >= 0.8;
+Ground truth is the exact Jaccard of the shingle sets. Recall is computed on planted pairs with Jaccard >= 0.8;
 a removal is correct when the exact Jaccard to its keeper is at least the 0.7 threshold (the stage verifies
 candidates with exact Jaccard, so no removal may fall below it).
 """
@@ -177,7 +177,7 @@ def test_vendored_source_loses_to_upstream_even_in_a_larger_repo(tmp_path):
                 if r["source_repo"] in ("app", "nlohmann")
                 and r["source_path"] in ("include/json.hpp", "json.hpp", "include/json_fwd.hpp", "json_fwd.hpp")}
 
-    unflagged = keepers(base, "unflagged")  # the larger repo (app, 3+ MB against 0.9 MB) wins the tie-break
+    unflagged = keepers(base, "unflagged")  # the larger repo (app, several times nlohmann's bytes) wins the tie-break
     assert unflagged["json.hpp"] == ("exact_duplicate", "app")
     flagged = keepers([base[0], {**base[1], "vendored": True}], "flagged")
     assert flagged["include/json.hpp"] == ("exact_duplicate", "nlohmann")

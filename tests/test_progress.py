@@ -51,7 +51,7 @@ def test_without_a_terminal_plain_lines_and_json_for_schedulers(reference_build:
     logs = sorted((out / "logs").glob("build-*.log"))
     assert len(logs) >= 2
     assert json.loads(logs[-1].read_text().splitlines()[-1])["event"] == "summary"
-    # a failed build's last JSON line says so (a scheduler had seen the stream end with no word of why)
+    # a failed build's last JSON line says so, so a scheduler reading the stream learns why it ends
     proc = subprocess.run([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
                            "--set", "packed_rows.seq_length=1", "--log-format", "json"],
                           capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""The Ray executor on a real two-node Ray cluster on this machine (`ray start --head` on 127.0.0.1, a second
+"""The Ray executor on a real two-node Ray cluster on one host (`ray start --head` on 127.0.0.1, a second
 `ray start --address` as a node of its own on 127.0.0.2, one CPU each): a whole v6 build runs tasks on both
 nodes and publishes the same bytes as the local executor."""
 
@@ -31,8 +31,8 @@ def ray_token(tmp_path, monkeypatch) -> dict[str, str]:
     """Token authentication with a token of the test's own, set in this process's environment (so the builds
     it starts carry it) and returned. Ray 2.59 and later turn token authentication on for local clusters and
     keep the token in ~/.ray/auth_token: without this, the first local Ray of a machine writes that file, and
-    a later `ray start --address` of a two-node cluster is refused (InvalidAuthToken, seen here), while the
-    tests would leave a token in the user's home."""
+    a later `ray start --address` of a two-node cluster is refused (InvalidAuthToken), while the tests would
+    leave a token in the user's home."""
     token = tmp_path / "ray_auth_token"
     token.write_text(os.urandom(32).hex())
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}

@@ -97,8 +97,8 @@ class _Heavy:
 
 def test_a_task_carries_paths_not_every_sources_steps(tmp_path):
     """datatrove's local pool pickles the whole pipeline with each task it hands out. The batch step spills
-    each source's steps to a file once, so a task's pickle holds paths: with 100 small sources it had been
-    242 kB and 0.16 s of the build's process per task. Each task still gets steps of its own."""
+    each source's steps to a file once, so a task's pickle holds paths, not every source's steps (a pickle per
+    task that would grow with the number of sources). Each task still gets steps of its own."""
     from multiprocess.reduction import ForkingPickler
 
     from cpp_data.pipeline.runner.executors.source_batch import SourceDispatch

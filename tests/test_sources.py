@@ -74,8 +74,8 @@ def test_sources_file_with_license_field_parses(tmp_path):
 
 
 def test_a_git_url_that_does_not_answer_gives_gits_own_cause(tmp_path):
-    """git ls-remote's last stderr lines are hints ('and the repository exists.'), which had been the whole
-    message; the fatal: line says what is wrong."""
+    """git ls-remote's last stderr lines are hints ('and the repository exists.'), not the cause; the fatal:
+    line says what is wrong, and the error gives it."""
     sources = write_sources(tmp_path / "s.toml", [{"name": "x", "url": f"file://{tmp_path}/nothing.git",
                                                    "ref": "main"}])
     proc = run_cli("sources", "lock", str(sources), check=False)

@@ -14,7 +14,7 @@ from tokenizers import AddedToken, pre_tokenizers
 
 from cpp_data.schemas.manifest import load_manifest, sha256_file
 from cpp_data.schemas.reader import iter_build_shards
-from cpp_data.stages.token_columns import add_token_columns
+from cpp_data.stages.lib.token_mirror import add_token_columns
 from cpp_data.tokenizer.band import load_band
 from cpp_data.tokenizer.evaluate import split_documents
 from cpp_data.tokenizer.files import load_tokenizer
@@ -306,7 +306,7 @@ def test_token_mirrors_of_character_columns(reference_build: Path):
     first = out.column("token_structure_ids").to_pylist()[0]
     assert 2 in first and 3 in first
     # token starts come from the ids' byte lengths: a tokenizer whose tokens do not spell the bytes is refused
-    from cpp_data.stages.token_columns import token_byte_lengths
+    from cpp_data.stages.lib.token_mirror import token_byte_lengths
 
     wrong = token_byte_lengths(tok)
     wrong[wrong > 1] -= 1

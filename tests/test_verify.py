@@ -106,10 +106,10 @@ def test_a_missing_idx_fails_its_gates_by_name_without_tracebacks(reference_buil
 
 
 def test_a_build_without_documents_fails_verify_in_words_not_tracebacks(tmp_path: Path):
-    """A build whose only file is refused still publishes (with a warning); verify had printed megatron-core's
-    'cannot mmap an empty file' and 'GPTDataset failed to build as a mock data generator' with six tracebacks
-    from its readers' __del__, and said the v6 recipe lacked packed_rows. Each gate now says the splits are
-    empty, and stderr is the one failure line."""
+    """A build whose only file is refused still publishes (with a warning); verify's gates then say the splits
+    are empty, and stderr is the one failure line: no megatron-core 'cannot mmap an empty file' or 'GPTDataset
+    failed to build as a mock data generator', no tracebacks from its readers' __del__, and no claim that the
+    v6 recipe lacks packed_rows."""
     from conftest import build, write_sources
 
     src = tmp_path / "src"
@@ -182,8 +182,8 @@ def test_verify_holds_the_manifest_to_the_files_it_describes(reference_build: Pa
 
 def test_a_damaged_idx_or_manifest_fails_in_one_line_with_the_exit_code_validate_gives(reference_build: Path,
                                                                                        tmp_path: Path):
-    """An emptied .idx had printed megatron-core's __del__ traceback (31 lines) and an 'AssertionError: ' with
-    no file; an empty manifest gave verify exit 2 where validate gives 1."""
+    """An emptied .idx fails in one line that names the file, without megatron-core's __del__ traceback or a
+    bare 'AssertionError: '; an empty manifest gives verify the exit code validate gives (1)."""
     build = _copy_build(reference_build, tmp_path / "idx")
     (build / "megatron" / "cpp_train.idx").write_bytes(b"")
     proc = run_cli("verify", str(build), "--no-train-step", check=False)

@@ -216,8 +216,8 @@ def test_a_task_log_that_cannot_be_written_fails_the_task_without_loguru_traceba
 
 def test_a_task_process_whose_build_is_gone_ends_without_a_traceback(capfd):
     """A build killed with SIGKILL leaves its task process to finish; the pipe back to the build is then broken.
-    The one-worker process (executors._run_executor) used to print a 44-line BrokenPipeError traceback; it now
-    ends quietly, with the run's result and with the run's exception alike. A real pipe whose reader is closed."""
+    The one-worker process (executors._run_executor) ends quietly, without a BrokenPipeError traceback, with the
+    run's result and with the run's exception alike. A real pipe whose reader is closed."""
     import multiprocess
 
     from cpp_data.pipeline.runner.executors.local import _run_executor

@@ -10,8 +10,8 @@ indentation apart from its first word. Ours keeps together:
 - a run of punctuation (`);`, `->`),
 each with at most one leading space, as GPT-2 does for words. Every character falls in some piece (the split is
 "isolated": unmatched text stays a piece of its own), and the byte-level step maps bytes one to one, so
-decode(encode(x)) == x for any text. Measured on the default corpus (held-out 5%): 4.80 bytes/token against
-3.90 for GPT-2's pattern at 65,536 entries, 3.92 against 3.46 at 8,000.
+decode(encode(x)) == x for any text. On C++ it gives more bytes per token than GPT-2's pattern at the same
+vocabulary size (bench/results/tokenizer_eval-debian.json).
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ def pieces(text: str) -> list[str]:
     return [p for p, _ in _code_split().pre_tokenize_str(text)]
 
 
+def piece_starts(text: str) -> list[int]:
+    """The character offset where each pre-token of `text` starts: the places BPE never merges across."""
+    return [a for _, (a, _) in _code_split().pre_tokenize_str(text)]
+
+
 # A line break whose previous character is printable ASCII other than a space: no pre-token runs across it
 # (see encoding_parts).
 _CUT = re.compile(r"(?<=[!-~])(?=\r?\n)")
@@ -68,7 +73,7 @@ def encoding_parts(text: str, limit: int) -> list[str]:
     always splits, so encoding the parts one by one gives exactly the ids of encoding `text` whole.
 
     Why: tokenizers holds several machine words per byte of an input while it encodes it (the alignments of its
-    normalized strings), so one 0.84 MB header took a process up 89 MiB, however small the batches around it.
+    normalized strings), so one large header alone sets a process's peak, however small the batches around it.
 
     Where: just before a line break (`\n` or `\r\n`) that follows a printable ASCII character other than a
     space. No pre-token of CODE_PATTERN holds a line break after any other character (its alternatives
@@ -100,10 +105,10 @@ def encode_in_parts(tok: Tokenizer, texts: list[str], part_chars: int | None = P
 
     ASCII texts go through the tokenizer's piece memo where it has one (PieceMemo: its pre-tokens split here
     and each distinct one encoded once, about a third less CPU than tokenizers' own encode). The others are
-    encoded with `encode_batch_fast`, which skips character offsets (24% faster for the export's ids), an
+    encoded with `encode_batch_fast`, which skips character offsets (faster for the export's ids), an
     ASCII one by the tokenizer's ASCII twin (`ascii_twin`). A text longer than `part_chars` goes in
     encoding_parts' parts, either way (through tokenizers when `tok` allows it: cuts_keep_ids, asked once per
-    tokenizer), its parts' ids joined: the ids of the whole text, without the memory for a whole 1 MB input.
+    tokenizer), its parts' ids joined: the ids of the whole text, without the memory for the whole input at once.
     `part_chars` None: every text whole."""
     memo = _piece_memo_cached(tok)
     if memo is None:
@@ -148,8 +153,8 @@ ASCII_CODE_PATTERN = (
 )
 _ASCII_SPLIT = re.compile(ASCII_CODE_PATTERN)
 
-PIECE_MEMO_ENTRIES = 1 << 16  # distinct pre-tokens a memo keeps before it starts again (9 MB by tracemalloc on the
-# default corpus's pre-tokens; 1 << 17 was no faster on a 2x build's training file, 1 << 15 10% slower)
+PIECE_MEMO_ENTRIES = 1 << 16  # distinct pre-tokens a memo keeps before it starts again (a few MB of memo; a
+# larger memo encodes a build's training file no faster, a smaller one slower)
 
 
 class PieceMemo:
@@ -157,12 +162,11 @@ class PieceMemo:
     encoded once by the twin's BPE model and remembered.
 
     Why: tokenizers spends about half of an encode on its own bookkeeping per pre-token (normalized strings
-    with alignments, the split's offsets), whatever the model. C++ repeats its pre-tokens: the 26 MB of a 2x
-    build's training file hold 4.4 million pre-tokens, 187 thousand distinct. Splitting them here (Python's
-    `re`) and asking the BPE model only for the distinct ones, token_columns' `add_token_columns` over that
-    file's row groups took 4.1 to 4.9 CPU-s against 6.3 to 7.2 through the twin's `encode_batch_fast` (one
-    thread, interleaved rounds), with the same columns. No library offers this: tokenizers has no call that
-    encodes pre-tokens it is given, beyond `Model.tokenize` for one.
+    with alignments, the split's offsets), whatever the model. C++ repeats its pre-tokens: a build's training
+    file holds a few dozen pre-tokens for each distinct one. Splitting them here (Python's `re`) and asking the
+    BPE model only for the distinct ones, token_columns' `add_token_columns` takes about a third less CPU than
+    through the twin's `encode_batch_fast`, with the same columns. No library offers this: tokenizers has no call
+    that encodes pre-tokens it is given, beyond `Model.tokenize` for one.
 
     Same ids: BPE merges inside a pre-token only, and the twin's encode is the model's tokens of each piece of
     its Split, so pieces equal to the Split's give equal ids; ASCII_CODE_PATTERN is CODE_PATTERN for ASCII.
@@ -197,7 +201,7 @@ class PieceMemo:
     def encode_in_parts(self, text: str, part_chars: int | None) -> list[int]:
         """`encode`, a text longer than `part_chars` one encoding_parts part at a time (the same pre-tokens:
         the cuts fall where every split ends one), so that its list of pre-tokens is a part's, not the whole
-        text's: 200 thousand strings for one 0.84 MB Boost header."""
+        text's: hundreds of thousands of strings for one large Boost header."""
         if not part_chars or len(text) <= part_chars:
             return self.encode(text)
         ids: list[int] = []
@@ -231,19 +235,18 @@ def ascii_twin(tok: Tokenizer) -> Tokenizer | None:
     not a byte-level BPE over this module's pre-tokenizer (no normalizer, no dropout or affixes).
 
     Why: tokenizers' ByteLevel pre-tokenizer rewrites every pre-token into byte symbols with per-character
-    alignments, and that took a fifth to a third of encoding C++ (bench/tokenizer_throughput.py on the 26.6 MB of
-    a 2x build's documents, two threads: encode_batch_fast 5.2-5.7 s, through the twin 4.0-4.1 s, identical ids;
-    bench/results/tokenizer_throughput-2x-twin.json). On ASCII text the byte-level step is a fixed
+    alignments, and that takes a fifth to a third of encoding C++ (bench/tokenizer_throughput.py, identical ids
+    either way: bench/results/tokenizer_throughput-2x-twin.json). On ASCII text the byte-level step is a fixed
     one-to-one map of characters (byte b -> byte_symbols()[b]), so the same BPE with the symbols of ASCII bytes
     renamed back to the characters themselves, after the same Split, makes the same merges and emits the same
     ids. The renaming is one character for another (the symbols of non-ASCII bytes stay), so every entry keeps
     its id and every merge its rank; entries and merges holding a non-ASCII byte's symbol are never reached by
     ASCII input. It is done on tokenizer.json's text (each symbol, two UTF-8 bytes that never occur inside
-    another character, -> the character's JSON escape), not on parsed Python objects: parsing the 65,536-id
-    vocabulary and its merges raised an encoding process's peak by 55 MB, this by about the twin's own size
-    (28 MB), in 0.3 s once per process. Added (special) tokens are matched on the raw text before
-    pre-tokenization by both. No library offers this: tokenizers has no option to run byte-level BPE without the
-    per-piece rewrite."""
+    another character, -> the character's JSON escape), not on parsed Python objects: parsing the vocabulary and
+    its merges would raise an encoding process's peak by about twice the twin's own size, where the text
+    rewrite costs about the twin's size, once per process. Added (special) tokens are matched on the raw text
+    before pre-tokenization by both. No library offers this: tokenizers has no option to run byte-level BPE
+    without the per-piece rewrite."""
     model = tok.model
     if (tok.normalizer is not None or not _is_code_pre_tokenizer(tok) or not isinstance(model, models.BPE)
             or model.dropout is not None or model.byte_fallback or model.continuing_subword_prefix
@@ -251,7 +254,7 @@ def ascii_twin(tok: Tokenizer) -> Tokenizer | None:
             or any(_RENAMED.intersection(t.content) for t in tok.get_added_tokens_decoder().values())):
         return None
     text = tok.to_str().encode("utf-8")
-    for symbol, escaped in _renaming():  # bytes.replace: 0.1 s on 2.5 MB, str.translate took 0.2
+    for symbol, escaped in _renaming():  # bytes.replace: about twice as fast as str.translate here
         text = text.replace(symbol, escaped)
     try:
         twin = Tokenizer.from_str(text.decode("utf-8"))
@@ -288,7 +291,7 @@ def _is_code_pre_tokenizer(tok: Tokenizer) -> bool:
         json.loads(tok.pre_tokenizer.__getstate__()) == json.loads(empty_code_tokenizer().pre_tokenizer.__getstate__())
 
 
-@functools.lru_cache(maxsize=2)  # keyed by the object, like _cuts_keep_ids_cached; a twin is ~28 MB, so few
+@functools.lru_cache(maxsize=2)  # keyed by the object, like _cuts_keep_ids_cached; a twin is tens of MB, so few
 def _ascii_twin_cached(tok: Tokenizer) -> Tokenizer | None:
     return ascii_twin(tok)
 
@@ -302,8 +305,8 @@ def cuts_keep_ids(tok: Tokenizer) -> bool:
     """Whether encoding_parts' cuts give `tok` the ids of the whole text: its pre-tokenizer is this module's
     (a tokenizer trained by another revision could split otherwise) and none of its added tokens holds a line
     break (one could straddle a cut)."""
-    # the pre-tokenizers' own JSON (their pickled state), not the whole tokenizer's: serializing and parsing a
-    # 65,536-id vocabulary took 0.12 s in every process that encodes
+    # the pre-tokenizers' own JSON (their pickled state), not the whole tokenizer's: serializing and parsing the
+    # whole vocabulary would cost every process that encodes a pass over tens of thousands of entries
     return _is_code_pre_tokenizer(tok) and not any("\n" in t.content or "\r" in t.content
                                                    for t in tok.get_added_tokens_decoder().values())
 

@@ -74,7 +74,8 @@ _SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infin
 
 
 def slurm_time(text: str) -> str:
-    """An argparse type: a time limit in one of sbatch's formats (`banana` had gone into the job script)."""
+    """An argparse type: a time limit in one of sbatch's formats (anything else, `banana`, would reach the job
+    script)."""
     if not _SLURM_TIME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
                                          f"D-HH:MM:SS")
@@ -82,7 +83,7 @@ def slurm_time(text: str) -> str:
 
 
 def file_prefix(text: str) -> str:
-    """An argparse type: a file name prefix, with no path in it (`--name ../../evil` had written bin/idx files
+    """An argparse type: a file name prefix, with no path in it (`--name ../../evil` would write bin/idx files
     outside the export directory)."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a file prefix: use letters, digits, '.', '_' and '-', "
@@ -182,7 +183,7 @@ def recipe_of(args):
         overrides.setdefault("shards", {})["seed"] = args.seed
     if args.tokenizer is not None:
         overrides.setdefault("tokenizer", {})["frozen"] = str(args.tokenizer)
-        if "vocab_size" in overrides["tokenizer"]:  # had been recorded in the manifest and ignored
+        if "vocab_size" in overrides["tokenizer"]:  # a frozen tokenizer keeps its own: the value would be ignored
             raise BadInput(f"--set tokenizer.vocab_size with --tokenizer {args.tokenizer}: a frozen tokenizer keeps "
                            f"its own vocabulary; drop one of them")
     if args.recipe is not None and args.recipe_version not in (DEFAULT_RECIPE, args.recipe.stem):
@@ -208,8 +209,8 @@ def fsspec_safe(path: Path, option: str) -> None:
 
 
 def outside_published_builds(path: Path, option: str, default: str) -> None:
-    """Refuse a path a command would write inside a published build: its manifest fixes every file there
-    (`report --output BUILD/reports/summary.json` had replaced the summary with HTML, exit 0)."""
+    """Refuse a path a command would write inside a published build: its manifest fixes every file there, so a
+    file written there (`report --output BUILD/reports/summary.json`, say) would break the build it describes."""
     from cpp_data.pipeline.foundation.fsutil import is_sealed
 
     for parent in [path, *path.parents]:
@@ -220,8 +221,8 @@ def outside_published_builds(path: Path, option: str, default: str) -> None:
 
 def check_export_target(out: Path) -> None:
     """An export replaces its directory whole (the sealed rename), so --out must be new or empty, and outside
-    every published build: `export --out OUT` had deleted a whole output directory (builds, cache and logs) and
-    `--out BUILD/packed` had replaced a promoted build's files, both with exit 0."""
+    every published build: `export --out OUT` would otherwise delete a whole output directory (builds, cache and
+    logs), and `--out BUILD/packed` a promoted build's files."""
     outside_published_builds(out, "--out", "OUT/exports/BUILD/...")
     fsspec_safe(out, "--out")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

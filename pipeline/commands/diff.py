@@ -16,7 +16,7 @@ and the result says so (`comparable`: false): no document of one is a document o
   no documents, has no columns to compare).
 The per-document table and the others can be written as Parquet (`--tables DIR`) for DuckDB or pandas.
 Memory holds one (repo, path) -> (commit, text_sha256) map per build: bounded by document count, not text.
-Builds of an earlier schema revision are read under today's column names (schemas/reader.py).
+Builds of an earlier schema revision are read under the current column names (schemas/reader.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ exports, verify receipt and report. A cache entry (cache/<stage>/<fingerprint>/)
 manifest lists it among its stages, so rebuilding a kept build is still "nothing to do"; the rest go. Entries
 still being written (`.partial`, left by an interrupted build) stay: the next build resumes from them. The
 output lock is held throughout, so no build runs meanwhile; a build another command is reading (verify,
-export, train, ...: outlock.hold_for_reading) is kept this time, and said so. Nothing is removed with `dry_run`.
+export, train, ...: outlock.hold_for_reading) is kept by this gc, and said so. Nothing is removed with `dry_run`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class GcResult:
     removed_builds: list[str] = field(default_factory=list)
     removed_entries: list[str] = field(default_factory=list)  # cache/<stage>/<fingerprint>
     removed_bytes: int = 0
-    in_use: list[str] = field(default_factory=list)  # builds a reader held: kept this time
+    in_use: list[str] = field(default_factory=list)  # builds a reader held: kept by this gc
 
 
 def _size(path: Path) -> int:

@@ -31,8 +31,8 @@ def _err(msg: str) -> None:
 
 
 def json_error_event(rc: int) -> None:
-    """With --log-format json, a build that fails says so on stdout too, as its last event (a scheduler reading
-    the JSON lines had seen the stream stop with no word of why)."""
+    """With --log-format json, a build that fails says so on stdout too, as its last event, so a scheduler
+    reading the JSON lines learns why the stream ends."""
     from cpp_data.pipeline.runner.buildlog import utc_now
 
     record = {"time": utc_now(), "event": "error",

@@ -2,10 +2,9 @@
 
 pyarrow's default pool on Linux is mimalloc, which keeps memory a process freed for its next allocation. A
 build's processes each run one large step after another (a row group decoded, a repository's call graph
-joined, a block packed), so what mimalloc keeps is the previous step's peak on top of the next one's. Measured
-on bench/scale.py's 4x corpus (two workers): the structure stage's graph step for its 92 MB repository went from
-616 to 503 MiB of peak RSS, and the largest process of a 1x build from 523 to 436 MiB, with the same wall time
-(35 and 123 s for the 1x and 4x builds, against 38 and 128 s). The output bytes do not depend on the allocator.
+joined, a block packed), so what mimalloc keeps is the previous step's peak on top of the next one's. With the
+system pool the largest processes (the structure stage's graph step above all) peak lower, at the same wall
+time (docs/SCALING.md, memory). The output bytes do not depend on the allocator.
 
 A user's own ARROW_DEFAULT_MEMORY_POOL is kept. The variable is set in the environment too, so the processes a
 build starts (the local executor's workers, the tokenizer's training process) start with the same pool; a
@@ -42,12 +41,11 @@ def give_back_freed_memory() -> None:
 
     glibc keeps freed memory in its heap for the next malloc, and two kinds of step do not get it back:
     - a task that writes a file row group after row group (a shard file's merge, a packed file) allocates and
-      frees large buffers of varying sizes each time, from several threads (several heaps), and grew with the
-      number of row groups: the 4x corpus's training file (16 row groups) took its merge task 278 MiB above
-      the process it started from;
+      frees large buffers of varying sizes each time, from several threads (several heaps), so without a trim
+      its peak grows with the number of row groups in the file;
     - after a step of large numpy or Arrow buffers comes one of many small Python objects, which Python takes
-      from arenas it maps itself, not from that heap: the structure stage's graph task, whose join frees
-      about 100 MiB of arrays before the edges become Python strings and dicts.
+      from arenas it maps itself, not from that heap: the structure stage's graph task, whose join frees its
+      arrays before the edges become Python strings and dicts.
     Called between such steps. Hand-written: neither Arrow's system pool nor Python exposes malloc_trim. Does
     nothing off glibc."""
     trim = _malloc_trim()

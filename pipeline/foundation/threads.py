@@ -2,12 +2,11 @@
 
 tokenizers runs `encode_batch` and the BPE trainer's counting on a Rust thread pool (rayon) as wide as the
 machine. A build already keeps every core busy with its own processes: `workers` task processes, and the
-tokenizer's training process beside structure's tasks (Stage.runs_beside). So each process's pool was a second
-set of threads on the same cores, and the trainer's parallel counting kept a word-count map per thread on top
-of the merged one. Measured with bench/scale.py's corpora, 2 workers on 2 cores, pools one thread wide
-(docs/SCALING.md): the trainer's peak on the 4x corpus went 488 -> 381 MiB and on the 2x corpus 498 -> 406 MiB,
-and the 1x build ran in 37.5-40.5 s instead of 41.9-44.6 s (the trainer 12-14 s instead of 18 s). The tokens
-and the trained tokenizer do not depend on it.
+tokenizer's training process beside structure's tasks (Stage.runs_beside). So a full-width pool in each process
+is a second set of threads on the same cores, and the trainer's parallel counting keeps a word-count map per
+thread on top of the merged one. Sized to the process's share of the cores, the pools lower the trainer's peak
+memory and the build's wall time (docs/SCALING.md, the tokenizer). The tokens and the trained tokenizer do not
+depend on it.
 
 A process's share is the cores over the processes that run at once (`executors.tokenizer_threads`); with one
 thread the library's parallelism is switched off (TOKENIZERS_PARALLELISM=false), else its pool is sized

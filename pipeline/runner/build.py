@@ -130,7 +130,7 @@ def _warnings(s: dict[str, Any]) -> list[str]:
         out.append("the build has no documents; see provenance/ledger.parquet for why")
     for name, kept in sorted((s.get("documents_after_filters") or {}).items()):
         seen = (s.get("files_seen_by_source") or {}).get(name)
-        if kept == 0 and seen:  # GSL's extensionless headers had all been skipped without a word
+        if kept == 0 and seen:  # say so: a source left empty (GSL's extensionless headers, say) is easy to miss
             out.append(f"source {printable(name)}: none of its {seen:,} file(s) passed collect, the license policy "
                        f"and the filters; provenance/ledger.parquet gives each one's reason")
     valid = s["valid_documents"]
@@ -349,7 +349,7 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     files.append({"path": "README.md", "kind": "card", "split": None, "rows": None, "bytes": card.stat().st_size,
                   "sha256": sha256_file(card)})
     # the summary holds this run's timings, so it is no file of the build's bytes; its digest in the manifest
-    # still lets validate tell a damaged or replaced one (it had passed validate and verify as garbage)
+    # still lets validate tell a damaged or replaced one (garbage there would otherwise pass validate and verify)
     atomic_write_json(partial / "reports" / "summary.json", summary)
     manifest["summary_sha256"] = sha256_file(partial / "reports" / "summary.json")
     atomic_write_json(partial / "manifest.json", manifest)

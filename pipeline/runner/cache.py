@@ -7,12 +7,11 @@ markers, which hold timings) and the tasks' scratch (`_work/`) are left out. Bef
 recorded file's size and digest
 and that no file went missing or appeared: a bit flip, a truncated file, or a file rewritten as valid Parquet
 with other text all make the entry damaged, and the stage runs again. XXH3 because this runs over every cached
-byte on every build: about 10 GB/s per core against SHA-256's 0.5-1 GB/s (the manifest keeps SHA-256 for
-users); xxhash is already a dependency (datatrove needs it). The same check is why an entry's stage.json and
-_COMPLETE are written without fsync: after a power loss a torn or empty record reads as damage and the stage
-runs again, where an fsync per record (60 of a small build's 81) waits for the journal to commit the stage's
-Parquet writes too (0.79 s of fsync per small build before, 0.02 s after). A published build's manifest and the
-builds/ pointers keep their fsync.
+byte on every build, and XXH3 hashes an order of magnitude faster per core than SHA-256 (the manifest keeps
+SHA-256 for users); xxhash is already a dependency (datatrove needs it). The same check is why an entry's
+stage.json and _COMPLETE are written without fsync: after a power loss a torn or empty record reads as damage
+and the stage runs again, where an fsync per record (most of a build's fsyncs) waits for the journal to commit
+the stage's Parquet writes too. A published build's manifest and the builds/ pointers keep their fsync.
 
 Publishing copies files out of the cache (a reflink where the filesystem can share blocks copy-on-write,
 else a plain copy) rather than hard-linking them: a hard link is one inode, so damage to either side reaches

@@ -23,8 +23,8 @@ from pathlib import Path
 PACKAGE = "cpp_data"
 # CPython 3.11 keeps ast.parse's recursion depth in one counter per interpreter, so two threads parsing at once
 # can fail with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905). The runner computes
-# fingerprints in two threads when a stage runs beside the others (the tokenizer beside structure): seen here
-# in 2 of 5 two-node Ray builds of a small corpus. Parses take turns.
+# fingerprints in two threads when a stage runs beside the others (the tokenizer beside structure), so parses
+# take turns.
 _PARSE_LOCK = threading.Lock()
 
 
@@ -87,8 +87,8 @@ _BLOCKS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 def _statements(tree: ast.Module):
     """Every statement of a module, nested ones included (function and class bodies, branches, handlers, match
-    cases), without entering expressions: an import is always a statement, and ast.walk's visit of every
-    expression node was half of a build's 0.6 s of reading its modules' imports."""
+    cases), without entering expressions: an import is always a statement, and visiting every expression node
+    (ast.walk) would be most of the cost of reading a build's module imports."""
     todo = list(tree.body)
     while todo:
         node = todo.pop()

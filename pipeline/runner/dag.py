@@ -153,7 +153,7 @@ class Runner:
                 raise BadInput(f"{flag} {value}: not a stage of recipe {recipe.version} "
                                  f"({', '.join(recipe.stages)})")
         self.only, self.from_stage, self.force = only, from_stage, force
-        # called before anything is sealed: raises when this run no longer holds OUT (OutputLock.check)
+        # called before anything is sealed: raises when this run has lost its hold on OUT (OutputLock.check)
         self.guard = guard or (lambda: None)
         self.tasks = self._plan(STAGES)
 
@@ -218,7 +218,7 @@ class Runner:
 
     def forced(self, task: Task) -> bool:
         """Whether `task` reruns although sealed. --only and --from name what reruns, so --force beside them
-        adds nothing: `--only X --force` had rerun every input of X too, the whole build up to X."""
+        adds nothing: `--only X --force` reruns X, not every input of X (the whole build up to X)."""
         if self.only is not None:
             return task.name == self.only
         if self.from_stage is not None:
@@ -493,8 +493,8 @@ def _one_at_a_time(log):
 def release_freed_heap() -> None:
     """Hand the heap a stage freed back to the OS (glibc's malloc_trim; nothing elsewhere). What a stage
     allocated in the driver (the tokenizer's trainer, a graph or join run in this process) stays in glibc's
-    free lists after it is released, so the driver's RSS kept the peak of every stage so far: 351 MiB after
-    training on 40 MB of C++, 94 MiB after the trim."""
+    free lists after it is released, so without the trim the driver's RSS keeps the peak of every stage so
+    far."""
     try:
         import ctypes
 

@@ -50,7 +50,7 @@ class BuildLocked(Locked):
 
 
 class LockLost(CheckFailed):
-    """The output directory this process locked is no longer at its path (removed or replaced)."""
+    """The output directory this process locked has left its path (removed or replaced)."""
 
 
 class OutputLock:
@@ -125,8 +125,8 @@ _READING: list[int] = []  # the directory descriptors hold_for_reading keeps ope
 def hold_for_reading(build: Path) -> None:
     """Keep `cpp-data gc` from removing a published build while this process reads it (verify, export, train,
     show, diff, ...): a shared flock on the build's directory, held until the process exits. gc takes the
-    exclusive lock without waiting and keeps a build it cannot lock (lock_for_removal). Without it, gc removed a
-    build verify was reading, and eight gates failed on FileNotFoundError. flock, not lockf: a directory
+    exclusive lock without waiting and keeps a build it cannot lock (lock_for_removal); without it, gc could
+    remove a build verify is reading, failing its gates on FileNotFoundError. flock, not lockf: a directory
     opens read-only, and lockf's locks need a writable file. BadInput when gc removed the build while this
     waited for its lock."""
     try:

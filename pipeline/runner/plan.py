@@ -24,8 +24,8 @@ from cpp_data.pipeline.runner.dag import Runner, fingerprint_payload
 def compared_build(out: Path, version: str) -> tuple[str, dict] | None:
     """(name, manifest) of the build a plan compares with: OUT/builds/LATEST when it is of recipe `version` (the
     build the last `build` published or found up to date, what OUT means to every other command), else the
-    newest sealed build of the recipe by creation time. A plan compared with the newest by time had listed
-    changes against a build LATEST no longer named."""
+    newest sealed build of the recipe by creation time. LATEST first, because the newest by time may be a build
+    LATEST does not name, and a plan against it would list changes against a build no command reads."""
     from cpp_data.schemas.manifest import named_build, sealed_builds
 
     found = [(m.get("created_at", ""), d.name, m) for d, m in sealed_builds(out)

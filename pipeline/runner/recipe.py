@@ -97,7 +97,7 @@ def _range(lo: float | None, hi: float | None) -> str:
 
 
 # Every seed parameter (`seed`, `*_seed`) is a 32-bit unsigned integer: what numpy's and datasketch's generators
-# take, and a negative one had been accepted and hashed as text.
+# take; anything else (a negative seed) is refused rather than hashed as text.
 SEED_MAX = 2**32 - 1
 
 

@@ -190,7 +190,7 @@ def _git(*args: str, cwd: str | None = None) -> str:
     if proc.returncode != 0:
         lines = [line.strip() for line in proc.stderr.strip().splitlines() if line.strip()]
         # git's cause is its fatal: line; the hint lines after it ("Please make sure you have the correct
-        # access rights / and the repository exists.") had been all a user saw
+        # access rights / and the repository exists.") do not say what went wrong
         cause = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
         raise RuntimeError(cause or f"git {args[0]} failed")
     return proc.stdout
@@ -402,8 +402,8 @@ def read_lock(path: Path) -> list[LockedSource]:
 
 def check_directory_pins(pins: list[LockedSource], lock_file: Path, sources_file: Path) -> None:
     """A plain directory edited after it was locked must never build as its old pin (the cache would answer
-    "nothing to do" for content that is no longer there): compare each directory's digest with its pin. A local
-    repository must still hold its pinned commit (a rewritten history had failed the collect stage, exit 1)."""
+    "nothing to do" for content that has changed): compare each directory's digest with its pin. A local
+    repository must still hold its pinned commit (a rewritten history is refused here, not in the collect stage)."""
     for src in pins:
         if src.kind == "dir" and Path(src.url).is_dir() and directory_digest(Path(src.url)) != src.commit:
             if Path(lock_file).resolve().is_relative_to(Path(src.url).resolve()):  # relocking cannot help

@@ -28,7 +28,7 @@ class DecodeNormalize(BaseFilter):
         for bom, encoding in _WIDE_BOMS:  # before the NUL test, which every such text fails: not "binary"
             if raw.startswith(bom):
                 return False, f"not_utf8@{encoding}"
-        if b"\0" in raw:  # anywhere: a NUL after the first 8 KB is still not source text
+        if b"\0" in raw:  # anywhere: a NUL past the leading window that binary tests read is still not source text
             return False, "binary"
         try:
             text = raw.decode("utf-8")

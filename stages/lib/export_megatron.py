@@ -84,7 +84,7 @@ def jsonl_token_arrays(path: Path, tok, batch: int = 256, key: str = "text") -> 
 def prefetch(items: Iterable, chunk: int = 256, depth: int = 8) -> Iterator:
     """Run `items` in a background thread, at most `depth` chunks of `chunk` items ahead (memory bound).
     Tokenization releases the GIL, so it overlaps with what the consumer does meanwhile: importing torch and
-    megatron-core (~2.5 s) and writing."""
+    megatron-core (seconds) and writing."""
     import queue
     import threading
 
@@ -110,7 +110,7 @@ def prefetch(items: Iterable, chunk: int = 256, depth: int = 8) -> Iterator:
                 raise got
             yield from got
 
-    threading.Thread(target=produce, daemon=True, name="export-prefetch").start()  # now, not at first next()
+    threading.Thread(target=produce, daemon=True, name="export-prefetch").start()  # here, not at the first next()
     return consume()
 
 

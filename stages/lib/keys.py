@@ -15,7 +15,7 @@ import pyarrow as pa
 
 
 def doc_key(source: str, path: str, commit: str) -> bytes:
-    """16-byte identity of a document within a build (used to look up dedup decisions)."""
+    """16-byte identity of a document within a build (the key dedup decisions are looked up by)."""
     return hashlib.blake2b(f"{source}\0{path}\0{commit}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 

@@ -9,9 +9,9 @@
 4. The license the sources file declares for the source, recorded as declared.
 Otherwise `NOASSERTION`. Each answer carries license_spdx, license_source and a confidence.
 
-The notice table is hand-written: the kept matchers either need whole texts (askalono) or cost 0.1-3 s per
-file and 690 MB (scancode); the table covers the notices of the licenses on the default allow-list plus the
-GPL family (AGPL, and GPL/LGPL notices that name no version), the other copyleft and source-available
+The notice table is hand-written: the kept matchers either need whole texts (askalono) or cost seconds per
+file and hundreds of MB (scancode); the table covers the notices of the licenses on the default allow-list plus
+the GPL family (AGPL, and GPL/LGPL notices that name no version), the other copyleft and source-available
 licenses a C++ header names (MPL, EPL, CDDL, EUPL, SSPL, BUSL) and EULA markers, which the refusal rules need.
 An SPDX tag no list knows is not passed over for the repository's license (`classify`).
 """
@@ -55,11 +55,11 @@ _CHOICE = re.compile(r"dual[- ]licen[cs]|licen[cs]ed under (the terms of )?eithe
                      r"(select|choose),? at your (own )?option,? one of|terms of either\b|"
                      r"alternatively,? (this file|you) may (be used|use it|use this)", re.I)
 # A line whose SPDX tag is followed by " OR " on that line. Only each line's first tag is tried (atomic group):
-# searched from every tag of a line repeating them, the pattern was quadratic (200 KB: 1.1 s).
+# searched from every tag of a line repeating them, the pattern is quadratic in the line's length.
 _SPDX_OR = re.compile(r"^(?>[^\n]*?SPDX-License-Identifier:)[^\n]* OR ", re.M)
 _AT_OPTION = re.compile(r"at your (own )?(option|choice|discretion)", re.I)
 # `_*option`: libstdc++ renames identifiers to reserved ones across its headers, its license notices' words
-# too ("or (at your __option) any later version" in bits/fs_ops.h), which had read as GPL-3.0-only
+# too ("or (at your __option) any later version" in bits/fs_ops.h), which must not read as GPL-3.0-only
 _LATER = re.compile(r"or\s*\(?\s*at your (own )?_*option\s*\)?\s*any later version|or any later version|"
                     r"\bGPL\s*v?[23](\.0)?\s*\+|\bv?[23](\.[01])? or later\b", re.I)
 
@@ -102,7 +102,7 @@ class _Notice:
     expression: str
     # Lower-case literals of the pattern, one of which every match holds (a pattern's alternatives may need
     # different ones). In an ASCII header a pattern is searched only when one of them occurs: searching every
-    # header with every case-insensitive pattern was four fifths of the license stage's CPU time, and most
+    # header with every case-insensitive pattern would be most of the license stage's CPU time, and most
     # headers hold none of a notice's words. A header with other characters is searched with every pattern
     # (re.I matches some of them to ASCII letters: the Kelvin sign to k).
     keys: tuple[str, ...]
@@ -140,10 +140,10 @@ NOTICES: tuple[_Notice, ...] = (
        r"(?:(?:licensed|released|distributed|available|provided)\s+under|subject\s+to)\s+(?:the\s+terms\s+of\s+)?"
        r"the\s+MIT\s+Licen[cs]e", "MIT"),
     # "Neither the name" anywhere after the first "Redistribution ..." (the atomic group takes the first one only:
-    # a search from each of many repetitions to the end of the header was quadratic, 0.54 s on 100 lines of them)
+    # a search from each of many repetitions to the end of the header is quadratic)
     # The four-clause BSD adds the advertising clause, an obligation the three- and two-clause licenses do not
-    # carry, and is not on the default allow-list: FreeBSD's headers (tirpc's rpcsvc/crypt.x) had been read as
-    # BSD-3-Clause and kept
+    # carry, and is not on the default allow-list: FreeBSD's headers (tirpc's rpcsvc/crypt.x) carry it, and must
+    # not be read as BSD-3-Clause and kept
     _n("bsd4_text", _BSD, r"\A(?>.*?Redistribution and use in source and binary forms).*All advertising materials",
        "BSD-4-Clause"),
     _n("bsd3_text", _BSD, r"\A(?>.*?Redistribution and use in source and binary forms).*Neither the name",
@@ -390,9 +390,9 @@ _NOT_FREE_PREFIXES = ("SSPL-", "BUSL-", "Elastic-", "PolyForm-", "CC-BY-NC")
 def family(key: str) -> str:
     """The family of one license key: copyleft and weak copyleft by prefix, an EULA proprietary, the public
     domain and every other key of the SPDX list permissive; a key off the list (LicenseRef-..., terms nobody
-    here has read: a commercial license, a company's own) and a source-available one "unknown". It had been
-    permissive, so `GPL-3.0-or-later OR LicenseRef-scancode-commercial-license` (CGAL's), kept under the
-    copyleft opt-in, was tagged permissive: its best choice was the commercial license."""
+    here has read: a commercial license, a company's own) and a source-available one "unknown". Not permissive:
+    `GPL-3.0-or-later OR LicenseRef-scancode-commercial-license` (CGAL's), kept under the copyleft opt-in,
+    would then be tagged permissive, its best choice being the commercial license."""
     if key.startswith(WEAK_COPYLEFT_PREFIXES):
         return "weak_copyleft"
     if key.startswith(COPYLEFT_PREFIXES):
@@ -409,7 +409,7 @@ def family(key: str) -> str:
 _FAMILY_RANK = {"permissive": 0, "weak_copyleft": 1, "copyleft": 2, "proprietary": 3, "unknown": 4}
 
 
-@functools.lru_cache(maxsize=4096)  # per document, over a handful of expressions: parsing was 10% of the stage
+@functools.lru_cache(maxsize=4096)  # per document, over a handful of expressions: parsing each would cost the stage
 def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool, str, str]:
     """Decide an expression against the allow-list: (allowed, family, refusal rule or "").
 

@@ -15,11 +15,9 @@ scope) pair. A call without a qualifier gets the run its filters would leave, co
 generic name costs its calls plus its definitions, not their product (`_candidate_runs`). Chunks of consecutive
 calls keep the candidate rows under `max_join_rows`, which bounds memory where a qualified call's name has thousands
 of definitions (`get`, `size`), and the edges are deduplicated on codes too, so strings are taken for the distinct
-edges only. Measured on the 92 MB single-repository source of bench/scale.py's 4x corpus: joining the tables
-themselves (a dozen strings per candidate row, chunks of 500 k rows) took 9.0 s and 705 MiB over the tables; the
-codes take 2.2 s and 256 MiB, with the same edges, order and candidate counts. Deduplicating on codes and 250 k-row
-chunks (1 M before) took the structure stage's graph task for that corpus from 605 to 485 MiB (a process with every
-stage module loaded, as a worker has: 182 MiB of it), with the same edges.
+edges only. Joining the tables themselves would carry a dozen strings per candidate row; the codes give the same
+edges, order and candidate counts in a fraction of the time and memory, and the graph task of a large repository,
+a build's largest process, stays bounded by `max_join_rows` (docs/SCALING.md, memory).
 
 Hand-written because no library resolves C++ calls by name; pyarrow and numpy do the joins and group scans.
 """
@@ -158,9 +156,9 @@ def _candidate_runs(def_name: np.ndarray, call_name: np.ndarray, def_path: np.nd
     set the filters leave: the definitions of its name in its file and scope, else in its file, else in its
     scope, else all of them. Its filters then keep every row, and the edges are the same.
 
-    Why: a generic name's every call had carried every definition of that name as a candidate row, calls times
-    definitions (a file of 20,000 `int f(long a) { return f(a + 1); }` took the structure stage's graph 7.0 s,
-    the length of the text squared; a repository's `get` or `size` grows the same way)."""
+    Why: without it, a generic name's every call carries every definition of that name as a candidate row, calls
+    times definitions (a file of 20,000 `int f(long a) { return f(a + 1); }` is the length of the text squared;
+    a repository's `get` or `size` grows the same way)."""
     order = np.arange(len(def_name))
     levels = [(def_name, call_name)]
     levels.append(_group_ids((def_name, call_name), (def_path, call_path)))
@@ -187,7 +185,7 @@ def _candidate_runs(def_name: np.ndarray, call_name: np.ndarray, def_path: np.nd
 
 def _in_order(table: pa.Table) -> pa.Table:
     """`table` sorted by its `order` column (stably), without a copy when it already is: the structure stage's
-    rows come in order, and sorting copied a repository's rows (40 MB of the 92 MB repository's)."""
+    rows come in order, and sorting would copy a repository's rows."""
     order = table.column("order").to_numpy()
     return table if bool(np.all(order[1:] >= order[:-1])) else table.sort_by("order")
 
@@ -200,8 +198,8 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
     its short name; for a call without a qualifier, those its filters leave: `_candidate_runs`), so a chunk of calls
     becomes two arrays of row numbers (16 bytes a candidate row) and the filters compare codes of paths and scopes;
     strings are taken only for calls with a written qualifier and for the edges kept. Chunks of consecutive calls
-    stay under `max_join_rows` candidate rows. (Joining the tables themselves carried a dozen strings per candidate
-    row: the 92 MB repository of bench/scale.py's 4x corpus took its task to 1 GB at 500 k rows a chunk.)"""
+    stay under `max_join_rows` candidate rows. (Joining the tables themselves would carry a dozen strings per
+    candidate row, several times the memory of the codes.)"""
     defs, calls = _in_order(defs), _in_order(calls)
     if defs.num_rows == 0 or calls.num_rows == 0:
         return EDGES.empty_table()
@@ -241,7 +239,7 @@ def resolve(defs: pa.Table, calls: pa.Table, max_candidates: int | None = 8,
         return EDGES.empty_table()
     # One edge per (caller, caller file, callee, callee file), in the order of its first call, with the candidate
     # count of its last: found on codes, so strings are taken for the distinct edges only (taking them for every
-    # linked call first, then grouping on them, took the 92 MB repository's task up by 170 MiB).
+    # linked call first, then grouping on them, would raise a large repository's peak).
     caller, callee = _codes(calls.column("caller"))[0][c], _codes(defs.column("qualname"))[0][d]
     key = (caller, call_path[c], callee, def_path[d])
     by_key = np.lexsort((np.arange(len(c)),) + key[::-1])  # runs of equal keys, each in call order

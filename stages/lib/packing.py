@@ -111,9 +111,8 @@ def _fim(doc: Doc, rng: np.random.Generator, roles: dict[str, int], spm_rate: fl
 
 
 def _with_end(values: np.ndarray, end: int) -> np.ndarray:
-    """`values` and then `end`, in values' own dtype. np.concatenate with a Python list would widen to int64:
-    a block's per-token columns took 8 bytes a value instead of 1 or 2 (a 16 MiB block of the 4x corpus held
-    145 MiB of documents before packing, 56 MiB since)."""
+    """`values` and then `end`, in values' own dtype. np.concatenate with a Python list would widen to int64, so a
+    block's per-token columns would take 8 bytes a value instead of 1 or 2."""
     out = np.empty(len(values) + 1, values.dtype)
     out[:-1] = values
     out[-1] = end
@@ -340,8 +339,8 @@ class WritePackedRowGroup(PipelineStep):
     """Task r: row group r of the row-group plan (`_row_group_plan`): rows [start, stop) of one packed file, taken
     from the blocks' pieces with pack_id counted over the whole prefix, written as a Parquet file of that one row
     group (rowgroups/r.parquet) with the settings of the packed files. A file's row groups are written by as many
-    tasks, side by side: one task per file had written the 2x corpus's single training file on one core while
-    the other stood idle (0.7 s)."""
+    tasks, side by side: with one task per file, a corpus's single training file would be written on one core
+    while the others idle."""
 
     type = "📦 - PACK"
     name = "write"

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 # Comments and the literals that may contain comment-looking text, in one left-to-right scan (`comments`).
-# Neither literal may send the scan back over a long stretch: had a literal left open been no match, the scan
-# would have tried again from each quote inside it, and text such as `"\"\"\"...` (or lines joined by trailing
-# backslashes) was quadratic: 40 KB took 5 s, 160 KB 80 s. So a string left open ends at its line's end (where
-# a compiler's lexer ends it, with an error) or the text's, and a character literal holds at most 10 characters
-# or escapes (`'abcd'`; `'\U0001F600'` is 9): a quote that closes none within them, such as a digit separator's
-# (`0x1'0000, ///< ...`), is passed over as before.
+# Neither literal may send the scan back over a long stretch: were a literal left open no match, the scan would
+# try again from each quote inside it, and text such as `"\"\"\"...` (or lines joined by trailing backslashes)
+# would be quadratic. So a string left open ends at its line's end (where a compiler's lexer ends it, with an
+# error) or the text's, and a character literal holds at most 10 characters or escapes (`'abcd'`; `'\U0001F600'`
+# is 9): a quote that closes none within them, such as a digit separator's (`0x1'0000, ///< ...`), is passed
+# over.
 _LEXEMES = re.compile(
     r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*\\?(?:"|(?=\n)|\Z)|\'(?:\\.|[^\'\\\n]){0,10}\'',
     re.DOTALL,
@@ -60,10 +60,9 @@ def byte_entropy(data: bytes) -> float:
 
     Why the fold: the rule on it refuses encoded data (line-wrapped base64, hex keys), which is ASCII. Counted
     byte by byte, the three bytes of each CJK character spread over a hundred values, so C++ commented in
-    Chinese passed the limit of 6.0 bits: the first 3,000 lines of googletest's gtest.cc, with a line of zh_CN
-    man-page text put before 30% of them at random, measured 6.12 (10%: 5.69), while none of the 37,112 C/C++
-    files of this machine's Debian packages reached 6.0. Folded, the same texts measure 4.30 and 4.83, under the
-    code alone (4.91), and ASCII data keeps its value (line-wrapped base64 in a string array: 6.08)."""
+    Chinese (googletest's gtest.cc with lines of zh_CN man-page text among its own) passes the limit of 6.0 bits
+    that plain C/C++ stays under. Folded, the same texts measure below the code alone, and ASCII data keeps its
+    value (line-wrapped base64 in a string array stays above the limit)."""
     if not data:
         return 0.0
     counts = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256)

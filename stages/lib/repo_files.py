@@ -27,7 +27,7 @@ _CPP_HEAD = re.compile(rb'^[ \t]*#[ \t]*(?:include[ \t]*[<"]|pragma[ \t]+once\b|
 def is_cpp(path: str, head: bytes, extensions: tuple[str, ...]) -> bool:
     """C/C++ by extension; an extensionless file (GSL's `span`, Eigen's `Core`, libstdc++'s `vector`) by a
     C/C++ shebang, an Emacs `-*- C++ -*-` mode line, or a head that reads as C/C++ (_CPP_HEAD), as is a
-    `.inc` file. Without the head test, GSL's 15 headers and Eigen's 55 module headers were all skipped as
+    `.inc` file. Without the head test, GSL's headers and Eigen's module headers would all be skipped as
     not_cpp."""
     name = PurePosixPath(path).name
     suffix = PurePosixPath(name).suffix.lower()

@@ -79,11 +79,9 @@ def route(paths: Iterable[Path], schema: pa.Schema, group_of: dict[str, int], ou
 
 def read_by_repository(path: Path, dictionary: list[str] | None = None) -> dict[str, pa.Table]:
     """{repository: its rows of a routed group file, in file order}, read one row group at a time, so the group
-    is in memory once, as the repositories' tables. Filtering the whole table by each repository in turn had
-    held the group and a copy of its largest repository together: on bench/scale.py's 4x corpus, the group
-    with the 92 MB repository (81 k definitions, 252 k calls) and 70% of it again. A repository's row groups
-    stay the chunks of its table: combining them copied the largest repository once more (its graph task, run
-    alone on that group: 330 MiB high-water mark combined, 323 as chunks, the same output bytes)."""
+    is in memory once, as the repositories' tables. Filtering the whole table by each repository in turn would
+    hold the group and a copy of its largest repository together. A repository's row groups stay the chunks of
+    its table: combining them would copy the largest repository once more, for the same output bytes."""
     parts: dict[str, list[pa.Table]] = defaultdict(list)
     source = pq.ParquetFile(path, read_dictionary=dictionary)
     for i in range(source.num_row_groups):

@@ -2,7 +2,7 @@
 
 Secrets are found by detect-secrets' own scanner: its plugins run line by line with its false-positive filters,
 through the same steps as its `scan_file` (line filters, each plugin's `analyze_line`, secret filters, context
-filters), on the lines of a document. Two choices, both measured on the labelled set in tests/fixtures/secrets:
+filters), on the lines of a document. Two choices, both judged on the labelled set in tests/fixtures/secrets:
 - Three formats detect-secrets has no plugin for (GitHub fine-grained tokens, Google API keys, Anthropic keys)
   are added as detect-secrets plugins (secret_plugins.py), loaded through its custom-plugin setting.
 - KeywordDetector is on, in its C++ mode (a quoted value assigned to, compared with or passed to a name from
@@ -25,13 +25,12 @@ replace every occurrence of the value, widened to the whole token it sits in (le
 a finding after three rounds is refused, `secret_unredactable`). A private key block refuses the whole file
 (`secret_private_key`).
 
-Speed: the scanner costs about 0.25 MB/s of C++ per core, almost all of it per-line overhead. A prefilter sends
-it only the lines that can hold a finding: lines matched by any enabled plugin's own patterns (run over the
-whole text, multi-line) or naming a secret (the only lines where the entropy plugins count), and runs on each
-line only the plugins whose own patterns marked it. Every finding of a plugin alone lies on a line its patterns
-mark, so the prefiltered scan finds exactly the same (tested); bench/secrets_scan.py measures both. (Running
-only those plugins took the scrub of the 2x corpus's 60 MB from 5.6 to 4.1 s, the same text out of all 5,480
-files.)
+Speed: the scanner's cost is almost all per-line overhead, which makes it one of the slowest steps per byte. A
+prefilter sends it only the lines that can hold a finding: lines matched by any enabled plugin's own patterns
+(run over the whole text, multi-line) or naming a secret (the only lines where the entropy plugins count), and
+runs on each line only the plugins whose own patterns marked it. Every finding of a plugin alone lies on a line
+its patterns mark, so the prefiltered scan finds exactly the same (tested); bench/secrets_scan.py measures both
+(bench/results/secrets-debian.json).
 
 PII that detect-secrets does not cover (e-mail addresses, user home paths) uses two small regexes; public IPv4
 addresses use the pattern of detect-secrets' IPPublicDetector. Placeholders are stable strings, so scrubbed text stays
@@ -148,8 +147,8 @@ def entropy_without_secret_name(secret: str, plugin, line: str) -> bool:
     """A detect-secrets filter (True: drop the finding): an entropy plugin's finding on a line that names no
     key, token, secret, password or credential outside the value itself. (detect-secrets injects arguments by
     parameter name and runs a filter at the first scan step that has all of them: `secret` puts this one with
-    the per-finding filters.) The value is taken out first: base64 holds such names by chance, and an ed25519
-    public key holding `pW` and a SHA-256 fingerprint holding `kEY` in libssh's tests were redacted."""
+    the per-finding filters.) The value is taken out first: base64 holds such names by chance (an ed25519
+    public key holding `pW`, a SHA-256 fingerprint holding `kEY`, both in libssh's tests)."""
     outside = line.replace(secret, " ") if secret else line
     return plugin.secret_type in _ENTROPY_TYPES and not SECRET_NAME.search(outside)
 
@@ -157,8 +156,8 @@ def entropy_without_secret_name(secret: str, plugin, line: str) -> bool:
 def aws_key_inside_a_longer_run(secret: str, plugin, line: str) -> bool:
     """A detect-secrets filter (True: drop the finding): an AWS access key id that is part of a longer run of
     capitals and digits wherever it occurs on the line. An id is 20 characters standing alone, and the plugin's
-    pattern has no word boundaries: DNA in rapidfuzz's tests (`...CCACCATGGTTTTCTAAGGGGA...`) was redacted as
-    `ACCATGGTTTTCTAAGGGGA`."""
+    pattern has no word boundaries: DNA in rapidfuzz's tests (`...CCACCATGGTTTTCTAAGGGGA...`) would be redacted
+    as `ACCATGGTTTTCTAAGGGGA`."""
     if plugin.secret_type != "AWS Access Key" or not secret:
         return False
     end = len(secret)
@@ -261,8 +260,8 @@ def candidate_plugins(text: str, entropy_limit: float = 4.5) -> dict[int, frozen
     whose prefilter pattern matches there (a match spanning lines marks each), and on lines naming a secret
     that hold a long run (`_LONG_RUN`), the plugins prefiltered by a name, and on lines holding a word of
     KeywordDetector's denylist, the plugins prefiltered by one. A plugin can only report on a line its own
-    prefilter marks, so the others are not run there: the scanner's per-line, per-plugin calls were most of
-    the scrub's time."""
+    prefilter marks, so the others are not run there: the scanner's per-line, per-plugin calls would otherwise
+    be most of the scrub's time."""
     import bisect
 
     starts = [0] + [m.end() for m in re.finditer("\n", text)]
@@ -347,12 +346,12 @@ def _finds(text: str, literal: str) -> Iterator[int]:
 
 
 # a line can hold an address only if it holds this (without the address's first digit: a pattern starting with
-# `\d` is tried at every digit of the text, one starting with `\.` is searched for as a literal; 0.19 s against
-# 0.015 s on the 2x corpus's kept text)
+# `\d` is tried at every digit of the text, one starting with `\.` is searched for as a literal, an order of
+# magnitude faster)
 _IP_GATE = re.compile(r"\.\d{1,3}\.\d{1,3}\.\d")
 # A dotted quad after these words (within 32 characters on its line) or an opening bracket numbers a section or
 # a version, not a host: "C++11 standard [17.6.3.5]", "Section: 20.15.4.3", "Intel Compiler 2019 (19.0.0.117)"
-# in abseil and CGAL were all redacted as addresses, detect-secrets' pattern alone taking them for public IPs.
+# in abseil and CGAL, which detect-secrets' pattern alone takes for public IPs.
 _NUMBERED_SECTION = re.compile(r"(?:\b(?:section|sect|clause|paragraph|standard|version|ver|release|rev|"
                                r"revision|build|compiler)\b|§)[^\n]*$|\[[ \t]*$", re.I)
 

@@ -10,8 +10,8 @@ C++ is a credential, not code:
 - Anthropic API keys: `sk-ant-api03-` or `sk-ant-admin01-`, 93 characters of `[A-Za-z0-9_-]`, then `AA`.
 - AWS secret access keys written unquoted after their name, as in `~/.aws/credentials` (`aws_secret_access_key =
   ...`) or a shell export (`AWS_SECRET_ACCESS_KEY=...`), pasted into a comment or a raw string: 40 characters
-  of `[A-Za-z0-9/+]`. detect-secrets' AWS plugin wants the value quoted, so the key id on the line above was
-  redacted and the secret beside it published. The name is the prefix here, not the value.
+  of `[A-Za-z0-9/+]`. detect-secrets' AWS plugin wants the value quoted, so it would redact the key id on the
+  line above and publish the secret beside it. The name is the prefix here, not the value.
 - Passwords in two places detect-secrets' KeywordDetector (on, for `password = "..."`, `secret("...")`) does
   not look: a `#define` whose name holds a credential word (`#define SMTP_PASSWORD "..."`: no `=` sign), and
   the `Password=` or `Pwd=` pair of an ODBC/ADO.NET connection string (`"Server=db;Uid=sa;Pwd=...;"`), taken

@@ -10,12 +10,11 @@ whole repository), concatenates them into one table of one chunk per column and 
 one row group, of the added columns only. Concat: one task per input file builds each row group from the input
 row group's column chunks and the merged ones, copied as they are encoded (schemas/parquet_concat.py), renames
 the file into place and records its rows, bytes and SHA-256. So the input's columns are never decoded or
-encoded again (token_columns had re-encoded the four per-character columns of structure and the text), and the
-encoding is spread over the row groups: one task per file had left a core idle while it encoded a whole file
-(2.1 to 2.9 s of a 60 MB build's single training file, in structure and in token_columns). A stage's
-compression settings apply to the columns it adds; the columns it keeps stay as their stage wrote them. Where
-the output is not the input's fields then the added ones (`spliced_schema`), the merge reads the input's
-columns and writes every column, and the concat copies whole row groups.
+encoded again (token_columns keeps the four per-character columns of structure and the text as they are), and
+the encoding is spread over the row groups, where one task per file would leave cores idle while it encoded a
+whole file. A stage's compression settings apply to the columns it adds; the columns it keeps stay as their
+stage wrote them. Where the output is not the input's fields then the added ones (`spliced_schema`), the merge
+reads the input's columns and writes every column, and the concat copies whole row groups.
 
 A row group is written from the same rows whatever the slicing, and its bytes are the same in a file of its own
 as in the final file, so the bytes do not depend on rows_per_task, the number of workers or the executor. Every
@@ -137,7 +136,7 @@ def read_piece(path: Path) -> pa.Table:
 
 def read_piece_rows(path: Path, start: int, stop: int) -> Iterator[pa.Table]:
     """Rows [start, stop) of a piece, one record batch at a time: a piece of many batches (a packing block's
-    rows) is never in memory whole. Reading all of it took the 4x corpus's packed-file task to 403 MiB."""
+    rows) is never in memory whole, so a packed-file task's memory is one batch, not one block."""
     with pa.memory_map(str(path)) as source:
         reader = pa.ipc.open_file(source)
         first = 0

@@ -143,8 +143,8 @@ _ONE_WORD_HEAD = re.compile(rb"\s+[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*\s*(?:[;,
 
 def _head_candidates(src: bytes) -> list[int]:
     """Offsets of the class/struct/union key words in `src` (as whole words) whose specifier `_head_macros` could
-    find macros in, in ascending order. Found with bytes.find: a regex with `\\b` before the alternatives tried
-    to match at every offset (0.2 s on the 2x corpus's texts, 0.05 with find)."""
+    find macros in, in ascending order. Found with bytes.find: a regex with `\\b` before the alternatives tries
+    to match at every offset, several times slower."""
     out = []
     n = len(src)
     for key in _CLASS_KEYS:
@@ -166,15 +166,15 @@ def _repair_nodes(src: bytes, tree: Tree) -> RepairNodes:
     * specifiers from their key words: every class/struct/union specifier starts with its key word, so the key
       words in the text (comments and strings included, where no specifier starts) are looked up in one forward
       sweep of a cursor (`_PathSweep`), except those of heads of one word (`struct A {`, `class T>`), where
-      `_head_macros` finds nothing (7 in 10 on the 2x corpus);
+      `_head_macros` finds nothing (most heads are of one word);
     * ERROR and MISSING nodes from a walk that enters only subtrees that hold an error (`Node.has_error`), keeping
-      its path for the parents (tree-sitter finds a node's parent by walking down from the root, which made
-      thousands of errors in a deeply nested text quadratic: 16,000 levels, 2.4 s).
+      its path for the parents (tree-sitter finds a node's parent by walking down from the root, which would make
+      thousands of errors in a deeply nested text quadratic).
 
     Not a tree-sitter query (`[(class_specifier) ...] @s (ERROR) @e (MISSING) @m`, which finds the same nodes, and
     tests/test_syntax.py holds this to it): the query engine looks along a node's later siblings for each child it
-    visits, so a node with thousands of anonymous children made it quadratic (a line of 64,000 `(`: 2.8 s for the
-    query, 0.02 s for the parse; tree-sitter issue 1972)."""
+    visits, so a node with thousands of anonymous children makes it quadratic (a line of 64,000 `(`: the query
+    takes a hundred times the parse; tree-sitter issue 1972)."""
     specs: list[Node] = []
     sweep = _PathSweep(tree)
     for s in _head_candidates(src):
@@ -212,8 +212,8 @@ class _PathSweep:
     node starts at it).
 
     One forward sweep because tree-sitter finds a node's parent by walking down from the root: climbing through
-    `Node.parent` for each offset made a deeply nested text quadratic (16,000 unclosed `FOO_INLINE A::A() : b{x} {`
-    lines took 8 s)."""
+    `Node.parent` for each offset makes a deeply nested text quadratic (16,000 unclosed `FOO_INLINE A::A() : b{x} {`
+    lines)."""
 
     def __init__(self, tree: Tree):
         self.cursor = tree.walk()
@@ -242,13 +242,13 @@ _HEAD_KEYWORDS = frozenset({b"alignas", b"_Alignas", b"__declspec", b"__attribut
 _VIRT_SPECIFIERS = frozenset({b"final", b"sealed"})
 
 # Bracket groups and class heads are read only this far: a misread head or an annotation macro's arguments are
-# short, and reading to the end of the text for each of them made an unclosed group per line quadratic (2,000
-# lines of `ABC_DEF(x,` inside a function took 3.2 s, 4,000 lines 7.3 s; 4,000 lines of `class A_API B_API X`
-# without a body, each head read as words to the end of the file, 43 s).
+# short, and reading to the end of the text for each of them would make an unclosed group per line quadratic
+# (thousands of lines of `ABC_DEF(x,` inside a function; of `class A_API B_API X` without a body, each head read
+# as words to the end of the file).
 _BRACKET_LIMIT = 4096
 _HEAD_WORDS_MAX = 32
-MAX_EDITS = 2048  # ranges edited into the tree in a round, else a fresh parse (`_blank_misread_macros`); the 2x
-# corpus's largest round had 1,225
+MAX_EDITS = 2048  # ranges edited into the tree in a round, else a fresh parse (`_blank_misread_macros`); above the
+# largest round of bench/scale.py's corpora
 _BRACKETS = {o: re.compile(re.escape(bytes([o])) + b"|" + re.escape(bytes([c]))) for o, c in (b"()", b"[]", b"<>")}
 
 
@@ -490,14 +490,14 @@ def _blank_misread_macros(src: bytes, tree: Tree, parser: Parser, rounds: int = 
     real text, whose macro characters fall inside the surrounding node.
 
     The re-parse is incremental: the blanked ranges are edits of the first tree, so tree-sitter reuses every
-    subtree the edits do not touch and parses the rest (on bench/scale.py's 4x training shard, the first
-    round's re-parses of its 4,138 repaired documents took 2.6 s, fresh parses of the same texts 5.5 s). In 56
-    of its 9,430 documents tree-sitter's error recovery then settles on another tree than a fresh parse of the
-    blanked text would; bench/structure_vs_libclang.py measures the spans either way.
+    subtree the edits do not touch and parses the rest, in about half the time of fresh parses of the same texts.
+    In a small share of documents tree-sitter's error recovery then settles on another tree than a fresh parse of
+    the blanked text would; bench/structure_vs_libclang.py measures the spans either way
+    (bench/results/structure_vs_libclang.md).
 
     A round of more than MAX_EDITS ranges parses the blanked text afresh instead: each edit costs tree-sitter
-    time in proportion to how deep it lies, so thousands of macros in a deeply nested text made the edits
-    quadratic (16,000 nested `class A_API X {` heads: 9.5 s of edits in 300 KB)."""
+    time in proportion to how deep it lies, so thousands of macros in a deeply nested text would make the edits
+    quadratic (16,000 nested `class A_API X {` heads)."""
     buf = None
     done: set[tuple[int, int]] = set()
     for _ in range(rounds):
@@ -567,6 +567,13 @@ class FileStructure:
 
 def new_parser() -> Parser:
     return Parser(LANGUAGE)
+
+
+def parse(src: bytes, parser: Parser | None = None) -> Tree:
+    """The tree of a C/C++ source as this module reads it: tree-sitter's parse with the macros it misread
+    blanked (`_blank_misread_macros`); the chunker (stages/lib/chunking.py) cuts on the same tree."""
+    parser = parser or new_parser()
+    return _blank_misread_macros(src, parser.parse(src), parser)
 
 
 def _text(src: bytes, node: Node) -> str:
@@ -658,13 +665,12 @@ def _is_forward_decl(node: Node) -> bool:
     return decl is not None and decl.type == "function_declarator"
 
 
-# Scope chains are bounded: a deeply nested text (generated code, or a hostile file) otherwise gave every span a
-# chain as long as its depth and a qualified name to match, so memory grew with the square of the depth (16,000
-# nested classes in 300 KB took a process to 1.4 GB). A chain keeps MAX_SCOPE_DEPTH names of at most
-# MAX_SCOPE_NAME characters, and a qualified name at most MAX_QUALNAME characters of it before the span's own
-# name (which is kept whole: error recovery can make a whole region one function's "name", and that is the
-# span's own text, not repeated). On bench/scale.py's 2x corpus the deepest chain is 6 names, the longest name
-# in one 417 characters and the longest qualified name 943.
+# Scope chains are bounded: a deeply nested text (generated code, or a hostile file) would otherwise give every
+# span a chain as long as its depth and a qualified name to match, so memory would grow with the square of the
+# depth (16,000 nested classes in one file). A chain keeps MAX_SCOPE_DEPTH names of at most MAX_SCOPE_NAME
+# characters, and a qualified name at most MAX_QUALNAME characters of it before the span's own name (which is kept
+# whole: error recovery can make a whole region one function's "name", and that is the span's own text, not
+# repeated). The bounds lie far above the deepest chain and the longest names of bench/scale.py's corpora.
 MAX_SCOPE_DEPTH, MAX_SCOPE_NAME, MAX_QUALNAME = 64, 1024, 4096
 
 
@@ -839,8 +845,7 @@ def analyze(text: str, parser: Parser | None = None) -> FileStructure:
     paint, and the calls attributed to functions."""
     src = text.encode("utf-8", "surrogatepass")
     n_chars = len(text)
-    parser = parser or new_parser()
-    tree = _blank_misread_macros(src, parser.parse(src), parser)
+    tree = parse(src, parser)
     to_char = _char_index(src, n_chars)
     rec, comments, calls, errors, n_missing = _walk(tree)
     ast_depth, sibling_index, ast_node_type = _node_arrays(rec, to_char, n_chars)

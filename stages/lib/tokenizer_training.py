@@ -1,11 +1,11 @@
 """The tokenizer stage's training, run in a Python process of its own (docs/DESIGN.md section 8).
 
 Why a process: the trainer's memory is the sample's (bench/results/tokenizer_memory.md), and in the build's
-driver it came on top of everything the driver had imported (pyarrow, datatrove, every stage: about 250 MiB),
-so the tokenizer stage was the build's largest process. This process imports pyarrow, tokenizers and the
-modules below (about 70 MiB), reads the shards itself, trains, writes the tokenizer directory and
-sample.parquet, and reports what it did in a JSON file; the stage checks the result. The same shards and job
-give the same bytes as training in the driver did.
+driver it would come on top of everything the driver imports (pyarrow, datatrove, every stage), making the
+tokenizer stage the build's largest process. This process imports only pyarrow, tokenizers and the modules
+below, reads the shards itself, trains, writes the tokenizer directory and sample.parquet, and reports what it
+did in a JSON file; the stage checks the result. The same shards and job give the same bytes as training in the
+driver would.
 
     python -m cpp_data.stages.lib.tokenizer_training JOB.json      (the stage writes JOB.json; not a user command)
 """

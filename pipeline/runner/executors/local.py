@@ -34,11 +34,10 @@ class QuietLocalExecutor(TaskLoggerMixin, LocalPipelineExecutor):
         Why: datatrove's pool sends every task the executor pickled anew with three Manager proxies (a queue of
         local ranks, a counter and a lock, which each task's process connects to and authenticates with), and
         starts a Manager process per run, all for a local rank that only decides which task may log to the
-        terminal (task_logger lets none) and a "k/n tasks completed" log line. That was 6.5 ms of wall time per
-        task with two workers, and about 90 ms per run on tasks that do nothing (170 tasks in 17 runs make a
-        60 MB build). Here the executor is pickled once per run and handed to each worker when it starts; a task
-        unpickles its own copy, as each did from its message before. With one worker the tasks run one after
-        another in this process, each on a deep copy of the pipeline, as datatrove does."""
+        terminal (task_logger lets none) and a "k/n tasks completed" log line. That is a fixed cost per task and
+        per run, and a build is many small runs. Here the executor is pickled once per run and handed to each
+        worker when it starts; a task unpickles its own copy. With one worker the tasks run one after another in
+        this process, each on a deep copy of the pipeline, as datatrove does."""
         if self.depends:
             return super().run()
         self._launched = True
@@ -116,10 +115,10 @@ def _run_held_rank(rank: int):
 
 # What every task imports: the local executor's workers fork from one forkserver per build process, so with
 # these loaded there once, a worker starts warm. That is the base libraries, pandas and pyarrow.dataset (pyarrow
-# imports them lazily, on a task's first Table.from_pylist or read_table: 0.3 s per worker), and every stage
-# module, since unpickling a task's pipeline imports its stage's module and what that imports (tree-sitter,
-# detect-secrets, tokenizers, datasketch). Measured on a 60 MB v6 build with 2 workers: workers spent 14 CPU-s
-# importing, 6 of them in pandas, when each loaded its own; the forkserver's one load costs 2.3 s.
+# imports them lazily, on a task's first Table.from_pylist or read_table), and every stage module, since
+# unpickling a task's pipeline imports its stage's module and what that imports (tree-sitter, detect-secrets,
+# tokenizers, datasketch). Loaded once in the forkserver, these imports cost a build one load instead of one per
+# worker, pandas the largest of them.
 WORKER_PRELOAD = ["numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pyarrow.dataset", "pandas",
                   "datatrove.pipeline.base", "datasketch", "cpp_data.stages.lib.shard_tasks"]
 
@@ -128,10 +127,10 @@ def start_worker_server(cfg: ExecutorConfig) -> None:
     """Start the local executor's forkserver, preloading WORKER_PRELOAD and every stage module. The runner calls
     this when a stage is about to run (make_executor calls it again, a no-op then), rather than leaving it to
     the first executor run: its start returns at once, and the server then imports the preloaded modules in its
-    own process (0.8 s on this machine, 2.3 s on a slower one), which used to hold up the build's first
-    datatrove run (filter's) on one core. Started with the first stage to run, that import overlaps the
-    driver's own work before it (collect, fingerprints, source locks). Idempotent; nothing to do for a Ray or
-    Slurm executor, whose workers are not this machine's children."""
+    own process, which would otherwise hold up the build's first datatrove run (filter's) on one core. Started
+    with the first stage to run, that import overlaps the driver's own work before it (collect, fingerprints,
+    source locks). Idempotent; nothing to do for a Ray or Slurm executor, whose workers are not this machine's
+    children."""
     if cfg.kind != "local":
         return
     import pkgutil
@@ -190,8 +189,8 @@ def _run_executor(executor, conn) -> None:
     import multiprocess
 
     # A process the forkserver made would start its own children through a forkserver of its own, a new
-    # interpreter each (seen in the process tree for datatrove's Manager, which QuietLocalExecutor.run no longer
-    # starts); forked from this process, a child starts at once.
+    # interpreter each (datatrove's Manager would be one, which QuietLocalExecutor.run does not start); forked
+    # from this process, a child starts at once.
     multiprocess.set_start_method("fork", force=True)
     bind_children_to_this_process()
     outcome: BaseException | None = None
@@ -217,10 +216,10 @@ def run_in_one_worker(executor, label: str) -> None:
     so the exception that ends the run comes back through a pipe and is raised here.
 
     Why: each task's peak then ends with its run, as with two workers, instead of staying in the build's heap
-    for the stages after it. With the tasks in the build's process, its high-water mark on bench/scale.py's
-    corpora was 679, 748 and 858 MiB at 1x, 2x and 4x (1.26x; docs/SCALING.md), against 317 to 400 MiB for
-    any process with two workers. A task that crashes its process (a segfault in a parser) ends the run with
-    an error naming the task (TaskDeathWatch) instead of killing the build."""
+    for the stages after it; with the tasks in the build's own process, its high-water mark grows with the
+    corpus and stays well above any process of a two-worker build (docs/SCALING.md, memory). A task that
+    crashes its process (a segfault in a parser) ends the run with an error naming the task (TaskDeathWatch)
+    instead of killing the build."""
     import multiprocess
 
     ctx = multiprocess.get_context("forkserver")

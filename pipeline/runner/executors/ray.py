@@ -3,11 +3,10 @@
 datatrove (0.10) starts each Ray task from a thread of its own: the thread creates a placement group, waits
 until it is placed, starts the task's `RankWorker` actors, asks them for their node's IP, and only then hands
 the task to the run loop through a `Future`. When any of that raises (an actor that cannot start, a
-`runtime_env` Ray cannot set up), the exception stays in the thread's own future and the `Future` the run loop
-polls every 10 s is never resolved: the build waits forever, printing nothing. A placement group that no node
-of the cluster can hold (a `resources` name or a memory the cluster does not have) is never placed either.
-Both were seen here with a two-CPU local Ray (a `working_dir` that does not exist; a resource named
-`no_such_node`): the driver still waited after 90 s.
+`runtime_env` Ray cannot set up, such as a `working_dir` that does not exist), the exception stays in the
+thread's own future and the `Future` the run loop polls is never resolved: the build waits forever, printing
+nothing. A placement group that no node of the cluster can hold (a `resources` name or a memory the cluster
+does not have) is never placed either, with the same result.
 
 So, around datatrove's executor rather than instead of it (its run loop, resubmission of crashed tasks and
 completion records stay datatrove's):
@@ -148,7 +147,7 @@ def ray_task_resources(cfg: ExecutorConfig) -> tuple[float, float, dict[str, flo
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
     """A --ray-address whose head does not answer: ray.init retries it for minutes, printing 'Failed to connect
-    to GCS' every ~40 s and never giving up in a build, so the head's port is tried once here first."""
+    to GCS' again and again and never giving up in a build, so the head's port is tried once here first."""
     import socket
 
     host, _, port = address.removeprefix("ray://").rpartition(":")

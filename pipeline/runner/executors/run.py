@@ -1,6 +1,6 @@
 """Running per-document work (datatrove pipeline steps) on datatrove's executors.
 
-- local: LocalPipelineExecutor, `workers` processes on this machine (the default).
+- local: LocalPipelineExecutor, `workers` processes on the build's own machine (the default).
 - ray: RayPipelineExecutor on the cluster at `ray_address`, or a local Ray started for the run.
 - slurm: SlurmPipelineExecutor; submits a job array and waits until every task has completed (the output
   directory must be on a filesystem the compute nodes share).
@@ -49,10 +49,10 @@ def make_executor(cfg: ExecutorConfig, pipeline: list, tasks: int, logging_dir: 
     steps = [DieWithParent(logging_dir, tokenizer_threads(cfg)), *pipeline]
     if cfg.kind == "local":
         start_worker_server(cfg)  # already running when the runner started it with the stage
-        # Even a single task runs in a worker, so the driver never takes a task's peak: the structure stage's
-        # one graph task of a 92 MB repository took the driver to 576 MiB (bench/scale.py's 4x corpus). With
-        # one worker, the tasks run in the process that calls run(), which run_datatrove makes a worker of its
-        # own (run_in_one_worker); with more, in a pool (QuietLocalExecutor.run), even for a single task.
+        # Even a single task runs in a worker, so the driver never takes a task's peak (the structure stage's
+        # one graph task of a large repository is a build's largest process). With one worker, the tasks run in
+        # the process that calls run(), which run_datatrove makes a worker of its own (run_in_one_worker); with
+        # more, in a pool (QuietLocalExecutor.run), even for a single task.
         workers = 1 if cfg.workers == 1 else max(2, min(cfg.workers, tasks))
         return QuietLocalExecutor(steps, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
     if cfg.kind == "ray":

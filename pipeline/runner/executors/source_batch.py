@@ -2,9 +2,9 @@
 
 A per-source stage (license, filter, decontaminate) splits each source into tasks, one per collected part.
 Run one source at a time, a build waits for each source's last task while the other workers idle, and pays an
-executor's start (a process pool and a manager process, or a Ray submission) per source: with the 2x corpus of
-bench/scale.py cut into 35 repositories, filter took 14.5 s and license 10.7 s against 6.3 and 3.6 s with the
-same text in 5 repositories. A corpus grows by repositories, so this cost grows with it.
+executor's start (a process pool and a manager process, or a Ray submission) per source, so the same text cut
+into more repositories takes longer (docs/SCALING.md, repositories). A corpus grows by repositories, so this
+cost grows with it.
 
 So the runner hands this module the stage's `SourceTasks` of every source that has to run, and it runs them as
 one datatrove run: global rank r is task j of source i, in source order (`SourceDispatch`). Each source keeps
@@ -18,9 +18,8 @@ process records the task watch and the per-node counts read.
 
 The steps of every source travel to the tasks once, as files (`SourceDispatch.__getstate__`): datatrove's
 local executor pickles its whole pipeline with every task it hands a worker, and this step holds every
-source's steps, so each task had cost the build's process a pickle of all of them. With 100 small sources
-that was 242 kB and 0.16 s per task, 100 times over, in the one process that hands out the tasks (filter
-took 13 s for 1.6 MB of C++); with 10,000 sources it would grow a hundredfold per task.
+source's steps, so pickled whole, each task would cost the process that hands out the tasks a pickle of all
+of them: a cost per task that grows with the number of sources, paid once per task.
 
 Hand-written because datatrove runs one pipeline over one rank space; it has no notion of several pipelines
 sharing an executor run.

@@ -69,10 +69,10 @@ def remember_loguru_lib_dirs() -> None:
     """Make loguru work out its library directories once per process and sys.path, not for every handler.
 
     loguru's Logger.add builds an ExceptionFormatter, whose constructor asks sysconfig for 4 paths of every
-    install scheme (4 to 8 ms on this machine); datatrove adds three handlers per task and quiet_datatrove one
-    more, which was 2.2% of the profile samples of a 60 MB build (docs/SCALING.md). The directories depend
-    only on sys.path, so the answer is kept per sys.path. Hand-written because loguru has no setting for it;
-    if a loguru release drops the private method, this does nothing."""
+    install scheme; datatrove adds three handlers per task and quiet_datatrove one more, which makes it a
+    visible part of a build's profile. The directories depend only on sys.path, so the answer is kept per
+    sys.path. Hand-written because loguru has no setting for it; if a loguru release drops the private method,
+    this does nothing."""
     from loguru import _better_exceptions
 
     formatter = getattr(_better_exceptions, "ExceptionFormatter", None)

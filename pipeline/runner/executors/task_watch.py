@@ -2,8 +2,7 @@
 
 datatrove's local executor runs tasks on a `multiprocess` Pool. When a worker process dies in the middle of a
 task (a native library's segfault, the kernel's OOM killer, a stray `kill -9`), the Pool starts a new worker
-but the task's result never comes, and the driver waits on it forever, printing nothing. Seen here: a task
-that sent itself SIGSEGV left a two-worker build still waiting after 60 s.
+but the task's result never comes, and the driver waits on it forever, printing nothing.
 
 Each task's process records `pids/<rank>` under the stage's datatrove logging directory as it starts
 (`record_task_process`, from the pipeline's first step). While the tasks run, `TaskDeathWatch` polls, once a
