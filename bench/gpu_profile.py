@@ -2,8 +2,9 @@
 
   python bench/gpu_profile.py LAUNCH_JSON attention
       the attention kernels alone, forward + backward on one batch's real document segments (32 x 2048,
-      12 heads of 64, bf16): FlashAttention-2 varlen (the harness), cuDNN varlen (cudnn_varlen below), cuDNN
-      causal over whole rows (the reference's, no document boundaries), and their gradients' agreement
+      12 heads of 64, bf16): FlashAttention-2 varlen (the harness's kernel until issue 60), cuDNN varlen
+      (cudnn_varlen below), cuDNN causal over whole rows (the reference's, no document boundaries), and their
+      gradients' agreement
   python bench/gpu_profile.py LAUNCH_JSON harness|reference [--micro-batch-size N] [--patch NAME] [--profile]
       whole steps of global batch 32 (every micro batch new data, as in training) timed with the GPU
       synchronised, tokens/s and peak memory as one JSON line; --profile adds the kernels of two steps by
@@ -11,8 +12,8 @@
 Patches are experiments, applied here and nowhere else:
   megatron-rope   megatron-core's own RoPE (cos/sin recomputed per layer), as the harness had it before
   megatron-bias-gelu  megatron-core's fused bias-GeLU autograd.Function, as the harness had it before
-  cudnn-varlen    document segments through cuDNN's varlen kernels (cudnn_varlen below) instead of FA2's
-  cudnn-aten      the same kernels through the aten op and its own autograd formula (cudnn_aten_attn below)
+(The harness profiled is megatron-core's GPTModel, `--model-impl megatron`. Its cudnn-varlen and cudnn-aten patches,
+which swapped the kernel of its former varlen path, went with that path in issue 60: git history has them.)
 """
 
 from __future__ import annotations
@@ -119,9 +120,20 @@ def _batches(spec, micro: int, count: int) -> list[dict]:
             for j in range(count)]
 
 
+def _varlen():
+    """(torch's varlen_attn, how it is told 'causal'): torch 2.10 and 2.11 take `is_causal`, later releases a
+    sliding window, where (-1, 0) is causal."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    return varlen_attn, ({"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)})
+
+
 # ---- the attention kernels alone ----
 def attention(spec, dev) -> None:
-    from cpp_data.harness.attention import _varlen, document_segments
+    from cpp_data.harness.attention import document_segments
 
     varlen_attn, causal = _varlen()
 
@@ -190,9 +202,10 @@ def _kernels(prof, micro_batches: int) -> None:
 
 
 def steps(spec, dev, impl: str, micro: int, patch: str | None, prof_: bool, out: Path | None) -> None:
+    from cpp_data.harness.loss import megatron_loss, micro_batch_loss
     from cpp_data.harness.model import build_model
     from cpp_data.harness.presets import PEAK_BF16_FLOPS, flops_per_token
-    from cpp_data.harness.train import _forward_loss, _loss, init_distributed
+    from cpp_data.harness.train import init_distributed
 
     accum = BATCH // micro
     batches = _batches(spec, micro, (WARM_STEPS + TIMED_STEPS) * accum)
@@ -214,16 +227,10 @@ def steps(spec, dev, impl: str, micro: int, patch: str | None, prof_: bool, out:
             config.bias_activation_fusion = True  # megatron-core's fused bias-GeLU autograd.Function
             for layer in model.decoder.layers:
                 layer.mlp.activation_func = torch.nn.functional.gelu
-        if patch in ("cudnn-varlen", "cudnn-aten"):  # cudnn-aten failed compiled on torch 2.11 (call 8)
-            probe(dev)
-            fn = cudnn_varlen_attn if patch == "cudnn-varlen" else cudnn_aten_attn
-            for layer in model.decoder.layers:
-                layer.self_attention.core_attention.varlen = (fn, {"is_causal": True})
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        fwd = torch.compile(_forward_loss)
+        fwd = torch.compile(megatron_loss)
 
         def micro_step(batch):
-            _loss(model, batch, dev, True, fwd).div(accum).backward()
+            micro_batch_loss(model, batch, dev, True, fwd).div(accum).backward()
     else:
         import reference_gpt
 
@@ -285,7 +292,7 @@ def main() -> None:
     ap.add_argument("launch_spec", type=Path)
     ap.add_argument("what", choices=("attention", "harness", "reference"))
     ap.add_argument("--micro-batch-size", type=int, default=32)
-    ap.add_argument("--patch", choices=("megatron-rope", "megatron-bias-gelu", "cudnn-varlen", "cudnn-aten"))
+    ap.add_argument("--patch", choices=("megatron-rope", "megatron-bias-gelu"))
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()

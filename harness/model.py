@@ -1,9 +1,10 @@
-"""GPT configurations of the harness, built as megatron-core GPTModels with the local (no TransformerEngine)
-layer spec: the same model family Megatron trains, with no fused kernels to install.
+"""The harness's models: `build_model` gives the plain-PyTorch GPT (harness/plain_model.py, `impl="plain"`) or
+megatron-core's GPTModel with the local (no TransformerEngine) layer spec (`impl="megatron"`): the same model
+family Megatron trains, with no fused kernels to install, and the oracle the plain model is checked against.
 
-The spec's core attention is swapped for harness/attention.SDPAAttention (PyTorch's FlashAttention and
-variable-length kernels) unless `attention="local"` keeps megatron-core's unfused DotProductAttention; both
-compute the same function (tests/test_harness.py compares them)."""
+In the megatron-core model the spec's core attention is swapped for harness/attention.SDPAAttention (PyTorch's
+kernels) unless `attention="local"` keeps megatron-core's unfused DotProductAttention; both compute the same
+function (tests/test_harness.py compares them)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cpp_data.harness.presets import SIZES
 from cpp_data.pipeline.foundation.errors import BadInput
 
 ATTENTION = ("sdpa", "local")
+IMPLS = ("plain", "megatron")
 
 
 def _trace_friendly_row_parallel_linear() -> None:
@@ -110,14 +112,34 @@ def layer_spec(attention: str = "sdpa"):
     return spec
 
 
-def build_model(size: str, vocab_size: int, seq_length: int, device: torch.device, attention: str = "sdpa"):
+def build_model(size: str, vocab_size: int, seq_length: int, device: torch.device, attention: str = "sdpa",
+                impl: str = "megatron", recompute: bool = False):
+    """(model, megatron-core's TransformerConfig or None) of a preset on `device`, in fp32 (bf16 comes from
+    autocast); `recompute`: activation checkpointing, every layer recomputed in the backward."""
+    if size not in SIZES:
+        raise BadInput(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
+    if impl not in IMPLS:
+        raise BadInput(f"unknown model implementation {impl!r}; known: {', '.join(IMPLS)}")
+    if impl == "plain":
+        if attention != "sdpa":
+            raise BadInput(f"attention {attention!r} is megatron-core's own: it needs --model-impl megatron")
+        from cpp_data.harness.plain_model import PlainGPT
+
+        plain = PlainGPT(SIZES[size], vocab_size, seq_length)
+        plain.recompute = recompute
+        return plain.to(device), None
+    return _megatron_model(size, vocab_size, seq_length, device, attention, recompute)
+
+
+def _megatron_model(size: str, vocab_size: int, seq_length: int, device: torch.device, attention: str,
+                    recompute: bool):
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    if size not in SIZES:
-        raise BadInput(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
     s = SIZES[size]
     cuda = device.type == "cuda"
+    if recompute and not cuda:  # its checkpoint saves and restores the CUDA RNG state
+        raise BadInput("megatron-core's activation checkpointing runs on CUDA only; on CPU use --model-impl plain")
     _trace_friendly_row_parallel_linear()
     _rope_from_table()
     config = TransformerConfig(
@@ -126,7 +148,9 @@ def build_model(size: str, vocab_size: int, seq_length: int, device: torch.devic
         # bias+dropout+add fused by megatron-core's jit_fuser (torch.compile) on CUDA only; bias+GeLU see _gelu_tanh
         bias_activation_fusion=False, activation_func=_gelu_tanh, bias_dropout_fusion=cuda,
         apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
-        pipeline_dtype=torch.float32)
+        pipeline_dtype=torch.float32,
+        **({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+           if recompute else {}))
     model = GPTModel(config=config, transformer_layer_spec=layer_spec(attention), vocab_size=vocab_size,
                      max_sequence_length=seq_length, position_embedding_type="rope",
                      share_embeddings_and_output_weights=True)

@@ -50,6 +50,8 @@ class TrainConfig:
     stop_after: int | None = None  # stop (checkpointed) after this step; rerun to resume (a scheduler's slot)
     data: str | None = None  # "packed" or "documents"; default: the launch spec's default_dataset
     attention: str = "sdpa"  # "sdpa" (harness/attention.py) or "local" (megatron-core's unfused attention)
+    model_impl: str | None = None  # "plain" (harness/plain_model.py) or "megatron"; default: plain, megatron for local
+    activation_checkpointing: str = "auto"  # "auto" (where the card needs it, harness/memory.py), "on" or "off"
     compile: bool = False  # torch.compile the model (CUDA; the first steps pay the compilation)
     eval_data: str | None = None  # evaluate on this dataset's validation split instead (e.g. "documents")
 

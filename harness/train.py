@@ -1,12 +1,15 @@
-"""`cpp-data train`: a small GPT on an export, through megatron-core's GPTDataset and GPTModel.
+"""`cpp-data train`: a small GPT on an export, through megatron-core's GPTDataset.
 
-One file, one loop, in the spirit of nanoGPT: read the launch spec, build the per-split GPTDatasets, build
-the model, then step: batch, forward (bf16 autocast on CUDA), loss over loss_mask, AdamW (fused on CUDA) with
-warmup and cosine decay, log, evaluate, checkpoint. Attention runs on PyTorch's kernels (harness/attention.py):
-FlashAttention, and for packed rows per-document segments cut where the position ids restart, so no s x s mask
-is ever built. Under torchrun (WORLD_SIZE > 1) it trains data parallel: each rank takes its slice of every
-global batch, DistributedDataParallel averages the gradients, and the update equals one process's on the whole
-batch. A run directory holds:
+One loop, in the spirit of nanoGPT, in three steps: `setup` reads the launch spec, builds the per-split
+GPTDatasets, the model (the plain-PyTorch GPT of harness/plain_model.py, or with `--model-impl megatron`
+megatron-core's GPTModel, its oracle) and AdamW (fused on CUDA), and resumes from the latest checkpoint; `loop`
+steps: batch, forward (bf16 autocast on CUDA), loss over loss_mask, backward, clip, update with warmup and cosine
+decay, log, evaluate, checkpoint; `finish` saves, evaluates and writes the summary. Attention runs on PyTorch's
+kernels (harness/attention.py): packed rows keep their documents apart (flex_attention with a document block mask
+on CUDA), cut where the position ids restart. Long rows checkpoint activations where the card would not hold a
+step otherwise (harness/memory.py). Under torchrun (WORLD_SIZE > 1) it trains data parallel: each rank takes its
+slice of every global batch, DistributedDataParallel averages the gradients, and the update equals one process's
+on the whole batch. A run directory holds:
   log.jsonl          one line per logged step: step, loss, lr, tokens/s, tokens (valid_loss on eval steps)
   checkpoints/       step-NNNNNNN.pt (model, optimizer, step, RNG), written atomically; the last two are kept
   summary.json       what ran: spec, model size and parameters, steps, losses, tokens/s, data fingerprints
@@ -19,162 +22,390 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
-from cpp_data.harness.presets import PEAK_BF16_FLOPS, SIZES, TrainConfig, flops_per_token
+from cpp_data.harness.distributed import close_distributed, init_distributed, world
+from cpp_data.harness.presets import SIZES, TrainConfig
 from cpp_data.pipeline.foundation.errors import BadInput
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["TrainConfig", "close_distributed", "init_distributed", "keep_freed_memory", "train"]
 
 
-def _world() -> tuple[int, int, int]:
-    """(rank, world size, local rank) as torchrun sets them; (0, 1, 0) in a plain process."""
-    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-            int(os.environ.get("LOCAL_RANK", 0)))
+@dataclass
+class Run:
+    """What the steps of one run share, as `setup` made it."""
+
+    c: TrainConfig
+    spec: dict
+    device: torch.device
+    rank: int
+    world: int
+    seq: int
+    micro: int
+    accum: int
+    out: Path
+    dataset: dict
+    eval_dataset: dict
+    train_ds: Any
+    valid_ds: Any
+    impl: str
+    recompute: bool
+    model: torch.nn.Module
+    step_model: Any  # the model, or DistributedDataParallel around it
+    opt: torch.optim.Optimizer
+    forward: Callable
+    start: int
+    log: Callable
+
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def per_rank(self) -> int:
+        return self.c.batch_size // self.world
 
 
-def init_distributed(device: torch.device, seed: int) -> None:
-    import torch.distributed as dist
-    from megatron.core import parallel_state
-
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if not dist.is_initialized():
-        if _world()[1] > 1:  # torchrun: its rendezvous
-            dist.init_process_group(backend, init_method="env://")
-        else:  # one process: its own loopback rendezvous, whatever MASTER_PORT says
-            dist.init_process_group(backend, rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{_free_port()}")
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
-    if device.type == "cuda":
-        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-
-        model_parallel_cuda_manual_seed(seed)
+def train(c: TrainConfig, log=print) -> dict:
+    """Run (or resume) a training run; returns the summary (on every rank; rank 0 writes the files)."""
+    run = setup(c, log)
+    logged, step = loop(run)
+    return finish(run, logged, step)
 
 
-def close_distributed() -> None:
-    """Undo init_distributed: megatron-core's model-parallel groups, then the process group. For a caller that
-    only needed them for a moment (verify's gpt_dataset gate) and must leave its process as it found it."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state
+def _segments(position_ids: torch.Tensor, device: torch.device):
+    """megatron-core's PackedSeqParams of packed rows (harness/loss.segments), for a caller that builds
+    megatron-core's inputs itself (tests/test_harness.py). Imported late: loss.py imports megatron-core, whose
+    import warns before `cpp-data train` has silenced it."""
+    from cpp_data.harness.loss import segments
 
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    return segments(position_ids, device)
 
 
-def _lr(step: int, c: TrainConfig) -> float:
+# ---- setup ---------------------------------------------------------------------------------------------------
+
+def setup(c: TrainConfig, log=print) -> Run:
+    """Everything before the first step: checks, device, data, model, optimizer, resumed state."""
+    from cpp_data.harness.data import dataset_of
+    from cpp_data.harness.memory import activation_checkpointing
+    from cpp_data.schemas.launch_spec import load_launch_spec
+
+    impl = _impl(c)  # the checks come before RUN/ gets any directory: a refused run leaves nothing behind
+    spec = load_launch_spec(c.launch_spec)
+    rank, size, local = world()
+    log = log if rank == 0 else _quiet
+    device = _device(c.device, local)
+    seq = c.seq_length or spec["seq_length"]
+    dataset = dataset_of(spec, c.data)
+    eval_dataset = dataset_of(spec, c.eval_data) if c.eval_data else dataset
+    micro, accum = _micro_batches(c, size)
+    out = Path(c.out)
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(c.seed)
+    init_distributed(device, c.seed)
+    train_ds, valid_ds = _datasets(c, spec, dataset, eval_dataset, seq, out)
+    recompute = activation_checkpointing(c.activation_checkpointing, c.model, spec["vocab_size"], micro * seq, device)
+    model, opt = _model_and_optimizer(c, impl, spec["vocab_size"], seq, device, recompute)
+    start = _resume(c, model, opt, device, spec, seq, log)
+    step_model, forward = _for_training(c, impl, model, size, device, local)
+    run = Run(c, spec, device, rank, size, seq, micro, accum, out, dataset, eval_dataset, train_ds, valid_ds, impl,
+              recompute, model, step_model, opt, forward, start, log)
+    _announce(run)
+    return run
+
+
+def _quiet(*args, **kwargs) -> None:
+    """The log of ranks other than 0."""
+
+
+def _impl(c: TrainConfig) -> str:
+    """The model implementation: as given, else megatron-core's where its own attention is asked for."""
+    if c.model not in SIZES:
+        raise BadInput(f"unknown model size {c.model!r}; known: {', '.join(SIZES)}")
+    impl = c.model_impl or ("megatron" if c.attention == "local" else "plain")
+    if impl == "plain" and c.attention == "local":
+        raise BadInput("--attention local is megatron-core's own attention: it runs with --model-impl megatron")
+    return impl
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    """The device to train on, set up: TF32 matmuls on CUDA; on CPU megatron-core's patches and glibc's heap."""
+    from cpp_data.harness.megatron_cpu import apply_cpu_patches
+
+    device = torch.device("cuda" if name == "auto" and torch.cuda.is_available() else
+                          ("cpu" if name == "auto" else name))
+    if device.type != "cuda":
+        apply_cpu_patches()
+        keep_freed_memory()
+        return device
+    if not torch.cuda.is_available():  # else torch's own AttributeError about torch._C, exit 1
+        raise BadInput(f"--device {name}: this torch ({torch.__version__}) has no usable CUDA device; "
+                       f"use --device cpu (or auto)")
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    return device
+
+
+def _micro_batches(c: TrainConfig, ranks: int) -> tuple[int, int]:
+    """(sequences per forward pass, micro batches per step on each rank)."""
+    micro = c.micro_batch_size or c.batch_size
+    if c.batch_size % (micro * ranks):
+        raise BadInput(f"batch {c.batch_size} is not a whole number of micro batches ({micro}) on {ranks} rank(s)")
+    return micro, c.batch_size // ranks // micro
+
+
+def _datasets(c: TrainConfig, spec: dict, dataset: dict, eval_dataset: dict, seq: int, out: Path) -> tuple[Any, Any]:
+    """(train split, valid split): GPTDatasets over the launch spec's dataset, the valid split from eval_dataset."""
+    from cpp_data.harness.data import build_datasets
+
+    masks = c.attention == "local"  # megatron-core's own attention needs GPTDataset's [s, s] masks
+    valid_samples = c.eval_batches * c.batch_size
+    train_ds, valid_ds = build_datasets(spec, dataset, seq, c.seed, c.steps * c.batch_size, valid_samples,
+                                        out / "index_cache", attention_mask=masks)
+    if eval_dataset is not dataset:
+        _, valid_ds = build_datasets(spec, eval_dataset, seq, c.seed, 0, valid_samples, out / "index_cache",
+                                     attention_mask=masks)
+    return train_ds, valid_ds
+
+
+def _model_and_optimizer(c: TrainConfig, impl: str, vocab: int, seq: int, device: torch.device,
+                         recompute: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The model and AdamW over it: weight decay on matrices only, fused on CUDA."""
+    from cpp_data.harness.model import build_model
+
+    model, _ = build_model(c.model, vocab, seq, device, attention=c.attention, impl=impl, recompute=recompute)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=c.lr, betas=(0.9, 0.95),
+                            fused=device.type == "cuda")
+    return model, opt
+
+
+def _resume(c: TrainConfig, model, opt, device: torch.device, spec: dict, seq: int, log) -> int:
+    """The step to start from: the latest checkpoint's, restored, if the run directory holds one."""
+    from cpp_data.harness.checkpoint import resume
+
+    start, ckpt = resume(Path(c.out) / "checkpoints", model, opt, device, _settings(c, seq, spec))
+    if ckpt:
+        log(f"resumed from {ckpt} at step {start}")
+    return start
+
+
+def _settings(c: TrainConfig, seq: int, spec: dict) -> dict:
+    """What a checkpoint records and a resume must match."""
+    return {"model_size": c.model, "seq_length": seq, "batch_size": c.batch_size, "vocab_size": spec["vocab_size"]}
+
+
+def _for_training(c: TrainConfig, impl: str, model, ranks: int, device: torch.device, local: int):
+    """(the module the step calls, the forward-and-loss function): compiled when asked (the plain model block by
+    block, megatron-core's with its loss as one graph), wrapped for data parallelism over several ranks."""
+    from cpp_data.harness.loss import megatron_loss, plain_loss
+
+    forward: Callable = plain_loss if impl == "plain" else megatron_loss
+    if c.compile and impl == "plain":
+        model.compile_regions()
+    elif c.compile:
+        forward = torch.compile(megatron_loss)
+    if ranks == 1:
+        return model, forward
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[local] if device.type == "cuda" else None), forward
+
+
+def _announce(run: Run) -> None:
+    from cpp_data.harness.model import count_parameters
+
+    c = run.c
+    run.log(f"model {c.model} ({run.impl}): {count_parameters(run.model) / 1e6:.1f}M parameters, data "
+            f"{run.dataset['kind']}, seq {run.seq}, batch {c.batch_size} (micro {run.micro}, {run.world} rank(s)), "
+            f"attention {c.attention}{', compiled' if c.compile else ''}"
+            f"{', activation checkpointing' if run.recompute else ''}, device {run.device}, "
+            f"steps {run.start}..{c.steps}")
+
+
+# ---- the loop ------------------------------------------------------------------------------------------------
+
+def loop(run: Run) -> tuple[list[dict], int]:
+    """Train from run.start to c.steps (or c.stop_after); returns (the logged records, the last step)."""
+    c = run.c
+    batches = iter(_loader(run))
+    logged: list[dict] = []
+    log_file = open(run.out / "log.jsonl", "a") if run.lead else None
+    t_last, tokens = time.perf_counter(), 0
+    step = run.start
+    run.model.train()
+    if run.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(run.device)
+    while step < c.steps:
+        loss = train_step(run, batches, step)
+        tokens += c.batch_size * run.seq
+        step += 1
+        if step % c.log_every == 0 or step == c.steps or step == run.start + 1:
+            rec = _record(run, step, loss, tokens / (time.perf_counter() - t_last))
+            _write(log_file, rec)
+            logged.append(rec)
+            t_last, tokens = time.perf_counter(), 0
+        if c.save_every and step % c.save_every == 0 and step < c.steps:
+            save(run, step)
+        if c.stop_after and step >= c.stop_after:
+            break
+    if log_file:
+        log_file.close()
+    return logged, step
+
+
+def _loader(run: Run):
+    """This rank's samples, micro batch by micro batch: its slice of every global batch, in GPTDataset's seeded
+    order, from the step the run starts at."""
+    from torch.utils.data import DataLoader, Subset
+
+    c, per_rank = run.c, run.per_rank
+    mine = [step * c.batch_size + run.rank * per_rank + i for step in range(run.start, c.steps)
+            for i in range(per_rank)]
+    return DataLoader(Subset(run.train_ds, mine), batch_size=run.micro, shuffle=False, num_workers=c.num_workers,
+                      pin_memory=run.device.type == "cuda", drop_last=True, persistent_workers=c.num_workers > 0)
+
+
+def learning_rate(step: int, c: TrainConfig) -> float:
+    """Linear warmup to c.lr, then cosine decay to c.lr x c.min_lr_ratio at c.steps."""
     if step < c.warmup:
         return c.lr * (step + 1) / c.warmup
     progress = (step - c.warmup) / max(1, c.steps - c.warmup)
     return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _segments(position_ids: torch.Tensor, device: torch.device):
-    """PackedSeqParams naming the documents of a batch of packed rows (computed on the host, sent once)."""
-    from megatron.core.packed_seq_params import PackedSeqParams
+def train_step(run: Run, batches, step: int) -> torch.Tensor:
+    """One optimizer step over run.accum micro batches (the same update as one big batch); returns the step's
+    mean loss on this rank, on the device (reading it would wait for the GPU)."""
+    from cpp_data.harness.loss import micro_batch_loss
 
-    from cpp_data.harness.attention import document_segments
-
-    cu = document_segments(position_ids).to(device, non_blocking=True)
-    s = position_ids.shape[-1]
-    return PackedSeqParams(qkv_format="sbhd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=s, max_seqlen_kv=s)
-
-
-def _check_resume(ckpt: Path, state: dict, now: dict) -> None:
-    """A run resumes only as it started: another batch size would silently change the sample order and the
-    token count, and another vocabulary would fail in load_state_dict with a bare RuntimeError. A checkpoint
-    that does not record a key skips that key."""
-    differ = [f"{k} {state[k]} (now {v})" for k, v in now.items() if k in state and state[k] != v]
-    if differ:
-        raise BadInput(f"{ckpt}: this run was trained with {', '.join(differ)}; resume it with the same "
-                       f"arguments and launch spec, or give a new --out")
-
-
-def _forward_loss(model, tokens, position_ids, attention_mask, labels, loss_mask, segments, autocast: bool):
-    """Mean next-token cross-entropy over loss_mask: the model's logits, then the loss here rather than in
-    megatron-core, so that torch.compile fuses the bf16-to-fp32 cast and the log-softmax into one pass over the
-    logits instead of megatron-core's several fp32 copies (bench/results: gpu-h200-speed.json).
-
-    The loss runs in the output layer's own [s, b] order (labels and mask transposed, not the logits): GPTModel
-    hands the logits back as [b, s] (`transpose(0, 1).contiguous()`), and a loss taken in that order sends the
-    output layer a transposed gradient, which compiles into a batched matmul of s products of b rows each for
-    its input gradient, several times slower than the same FLOPs as one matmul
-    (bench/results/gpu-h200-profile.txt). Compiled, the two transposes cancel and no copy is made."""
-    with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=autocast):
-        logits = model(input_ids=tokens, position_ids=position_ids, attention_mask=attention_mask,
-                       packed_seq_params=segments)
-    logits = logits.transpose(0, 1).flatten(0, 1)  # [s * b, vocab]
-    losses = F.cross_entropy(logits.float(), labels.t().flatten(), reduction="none")
-    mask = loss_mask.t().flatten().float()
-    return (losses * mask).sum() / mask.sum().clamp(min=1)
+    for g in run.opt.param_groups:
+        g["lr"] = learning_rate(step, run.c)
+    run.opt.zero_grad(set_to_none=True)
+    packed = run.dataset["kind"] == "packed"
+    loss = torch.zeros((), device=run.device)
+    for k in range(run.accum):
+        last = k == run.accum - 1
+        # DDP averages gradients across ranks once per step, on the last micro batch
+        sync = contextlib.nullcontext() if run.world == 1 or last else run.step_model.no_sync()
+        with sync:
+            micro_loss = micro_batch_loss(run.step_model, next(batches), run.device, packed, run.forward) / run.accum
+            micro_loss.backward()
+        loss += micro_loss.detach()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.c.grad_clip)
+    run.opt.step()
+    return loss
 
 
-def _loss(model, batch: dict, device: torch.device, packed: bool, forward=_forward_loss) -> torch.Tensor:
-    """Mean loss over the batch's loss_mask. Packed rows reach attention as document segments; a batch with a
-    Megatron mask (attention="local") passes it; otherwise attention is causal over the whole sequence."""
-    b = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "dataset_id"}
-    segments = _segments(batch["position_ids"], device) if packed and "attention_mask" not in b else None
-    mask = b["loss_mask"]
-    if packed:  # a packed row's last label is the first id of another row (harness/data.py)
-        mask = mask.clone()
-        mask[:, -1] = 0
-    return forward(model, b["tokens"], b["position_ids"], b.get("attention_mask"), b["labels"], mask, segments,
-                   device.type == "cuda")
+def _record(run: Run, step: int, loss: torch.Tensor, tokens_per_s: float) -> dict[str, Any]:
+    """The log line of `step` (its loss averaged over ranks; valid_loss on eval steps), also printed."""
+    value = _mean_over_ranks(run, loss)  # waits for the step's kernels: the rate is the GPU's
+    if not math.isfinite(value):
+        raise FloatingPointError(f"loss is {value} at step {step}")
+    rec: dict[str, Any] = {"step": step, "loss": round(value, 5), "lr": learning_rate(step - 1, run.c),
+                           "tokens_per_s": round(tokens_per_s, 1), "tokens": step * run.c.batch_size * run.seq}
+    if run.c.eval_every and step % run.c.eval_every == 0:
+        rec["valid_loss"] = evaluate(run)
+    run.log(f"step {step:>6}  loss {value:.4f}  lr {rec['lr']:.2e}  {rec['tokens_per_s']:,.0f} tok/s"
+            + (f"  valid {rec['valid_loss']:.4f}" if rec.get("valid_loss") is not None else ""))
+    return rec
 
 
-def _save(path: Path, state: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+def _mean_over_ranks(run: Run, loss: torch.Tensor) -> float:
+    if run.world > 1:
+        import torch.distributed as dist
+
+        cuda = run.device.type == "cuda"
+        dist.all_reduce(loss, op=dist.ReduceOp.AVG if cuda else dist.ReduceOp.SUM)
+        if not cuda:  # gloo has no AVG
+            loss /= run.world
+    return loss.item()
 
 
-def _latest_checkpoint(directory: Path) -> Path | None:
-    ckpts = sorted(directory.glob("step-*.pt"))
-    return ckpts[-1] if ckpts else None
+def _write(log_file, rec: dict) -> None:
+    if log_file:
+        log_file.write(json.dumps(rec) + "\n")
+        log_file.flush()
 
 
-def _data_fingerprints(dataset: dict) -> dict:
-    """{prefix name: SHA-256 of its .bin} from the export's own record (export.json or packed.json)."""
-    out = {}
-    for blend in dataset["blend_per_split"].values():
-        for _, prefix in blend:
-            p = Path(prefix)
-            for meta_name in ("export.json", "packed.json"):
-                meta = p.parent / meta_name
-                if meta.is_file():
-                    rec = json.loads(meta.read_text())
-                    for f in rec.get("files", []):
-                        if f["path"].endswith(p.name + ".bin"):
-                            out[p.name] = f["sha256"]
-                    if p.name in rec.get("prefixes", {}) and "bin_sha256" in rec["prefixes"][p.name]:
-                        out[p.name] = rec["prefixes"][p.name]["bin_sha256"]
-    return out
+def evaluate(run: Run) -> float | None:
+    """Mean loss over the validation split's first c.eval_batches batches (rank 0; None without validation data)."""
+    from torch.utils.data import DataLoader, Subset
 
+    from cpp_data.harness.loss import micro_batch_loss
 
-def _peak_flops(device: torch.device) -> float | None:
-    if device.type != "cuda":
+    if run.valid_ds is None or not run.lead:
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    c = run.c
+    run.model.eval()
+    batches = DataLoader(Subset(run.valid_ds, range(min(len(run.valid_ds), c.eval_batches * c.batch_size))),
+                         batch_size=run.micro)
+    packed = run.eval_dataset["kind"] == "packed"
+    with torch.no_grad():
+        losses = [micro_batch_loss(run.model, b, run.device, packed, run.forward).item() for b in batches]
+    run.model.train()
+    return sum(losses) / len(losses) if losses else None
+
+
+def save(run: Run, step: int) -> None:
+    """Checkpoint `step` (rank 0 writes; every rank waits for it)."""
+    from cpp_data.harness.checkpoint import save_checkpoint
+
+    if run.lead:
+        save_checkpoint(run.out / "checkpoints", step, run.model, run.opt, _settings(run.c, run.seq, run.spec))
+    if run.world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+# ---- finish --------------------------------------------------------------------------------------------------
+
+def finish(run: Run, logged: list[dict], step: int) -> dict:
+    """Checkpoint the last step, evaluate, and write (rank 0) and return the summary."""
+    if step > run.start:
+        save(run, step)
+    summary = _summary(run, logged, step, evaluate(run))
+    if run.lead:
+        (run.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _summary(run: Run, logged: list[dict], step: int, valid: float | None) -> dict:
+    from cpp_data.harness.model import count_parameters
+    from cpp_data.harness.presets import flops_per_token
+    from cpp_data.harness.summary import data_fingerprints, device_summary, settled_rate
+
+    c = run.c
+    params = count_parameters(run.model)
+    rate = settled_rate(logged, run.start, step)
+    flops = flops_per_token(params, c.model, run.seq)
+    return {
+        "launch_spec": str(c.launch_spec), "model": c.model, "model_impl": run.impl, "parameters": params,
+        "seq_length": run.seq, "batch_size": c.batch_size, "micro_batch_size": run.micro, "ranks": run.world,
+        "steps": step, "resumed_from": run.start, **device_summary(run.device, rate, flops, run.world),
+        "attention": c.attention, "compiled": c.compile, "activation_checkpointing": run.recompute,
+        "first_logged_loss": logged[0]["loss"] if logged else None,
+        "final_loss": logged[-1]["loss"] if logged else None,
+        "valid_loss": valid, "valid_data": run.eval_dataset["kind"], "tokens_per_s_mean": rate,
+        "flops_per_token": flops, "tokens_seen": step * c.batch_size * run.seq, "data_kind": run.dataset["kind"],
+        "data": data_fingerprints(run.dataset), "torch": torch.__version__,
+    }
 
 
 def keep_freed_memory() -> None:
     """On CPU, let glibc keep the memory PyTorch frees instead of returning it to the kernel: every step
     allocates and frees the logits ([tokens, vocabulary] floats, hundreds of MB), which glibc serves with a fresh
-    mmap each time, and the page faults of touching it again cost as much system time as the step's compute.
-    No effect elsewhere."""
+    mmap each time, and the page faults of touching it again cost as much system time as the step's compute
+    (measured: a 30-step tiny run, 25 s wall with 18 s of system time, 15 s with 1.6 s). No effect elsewhere."""
     import ctypes
     import sys
 
@@ -188,189 +419,3 @@ def keep_freed_memory() -> None:
     libc.mallopt(m_mmap_max, 0)  # large blocks from the heap, which is reused, not from one-off mmaps
     libc.mallopt(m_trim_threshold, 1 << 34)  # and never trimmed back to the kernel
     libc.mallopt(m_top_pad, 1 << 28)
-
-
-def train(c: TrainConfig, log=print) -> dict:
-    """Run (or resume) a training run; returns the summary (on every rank; rank 0 writes the files)."""
-    import torch.distributed as dist
-    from torch.utils.data import DataLoader, Subset
-
-    from cpp_data.harness.data import build_datasets, dataset_of
-    from cpp_data.harness.megatron_cpu import apply_cpu_patches
-    from cpp_data.harness.model import build_model, count_parameters
-    from cpp_data.schemas.launch_spec import load_launch_spec
-
-    if c.model not in SIZES:  # before RUN/ gets any directory: a refused run leaves nothing behind
-        raise BadInput(f"unknown model size {c.model!r}; known: {', '.join(SIZES)}")
-    spec = load_launch_spec(c.launch_spec)
-    rank, world, local = _world()
-    device = torch.device("cuda" if c.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if c.device == "auto" else c.device))
-    if device.type == "cuda":
-        if not torch.cuda.is_available():  # else torch's own AttributeError about torch._C, exit 1
-            raise BadInput(f"--device {c.device}: this torch ({torch.__version__}) has no usable CUDA device; "
-                           f"use --device cpu (or auto)")
-        device = torch.device("cuda", local)
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-    else:
-        apply_cpu_patches()
-        keep_freed_memory()
-    lead = rank == 0
-    log = log if lead else (lambda *a, **k: None)
-    seq = c.seq_length or spec["seq_length"]
-    dataset = dataset_of(spec, c.data)
-    packed = dataset["kind"] == "packed"
-    eval_dataset = dataset_of(spec, c.eval_data) if c.eval_data else dataset
-    micro = c.micro_batch_size or c.batch_size
-    if c.batch_size % (micro * world):
-        raise BadInput(f"batch {c.batch_size} is not a whole number of micro batches ({micro}) on {world} rank(s)")
-    per_rank = c.batch_size // world
-    accum = per_rank // micro
-    out = Path(c.out)
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(c.seed)
-    init_distributed(device, c.seed)
-    masks = c.attention == "local"  # megatron-core's own attention needs GPTDataset's [s, s] masks
-    train_ds, valid_ds = build_datasets(spec, dataset, seq, c.seed, c.steps * c.batch_size,
-                                        c.eval_batches * c.batch_size, out / "index_cache", attention_mask=masks)
-    if eval_dataset is not dataset:
-        _, valid_ds = build_datasets(spec, eval_dataset, seq, c.seed, 0, c.eval_batches * c.batch_size,
-                                     out / "index_cache", attention_mask=masks)
-    eval_packed = eval_dataset["kind"] == "packed"
-    model, _ = build_model(c.model, spec["vocab_size"], seq, device, attention=c.attention)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=c.lr, betas=(0.9, 0.95),
-                            fused=device.type == "cuda")
-    start = 0
-    ckpt = _latest_checkpoint(out / "checkpoints")
-    if ckpt:
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        _check_resume(ckpt, state, {"model_size": c.model, "seq_length": seq, "batch_size": c.batch_size,
-                                    "vocab_size": spec["vocab_size"]})
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-        start = state["step"]
-        log(f"resumed from {ckpt} at step {start}")
-    params = count_parameters(model)
-    step_model = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        step_model = DistributedDataParallel(model, device_ids=[local] if device.type == "cuda" else None)
-    forward = torch.compile(_forward_loss) if c.compile else _forward_loss
-    log(f"model {c.model}: {params / 1e6:.1f}M parameters, data {dataset['kind']}, seq {seq}, batch {c.batch_size} "
-        f"(micro {micro}, {world} rank(s)), attention {c.attention}{', compiled' if c.compile else ''}, "
-        f"device {device}, steps {start}..{c.steps}")
-    # this rank's samples: its slice of every global batch, in GPTDataset's seeded order
-    mine = [step * c.batch_size + rank * per_rank + i for step in range(start, c.steps) for i in range(per_rank)]
-    loader = DataLoader(Subset(train_ds, mine), batch_size=micro, shuffle=False, num_workers=c.num_workers,
-                        pin_memory=device.type == "cuda", drop_last=True, persistent_workers=c.num_workers > 0)
-
-    def evaluate() -> float | None:
-        if valid_ds is None or not lead:
-            return None
-        model.eval()
-        vl = DataLoader(Subset(valid_ds, range(min(len(valid_ds), c.eval_batches * c.batch_size))),
-                        batch_size=micro)
-        with torch.no_grad():
-            losses = [_loss(model, b, device, eval_packed).item() for b in vl]
-        model.train()
-        return sum(losses) / len(losses) if losses else None
-
-    def save(step: int) -> None:
-        if lead:
-            _save(out / "checkpoints" / f"step-{step:07d}.pt",
-                  {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                   "rng": torch.get_rng_state(), "model_size": c.model, "seq_length": seq,
-                   "batch_size": c.batch_size, "vocab_size": spec["vocab_size"]})
-            for old in sorted((out / "checkpoints").glob("step-*.pt"))[:-2]:
-                old.unlink()
-        if world > 1:
-            dist.barrier()
-
-    model.train()
-    log_file = open(out / "log.jsonl", "a") if lead else None
-    t_last, tokens_since, losses = time.perf_counter(), 0, []
-    step = start
-    first_loss = None
-    batches = iter(loader)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    while step < c.steps:
-        for g in opt.param_groups:
-            g["lr"] = _lr(step, c)
-        opt.zero_grad(set_to_none=True)
-        loss = torch.zeros((), device=device)
-        for k in range(accum):  # gradient accumulation over micro batches: the same update as one big batch
-            batch = next(batches)
-            sync = contextlib.nullcontext() if world == 1 or k == accum - 1 else step_model.no_sync()
-            with sync:  # DDP averages gradients across ranks once per step, on the last micro batch
-                micro_loss = _loss(step_model, batch, device, packed, forward) / accum
-                micro_loss.backward()
-            loss += micro_loss.detach()
-            tokens_since += batch["tokens"].numel() * world
-        torch.nn.utils.clip_grad_norm_(model.parameters(), c.grad_clip)
-        opt.step()
-        step += 1
-        if step % c.log_every == 0 or step == c.steps or step == start + 1:
-            if world > 1:
-                dist.all_reduce(loss, op=dist.ReduceOp.AVG if device.type == "cuda" else dist.ReduceOp.SUM)
-                if device.type != "cuda":  # gloo has no AVG
-                    loss /= world
-            value = loss.item()  # waits for the step's kernels: the rate below is the GPU's
-            if not math.isfinite(value):
-                raise FloatingPointError(f"loss is {value} at step {step}")
-            first_loss = value if first_loss is None else first_loss
-            now = time.perf_counter()
-            rec: dict[str, Any] = {"step": step, "loss": round(value, 5), "lr": _lr(step - 1, c),
-                   "tokens_per_s": round(tokens_since / (now - t_last), 1), "tokens": step * c.batch_size * seq}
-            if c.eval_every and step % c.eval_every == 0:
-                rec["valid_loss"] = evaluate()
-            if log_file:
-                log_file.write(json.dumps(rec) + "\n")
-                log_file.flush()
-            log(f"step {step:>6}  loss {value:.4f}  lr {rec['lr']:.2e}  {rec['tokens_per_s']:,.0f} tok/s"
-                + (f"  valid {rec['valid_loss']:.4f}" if rec.get("valid_loss") is not None else ""))
-            losses.append(rec)
-            t_last, tokens_since = time.perf_counter(), 0
-        if c.save_every and step % c.save_every == 0 and step < c.steps:
-            save(step)
-        if c.stop_after and step >= c.stop_after:
-            break
-    if log_file:
-        log_file.close()
-    if step > start:
-        save(step)
-    valid = evaluate()
-    # the rate: the logged intervals after the run's first quarter (start-up, warm-up and, compiled, the
-    # compilations for new shapes), else every interval after the first
-    settled = start + (step - start) // 4
-    rates = ([r["tokens_per_s"] for r in losses if r["step"] > settled and r is not losses[0]]
-             or [r["tokens_per_s"] for r in losses[1:]] or [r["tokens_per_s"] for r in losses])
-    rate = round(sum(rates) / len(rates), 1) if rates else None
-    fpt = flops_per_token(params, c.model, seq)
-    peak = _peak_flops(device)
-    summary = {
-        "launch_spec": str(c.launch_spec), "model": c.model, "parameters": params, "seq_length": seq,
-        "batch_size": c.batch_size, "micro_batch_size": micro, "ranks": world, "steps": step,
-        "resumed_from": start, "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "precision": "bf16 autocast" if device.type == "cuda" else "fp32",
-        "attention": c.attention, "compiled": c.compile,
-        "first_logged_loss": first_loss, "final_loss": losses[-1]["loss"] if losses else None,
-        "valid_loss": valid, "valid_data": eval_dataset["kind"], "tokens_per_s_mean": rate,
-        "flops_per_token": fpt,
-        "mfu": round(rate * fpt / (peak * world), 4) if rate and peak else None,
-        "max_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda"
-        else None,
-        "tokens_seen": step * c.batch_size * seq, "data_kind": dataset["kind"],
-        "data": _data_fingerprints(dataset),
-        "torch": torch.__version__,
-    }
-    if lead:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary

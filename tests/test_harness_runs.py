@@ -87,3 +87,15 @@ def test_an_unknown_model_is_refused_before_the_run_directory_is_made(reference_
                    check=False)
     assert proc.returncode == 2 and "unknown model size 'huge'" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()
+
+
+def test_megatron_core_trains_as_the_oracle_and_its_attention_needs_it(reference_build: Path, tmp_path: Path):
+    """The plain model is the default; `--model-impl megatron` trains megatron-core's GPTModel, and megatron-core's
+    own attention (`--attention local`) is refused with the plain model, before the run directory is made."""
+    _run(reference_build, tmp_path / "megatron", "--model-impl", "megatron", "--steps", "2")
+    summary = json.loads((tmp_path / "megatron" / "summary.json").read_text())
+    assert summary["model_impl"] == "megatron" and summary["steps"] == 2 and summary["final_loss"] > 0
+    proc = run_cli("train", "--launch-spec", str(reference_build / "launch.json"), *ARGS, "--out",
+                   str(tmp_path / "refused"), "--model-impl", "plain", "--attention", "local", check=False)
+    assert proc.returncode == 2 and "runs with --model-impl megatron" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "refused").exists()

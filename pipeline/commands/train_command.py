@@ -17,9 +17,9 @@ from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 
 def add_parser(sub, leaf, group) -> None:
     tr = leaf(sub, "train", cmd_train, reads=launch_spec_reads, help="train a small GPT on an export (bundled harness)",
-              description="Train a megatron-core GPTModel on the data a launch spec names, through "
-                          "GPTDataset/BlendedMegatronDatasetBuilder. By default on the packed rows: one row per "
-                          "sample in a seeded order, attention and positions reset at every EOD, no loss where "
+              description="Train a GPT (plain PyTorch, or megatron-core's GPTModel) on the data a launch spec names, "
+                          "through GPTDataset/BlendedMegatronDatasetBuilder. By default on the packed rows: one row "
+                          "per sample in a seeded order, attention and positions reset at every EOD, no loss where "
                           "the input is EOD or on a row's last label (it belongs to the next row); --data "
                           "documents trains on the per-document export instead. Logs loss and tokens/s to "
                           "OUT/log.jsonl, checkpoints to OUT/checkpoints/, and resumes from the latest checkpoint "
@@ -55,8 +55,15 @@ def add_parser(sub, leaf, group) -> None:
                     help="evaluate on this dataset's validation split (default: the one trained on); packed: "
                          "each validation document on its own, no FIM")
     tr.add_argument("--attention", choices=("sdpa", "local"), default="sdpa",
-                    help="sdpa: PyTorch's FlashAttention, packed rows as per-document segments (default); local: "
-                         "megatron-core's unfused attention with GPTDataset's masks")
+                    help="sdpa: PyTorch's kernels, packed rows keeping their documents apart (flex_attention with a "
+                         "document block mask on CUDA; default); local: megatron-core's unfused attention with "
+                         "GPTDataset's masks (runs --model-impl megatron)")
+    tr.add_argument("--model-impl", choices=("plain", "megatron"),
+                    help="plain: the plain-PyTorch GPT (default); megatron: megatron-core's GPTModel, the same "
+                         "function with the same parameter names (the oracle; default with --attention local)")
+    tr.add_argument("--activation-checkpointing", choices=("auto", "on", "off"), default="auto",
+                    help="recompute each layer in the backward; auto: only where the step would not fit the GPU "
+                         "otherwise (long rows, large presets)")
     tr.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA; pays off over many steps)")
 
 
@@ -72,7 +79,8 @@ def cmd_train(args) -> int:
                     eval_every=args.eval_every, save_every=args.save_every, num_workers=args.num_workers,
                     seed=args.seed, stop_after=args.stop_after, data=args.data, eval_data=args.eval_data,
                     eval_batches=args.eval_batches,
-                    attention=args.attention, compile=args.compile)
+                    attention=args.attention, compile=args.compile, model_impl=args.model_impl,
+                    activation_checkpointing=args.activation_checkpointing)
     try:
         summary = train(c)
     except ValueError as exc:
