@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# The harness on an H200 (issue 16), one call per phase of the device tool:
+# The harness on a GPU, one call per phase of the device tool:
+#   lanes:  (issue 60) for each row length (2048, 16384, 65536 tokens; the same tokens per step at each), the
+#           plain-PyTorch reference (bench/reference_gpt.py, causal attention over whole rows: an upper bound)
+#           and `cpp-data train` (documents kept apart), gpt-125m, bf16, compiled, one after the other in this
+#           call; then the CUDA paths' exactness (bench/gpu_exactness.py). Writes RESULTS/gpu_harness-<card>.json
+#           (bench/gpu_harness_report.py) after every run, so a call cut short keeps what it measured.
+#           DATA: bench/gpu_lanes_prepare.sh's folder (DATA/<length>/: a packed export at that length).
 #   speed:  the plain-PyTorch reference (bench/reference_gpt.py) and the harness, same shape, same call, then
 #           Megatron-LM's own pretrain_gpt.py for 20 steps from launch.json's megatron_args + model flags
 #   profile: the attention kernels alone, then harness (as is, and with PATCHES, bench/gpu_profile.py's
@@ -12,8 +18,9 @@
 # wheels in .whl/; Megatron-LM's tarball in .gpu/).
 # On the device:  bash bench/gpu_harness.sh .gpu $OUT speed|profile|loss|ddp     (QUICK=1: speed without the eager
 # reference and Megatron-LM; LOCAL=1 adds megatron-core's own attention to the speed runs)
+#                 bash bench/gpu_harness.sh .gpu-lanes $OUT lanes    (BUDGET: seconds the phase may take, 470)
 set -euo pipefail
-DATA=$(realpath "${1:?data dir}"); RESULTS=$(realpath "${2:?results dir}"); PHASE=${3:?speed, profile, loss or ddp}
+DATA=$(realpath "${1:?data dir}"); RESULTS=$(realpath "${2:?results dir}"); PHASE=${3:?lanes, speed, profile, loss or ddp}
 REPO=$(pwd)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -34,7 +41,39 @@ for xz in sorted(root.rglob("*.bin.xz")):
 print("bins unpacked, sha256 ok")
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c 'import torch, inspect; from torch.nn.attention import varlen; print("torch", torch.__version__, "gpus", torch.cuda.device_count(), "varlen_attn", inspect.signature(varlen.varlen_attn))' || true
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "gpus", torch.cuda.device_count())' || true
+
+if [ "$PHASE" = lanes ]; then
+  T0=$(date +%s); BUDGET=${BUDGET:-470}; LOGS=/tmp/lane-logs; mkdir -p "$LOGS"
+  # cap SECONDS: what is left of the budget, at most SECONDS (at least 1: `timeout 0` would mean no limit)
+  cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); left=$(( left < $1 ? left : $1 )); echo $(( left > 1 ? left : 1 )); }
+  report() { python3 bench/gpu_harness_report.py "$RESULTS" "$DATA" || true; tar -czf "$RESULTS/logs.tar.gz" -C "$LOGS" . || true; }
+  export TORCH_LOGS=recompiles  # a recompilation per batch would show here
+  # length, global batch (rows), the reference's micro batch, the harness's micro batch, steps: 65,536 tokens a step
+  for lane in "2048 32 16 32 40" "16384 4 2 4 30" "65536 1 1 1 24"; do
+    read -r seq batch ref_micro micro steps <<< "$lane"
+    echo "[$(( $(date +%s) - T0 ))s] seq $seq: reference"
+    timeout "$(cap 110)" python3 bench/reference_gpt.py "$DATA/$seq/cpp_packed_train" --seq-length "$seq" \
+      --batch-size "$batch" --micro-batch-size "$ref_micro" --steps "$steps" --compile --json "$RESULTS/lanes.jsonl" \
+      > "$LOGS/reference-$seq.txt" 2>&1 || echo "reference $seq failed: $(tail -n 3 "$LOGS/reference-$seq.txt")"
+    echo "[$(( $(date +%s) - T0 ))s] seq $seq: harness"
+    timeout "$(cap 100)" python3 -m cpp_data.pipeline.cli train --launch-spec "$DATA/$seq/launch.json" --model gpt-125m \
+      --batch-size "$batch" --micro-batch-size "$micro" --steps "$steps" --compile --warmup 10 --log-every 4 \
+      --num-workers 4 --eval-batches 1 --out "/tmp/runs/lane-$seq" > "$LOGS/harness-$seq.txt" 2>&1 \
+      && python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['run']='harness'; print(json.dumps(s))" \
+           "/tmp/runs/lane-$seq/summary.json" >> "$RESULTS/lanes.jsonl" \
+      || echo "harness $seq failed: $(grep -v -i warn "$LOGS/harness-$seq.txt" | tail -n 5)"
+    grep -E '^model|^step' "$LOGS/harness-$seq.txt" | tail -n 3 || true
+    rm -rf "/tmp/runs/lane-$seq/checkpoints"
+    report
+  done
+  echo "[$(( $(date +%s) - T0 ))s] exactness"
+  timeout "$(cap 120)" python3 bench/gpu_exactness.py "$DATA/2048" --json "$RESULTS/exactness.jsonl" \
+    > "$LOGS/exactness.txt" 2>&1 || echo "exactness failed or cut: $(grep -v -i warn "$LOGS/exactness.txt" | tail -n 5)"
+  report
+  echo "[$(( $(date +%s) - T0 ))s] done"
+  exit 0
+fi
 SPEC=$DATA/launch.json
 [ "$PHASE" = loss ] && SPEC=$DATA/launch-nofim.json  # the loss phase's packed rows: FIM off (see below)
 TRAIN=(python3 -m cpp_data.pipeline.cli train --launch-spec "$SPEC" --model gpt-125m --batch-size 32
