@@ -18,7 +18,7 @@
 # wheels in .whl/; Megatron-LM's tarball in .gpu/).
 # On the device:  bash bench/gpu_harness.sh .gpu $OUT speed|profile|loss|ddp     (QUICK=1: speed without the eager
 # reference and Megatron-LM; LOCAL=1 adds megatron-core's own attention to the speed runs)
-#                 bash bench/gpu_harness.sh .gpu-lanes $OUT lanes    (BUDGET: seconds the phase may take, 470)
+#                 bash bench/gpu_harness.sh .gpu-lanes $OUT lanes    (BUDGET: seconds the phase may take, 400)
 set -euo pipefail
 DATA=$(realpath "${1:?data dir}"); RESULTS=$(realpath "${2:?results dir}"); PHASE=${3:?lanes, speed, profile, loss or ddp}
 REPO=$(pwd)
@@ -44,13 +44,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "gpus", torch.cuda.device_count())' || true
 
 if [ "$PHASE" = lanes ]; then
-  T0=$(date +%s); BUDGET=${BUDGET:-470}; LOGS=/tmp/lane-logs; mkdir -p "$LOGS"
+  T0=$(date +%s); BUDGET=${BUDGET:-400}; LOGS=/tmp/lane-logs; mkdir -p "$LOGS"
   # cap SECONDS: what is left of the budget, at most SECONDS (at least 1: `timeout 0` would mean no limit)
   cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); left=$(( left < $1 ? left : $1 )); echo $(( left > 1 ? left : 1 )); }
   report() { python3 bench/gpu_harness_report.py "$RESULTS" "$DATA" || true; tar -czf "$RESULTS/logs.tar.gz" -C "$LOGS" . || true; }
   export TORCH_LOGS=recompiles  # a recompilation per batch would show here
   # length, global batch (rows), the reference's micro batch, the harness's micro batch, steps: 65,536 tokens a step
-  for lane in "2048 32 16 32 40" "16384 4 2 4 30" "65536 1 1 1 24"; do
+  for lane in "2048 32 16 32 32" "16384 4 2 4 24" "65536 1 1 1 20"; do
     read -r seq batch ref_micro micro steps <<< "$lane"
     echo "[$(( $(date +%s) - T0 ))s] seq $seq: reference"
     timeout "$(cap 110)" python3 bench/reference_gpt.py "$DATA/$seq/cpp_packed_train" --seq-length "$seq" \
