@@ -249,7 +249,7 @@ def loop(run: Run) -> tuple[list[dict], int]:
         tokens += c.batch_size * run.seq
         step += 1
         if step % c.log_every == 0 or step == c.steps or step == run.start + 1:
-            rec = _record(run, step, loss, tokens / (time.perf_counter() - t_last))
+            rec = _record(run, step, loss, tokens, t_last)
             _write(log_file, rec)
             logged.append(rec)
             t_last, tokens = time.perf_counter(), 0
@@ -305,9 +305,11 @@ def train_step(run: Run, batches, step: int) -> torch.Tensor:
     return loss
 
 
-def _record(run: Run, step: int, loss: torch.Tensor, tokens_per_s: float) -> dict[str, Any]:
-    """The log line of `step` (its loss averaged over ranks; valid_loss on eval steps), also printed."""
-    value = _mean_over_ranks(run, loss)  # waits for the step's kernels: the rate is the GPU's
+def _record(run: Run, step: int, loss: torch.Tensor, tokens: int, since: float) -> dict[str, Any]:
+    """The log line of `step` (its loss averaged over ranks; valid_loss on eval steps), also printed; the rate is
+    `tokens` over the time from `since` to the end of the step's kernels."""
+    value = _mean_over_ranks(run, loss)  # waits for the step's kernels: the rate below is the GPU's
+    tokens_per_s = tokens / (time.perf_counter() - since)
     if not math.isfinite(value):
         raise FloatingPointError(f"loss is {value} at step {step}")
     rec: dict[str, Any] = {"step": step, "loss": round(value, 5), "lr": learning_rate(step - 1, run.c),
