@@ -406,8 +406,8 @@ def _summary(run: Run, logged: list[dict], step: int, valid: float | None) -> di
 def keep_freed_memory() -> None:
     """On CPU, let glibc keep the memory PyTorch frees instead of returning it to the kernel: every step
     allocates and frees the logits ([tokens, vocabulary] floats, hundreds of MB), which glibc serves with a fresh
-    mmap each time, and the page faults of touching it again cost as much system time as the step's compute
-    (measured: a 30-step tiny run, 25 s wall with 18 s of system time, 15 s with 1.6 s). No effect elsewhere."""
+    mmap each time, and the page faults of touching it again cost as much system time as the step's compute.
+    No effect elsewhere."""
     import ctypes
     import sys
 
