@@ -55,7 +55,7 @@ if [ "$PHASE" = lanes ]; then
   for lane in "${lanes[@]}"; do
     read -r seq batch ref_micro micro steps <<< "$lane"
     echo "[$(( $(date +%s) - T0 ))s] seq $seq: reference"
-    timeout "$(cap 110)" python3 bench/reference_gpt.py "$DATA/$seq/cpp_packed_train" --seq-length "$seq" \
+    timeout "$(cap 110)" python3 bench/reference_gpt.py "$DATA/$seq/cpp_packed_train_e0" --seq-length "$seq" \
       --batch-size "$batch" --micro-batch-size "$ref_micro" --steps "$steps" --compile --json "$RESULTS/lanes.jsonl" \
       > "$LOGS/reference-$seq.txt" 2>&1 || echo "reference $seq failed: $(tail -n 3 "$LOGS/reference-$seq.txt")"
     echo "[$(( $(date +%s) - T0 ))s] seq $seq: harness"

@@ -35,7 +35,7 @@ def documents_per_row(export: Path, seq: int) -> dict:
     from reference_gpt import read_tokens
 
     eod = json.loads((export / "launch.json").read_text())["eod"]
-    flat = np.asarray(read_tokens(str(export / "cpp_packed_train")))
+    flat = np.asarray(read_tokens(str(export / "cpp_packed_train_e0")))
     rows = flat[:len(flat) // seq * seq].reshape(-1, seq)
     docs = 1 + (rows[:, :-1] == eod).sum(1)
     return {"rows": len(rows), "documents_per_row_median": float(np.median(docs)),

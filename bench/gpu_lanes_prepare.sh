@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prepare what `bench/gpu_harness.sh DATA OUT lanes` takes to the GPU machine (no network there, 64 MiB a call):
-#   DATA/<length>/   for 2048, 16384 and 65536 tokens a row: `cpp-data export packed BUILD --seq-length <length>`
-#                    (launch.json, packed.json, the .idx files; the .bin files xz-compressed, DATA/SHA256SUMS)
+#   DATA/<length>/   for each of LENGTHS (2048, 16384 and 65536 tokens a row): `cpp-data export packed BUILD
+#                    --seq-length <length> --fim-rate 0` (launch.json without the Parquet rows, so the harness
+#                    reads the bin/idx through GPTDataset; packed.json, the .idx files; the .bin files
+#                    xz-compressed, DATA/SHA256SUMS)
 #   .whl/            megatron-core 0.16.1 and einops wheels for CPython 3.12 (bench/gpu_prepare.sh's; the device's
 #                    torch is its own), unless .whl/ exists
 # usage: bash bench/gpu_lanes_prepare.sh BUILD [DATA]     (DATA default .gpu-lanes; BUILD: a build directory)
@@ -9,10 +11,12 @@ set -euo pipefail
 BUILD=${1:?a build directory}; DATA=${2:-.gpu-lanes}
 WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT
 rm -rf "$DATA" && mkdir -p "$DATA"
-for seq in 2048 16384 65536; do
-  cpp-data export packed "$BUILD" --seq-length "$seq" --out "$WORK/$seq" >/dev/null
+for seq in ${LENGTHS:-2048 16384 65536}; do
+  cpp-data export packed "$BUILD" --seq-length "$seq" --fim-rate 0 --out "$WORK/$seq" >/dev/null
   mkdir -p "$DATA/$seq"
-  cp "$WORK/$seq/launch.json" "$WORK/$seq/packed.json" "$WORK/$seq"/*.idx "$DATA/$seq/"
+  cp "$WORK/$seq/packed.json" "$WORK/$seq"/*.idx "$DATA/$seq/"
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); [d.pop('rows', None) for l in s['lanes'].values()
+for d in l['datasets'].values()]; json.dump(s, open(sys.argv[2], 'w'))" "$WORK/$seq/launch.json" "$DATA/$seq/launch.json"
   for bin in "$WORK/$seq"/*.bin; do
     (cd "$WORK" && sha256sum "$seq/$(basename "$bin")") >> "$DATA/SHA256SUMS"
     xz -T2 -6 -c "$bin" > "$DATA/$seq/$(basename "$bin").xz"

@@ -49,6 +49,16 @@ def load_weights(model: torch.nn.Module, state: dict) -> None:
         raise BadInput(f"the checkpoint does not fit this model: missing {missing[:3]}, unexpected {unexpected[:3]}")
 
 
+def initial_weights(path: Path, device: torch.device) -> dict:
+    """The model weights of a checkpoint, or of a run directory's latest checkpoint (a curriculum's previous
+    phase)."""
+    path = Path(path)
+    ckpt = latest_checkpoint(path / "checkpoints") if path.is_dir() else path
+    if ckpt is None or not ckpt.is_file():
+        raise BadInput(f"{path}: no checkpoint to start from (a step-*.pt file, or a run directory holding one)")
+    return torch.load(ckpt, map_location=device, weights_only=False)["model"]
+
+
 def resume(directory: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, device: torch.device,
            settings: dict) -> tuple[int, Path | None]:
     """(the step to start from, the checkpoint resumed from): model, optimizer and RNG from the latest checkpoint

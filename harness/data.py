@@ -1,8 +1,9 @@
-"""Training data for the harness: megatron-core GPTDatasets over a launch spec's per-split blends.
+"""Training data for the harness: one lane's dataset of a launch spec, per split.
 
-Which dataset: the packed rows (default) or one sequence per document, both named by launch.json.
-megatron-core builds the sample index at launch from seed, sequence length and sample count (it is not part of
-the export, docs/DESIGN.md section 10); it caches it under `cache_dir`.
+Which dataset: the packed rows (default), read from their Parquet files with FIM drawn per epoch
+(harness/rows.py), or one sequence per document through megatron-core's GPTDataset over the per-split blend,
+both named by launch.json's lanes. megatron-core builds its sample index at launch from seed, sequence length
+and sample count (it is not part of the export, docs/DESIGN.md section 10); it caches it under `cache_dir`.
 """
 
 from __future__ import annotations
@@ -34,14 +35,27 @@ class SpecTokenizer:
         return self.spec.get("pad", -1)
 
 
-def dataset_of(spec: dict, data: str | None) -> dict:
-    """The launch spec's dataset `data` ("packed" or "documents"; None: its default)."""
+def lane_of(spec: dict, lane: str | None) -> str:
+    """The lane a run trains on: `lane`, or the curriculum's first."""
     from cpp_data.pipeline.foundation.errors import BadInput
 
+    if lane is None:
+        return spec["phases"][0]["lane"]
+    if lane not in spec["lanes"]:
+        raise BadInput(f"the launch spec has no lane {lane!r} (it has: {', '.join(spec['lanes'])})")
+    return lane
+
+
+def dataset_of(spec: dict, data: str | None, lane: str | None = None) -> dict:
+    """Lane `lane`'s dataset `data` ("packed" or "documents"; None: the spec's default), with the lane's
+    sequence length as `seq_length`."""
+    from cpp_data.pipeline.foundation.errors import BadInput
+
+    entry = spec["lanes"][lane_of(spec, lane)]
     name = data or spec["default_dataset"]
-    if name not in spec["datasets"]:
-        raise BadInput(f"the launch spec has no {name!r} dataset (it has: {', '.join(spec['datasets'])})")
-    return spec["datasets"][name]
+    if name not in entry["datasets"]:
+        raise BadInput(f"the launch spec has no {name!r} dataset (it has: {', '.join(entry['datasets'])})")
+    return {**entry["datasets"][name], "seq_length": entry["seq_length"]}
 
 
 def build_datasets(spec: dict, dataset: dict, seq_length: int, seed: int, train_samples: int,
@@ -60,9 +74,11 @@ def build_datasets(spec: dict, dataset: dict, seq_length: int, seed: int, train_
     from cpp_data.pipeline.foundation.errors import BadInput
 
     packed = dataset["kind"] == "packed"
-    if packed and seq_length != spec["seq_length"]:
-        raise BadInput(f"packed rows are {spec['seq_length']} tokens; --seq-length {seq_length} would cut samples "
+    if packed and seq_length != dataset["seq_length"]:
+        raise BadInput(f"packed rows are {dataset['seq_length']} tokens; --seq-length {seq_length} would cut samples "
                        f"across rows (use --data documents for another length)")
+    if packed and "rows" in dataset:
+        return _packed_rows(spec, dataset, seed, train_samples, valid_samples, attention_mask)
     blends = {}
     for split in ("train", "valid", "test"):
         b = dataset["blend_per_split"].get(split) or []
@@ -75,4 +91,18 @@ def build_datasets(spec: dict, dataset: dict, seq_length: int, seed: int, train_
         create_attention_mask=attention_mask)
     sizes = [train_samples, valid_samples if blends["valid"] else None, None]
     train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
+    return train, valid
+
+
+def _packed_rows(spec: dict, dataset: dict, seed: int, train_samples: int, valid_samples: int,
+                 attention_mask: bool):
+    """(train, valid) over the packed rows' Parquet files (a blend's builds by their weights): FIM drawn per
+    epoch on training rows only."""
+    from cpp_data.harness.rows import blended_rows
+
+    pad = spec["pad"] if spec.get("pad") is not None else spec["eod"]
+    rows = dataset["rows"]
+    train = blended_rows(rows["train"], train_samples, seed, spec["eod"], pad, True, attention_mask)
+    valid = (blended_rows(rows["valid"], valid_samples, seed, spec["eod"], pad, False, attention_mask)
+             if rows.get("valid") else None)
     return train, valid

@@ -49,6 +49,9 @@ class TrainConfig:
     num_workers: int = 0
     stop_after: int | None = None  # stop (checkpointed) after this step; rerun to resume (a scheduler's slot)
     data: str | None = None  # "packed" or "documents"; default: the launch spec's default_dataset
+    lane: str | None = None  # the launch spec's lane to train on; default: its curriculum's first
+    init_from: Path | None = None  # a checkpoint (or a run directory) whose model weights a new run starts from
+    max_positions: int | None = None  # the model's longest sequence; a longer lane is refused
     attention: str = "sdpa"  # "sdpa" (harness/attention.py) or "local" (megatron-core's unfused attention)
     model_impl: str | None = None  # "plain" (harness/plain_model.py) or "megatron"; default: plain, megatron for local
     activation_checkpointing: str = "auto"  # "auto" (where the card needs it, harness/memory.py), "on" or "off"

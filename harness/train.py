@@ -100,9 +100,9 @@ def setup(c: TrainConfig, log=print) -> Run:
     rank, size, local = world()
     log = log if rank == 0 else _quiet
     device = _device(c.device, local)
-    seq = c.seq_length or spec["seq_length"]
-    dataset = dataset_of(spec, c.data)
-    eval_dataset = dataset_of(spec, c.eval_data) if c.eval_data else dataset
+    dataset = dataset_of(spec, c.data, c.lane)
+    seq = _sequence_length(c, spec, dataset)
+    eval_dataset = dataset_of(spec, c.eval_data, c.lane) if c.eval_data else dataset
     micro, accum = _micro_batches(c, size)
     out = Path(c.out)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
@@ -117,6 +117,17 @@ def setup(c: TrainConfig, log=print) -> Run:
               recompute, model, step_model, opt, forward, start, log)
     _announce(run)
     return run
+
+
+def _sequence_length(c: TrainConfig, spec: dict, dataset: dict) -> int:
+    """The run's sequence length: --seq-length, else the lane's; refused over the model's positions."""
+    from cpp_data.harness.data import lane_of
+
+    seq = c.seq_length or dataset["seq_length"]
+    if c.max_positions and seq > c.max_positions:
+        raise BadInput(f"lane {lane_of(spec, c.lane)} is {seq:,} tokens, longer than the model's {c.max_positions:,} "
+                       f"positions (--max-positions); train a shorter lane or give the model more positions")
+    return seq
 
 
 def _quiet(*args, **kwargs) -> None:
@@ -190,11 +201,14 @@ def _model_and_optimizer(c: TrainConfig, impl: str, vocab: int, seq: int, device
 
 def _resume(c: TrainConfig, model, opt, device: torch.device, spec: dict, seq: int, log) -> int:
     """The step to start from: the latest checkpoint's, restored, if the run directory holds one."""
-    from cpp_data.harness.checkpoint import resume
+    from cpp_data.harness.checkpoint import initial_weights, load_weights, resume
 
     start, ckpt = resume(Path(c.out) / "checkpoints", model, opt, device, _settings(c, seq, spec))
     if ckpt:
         log(f"resumed from {ckpt} at step {start}")
+    elif c.init_from:
+        load_weights(model, initial_weights(c.init_from, device))
+        log(f"starting from the weights of {c.init_from}")
     return start
 
 
@@ -382,6 +396,7 @@ def finish(run: Run, logged: list[dict], step: int) -> dict:
 
 
 def _summary(run: Run, logged: list[dict], step: int, valid: float | None) -> dict:
+    from cpp_data.harness.data import lane_of
     from cpp_data.harness.model import count_parameters
     from cpp_data.harness.presets import flops_per_token
     from cpp_data.harness.summary import data_fingerprints, device_summary, settled_rate
@@ -399,7 +414,7 @@ def _summary(run: Run, logged: list[dict], step: int, valid: float | None) -> di
         "final_loss": logged[-1]["loss"] if logged else None,
         "valid_loss": valid, "valid_data": run.eval_dataset["kind"], "tokens_per_s_mean": rate,
         "flops_per_token": flops, "tokens_seen": step * c.batch_size * run.seq, "data_kind": run.dataset["kind"],
-        "data": data_fingerprints(run.dataset), "torch": torch.__version__,
+        "data": data_fingerprints(run.dataset), "torch": torch.__version__, "lane": lane_of(run.spec, c.lane),
     }
 
 

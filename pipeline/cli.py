@@ -14,6 +14,7 @@ from cpp_data.pipeline.commands import (
     diff_command,
     export_command,
     gc_command,
+    launch_command,
     plan_command,
     recipes_command,
     report_command,
@@ -48,8 +49,8 @@ already exists), 75 another build holds the output directory (retry later or pas
 
 # In the order `cpp-data --help` lists them
 COMMANDS = (build_command, plan_command, validate_command, status_command, diff_command, report_command,
-            tokenizer_command, verify_command, export_command, train_command, show_command, gc_command,
-            recipes_command, sources_command)
+            tokenizer_command, verify_command, export_command, launch_command, train_command, show_command,
+            gc_command, recipes_command, sources_command)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,10 +1,11 @@
 """The dataset card a build carries: README.md with YAML front matter in the Hugging Face datasets format.
 
-The front matter's `configs` tell `datasets.load_dataset(BUILD)` which Parquet files make which dataset, so
-the shards (config `documents`, the default) and the packed rows (config `packed`) never merge into one table
-(their columns differ). Every path is relative to the build, so a copied or moved build loads the same. The
-body says, in plain words and numbers from the manifest and the summary, what the build holds and how to load
-it. Written by pipeline/runner/build.py before the manifest, and listed in it (kind "card").
+The front matter's `configs` tell `datasets.load_dataset(BUILD)` which Parquet files make which dataset, so the
+shards (config `documents`, the default), each length lane's documents (`lane_4k`, ...) and its packed rows
+(`packed_4k`, ...) never merge into one table (their columns differ). Every path is relative to the build, so
+a copied or moved build loads the same. The body says, in plain words and numbers from the manifest and the
+summary, what the build holds and how to load it. Written by pipeline/runner/build.py before the manifest, and
+listed in it (kind "card").
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 SPLIT_NAMES = {"train": "train", "valid": "validation"}  # datasets' split names
-# the build's datasets: config name -> (manifest kind of its files, their directory); the first is the default
-CONFIGS = {"documents": ("shard", "shards"), "packed": ("packed", "packed")}
+# the build's datasets by the manifest kind of their files: the whole documents (the default config), and per
+# lane folder its documents and its packed rows
+CONFIGS = {"shard": "documents", "lane_shard": "lane", "packed": "packed"}
 _SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
           (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
 
@@ -27,20 +29,30 @@ def size_category(n: int) -> str:
     return next((label for bound, label in _SIZES if n < bound), "n>100M")
 
 
+def config_files(files: list[dict]) -> dict[str, list[dict]]:
+    """{config name: its manifest entries} for the datasets a build holds: `documents` (the shards), and per
+    lane `lane_<lane>` and `packed_<lane>` (the folder's name after `lanes/` or `packed/`; `packed` when the
+    rows sit in packed/ itself), in that order."""
+    out: dict[str, list[dict]] = {}
+    for kind, prefix in CONFIGS.items():
+        for f in files:
+            if f.get("kind") != kind or not f.get("split"):
+                continue
+            folder = f["path"].rsplit("/", 1)[0]
+            lane = folder.split("/", 1)[1] if "/" in folder else ""
+            out.setdefault(prefix if kind == "shard" or not lane else f"{prefix}_{lane}", []).append(f)
+    return out
+
+
 def _configs(files: list[dict]) -> list[dict]:
-    """One config per dataset a build holds: `documents` (the shards) and `packed` (packed rows), each with the
-    glob of its Parquet files per split."""
-    kinds = {f.get("kind") for f in files}
+    """The front matter's configs: each dataset with the glob of its Parquet files per split."""
     configs = []
-    for name, (kind, directory) in CONFIGS.items():
-        if kind not in kinds:
-            continue
-        splits = sorted({f["split"] for f in files if f.get("kind") == kind and f.get("split")},
-                        key=list(SPLIT_NAMES).index)
-        entry: dict[str, Any] = {"config_name": name,
-                                 "data_files": [{"split": SPLIT_NAMES[s], "path": f"{directory}/{s}*.parquet"}
-                                                     for s in splits]}
-        if name == next(iter(CONFIGS)):
+    for name, entries in config_files(files).items():
+        folder = entries[0]["path"].rsplit("/", 1)[0]
+        splits = sorted({f["split"] for f in entries}, key=list(SPLIT_NAMES).index)
+        entry: dict[str, Any] = {"config_name": name, "data_files": [
+            {"split": SPLIT_NAMES[s], "path": f"{folder}/{s}*.parquet"} for s in splits]}
+        if name == "documents":
             entry["default"] = True
         configs.append(entry)
     return configs
@@ -130,7 +142,8 @@ def dataset_card(build: Path, manifest: dict, summary: dict) -> str:
     lines += ["## Load it", "", "```python",
               "from datasets import load_dataset",
               "docs = load_dataset(\"path/to/this/build\")             # config documents: one row per file",
-              "rows = load_dataset(\"path/to/this/build\", \"packed\")   # packed rows for training",
+              "chunks = load_dataset(\"path/to/this/build\", \"lane_4k\")   # the 4k lane's chunks",
+              "rows = load_dataset(\"path/to/this/build\", \"packed_4k\")   # its packed rows for training",
               "",
               "import cpp_data",
               "docs = cpp_data.load_build(\"path/to/this/build\")      # the same, from the manifest",
@@ -160,13 +173,23 @@ def dataset_card(build: Path, manifest: dict, summary: dict) -> str:
         lines += ["## Tokenizer", "",
                   f"`tokenizer/` (Hugging Face tokenizers): {tok['vocab_size']:,} ids, sha256 `{tok['sha256'][:16]}`; "
                   f"{summary.get('tokens', 0):,} tokens in the shards' `token_ids`.", ""]
-    packing = summary.get("packing")
-    if packing:
-        lines += ["## Packed rows", "", f"Rows of {summary.get('packed_seq_length')} tokens, documents ending in EOD, "
-                  "fill-in-the-middle on part of the training documents:", ""]
-        for split, t in packing.items():
-            lines.append(f"- {split}: {t['rows']:,} rows, {t['slot_utilization']:.1%} of slots used, "
-                         f"{t['docs_per_row']:.2f} documents per row")
-        lines.append("")
+    lines += _lane_section(summary)
     lines += ["Every file of the build, with its SHA-256, is listed in `manifest.json`.", ""]
     return "\n".join(lines)
+
+
+def _lane_section(summary: dict) -> list[str]:
+    """The length lanes: what each holds and how it packs."""
+    lanes = summary.get("lanes") or {}
+    if not lanes:
+        return []
+    lines = ["## Length lanes", "", "Training units per sequence length (config `lane_<lane>`; packed rows in "
+             "`packed_<lane>`, fill-in-the-middle drawn per epoch when read):", "",
+             "| lane | kind | budget | training documents | tokens | packed rows | slots used | docs per row |",
+             "|---|---|---|---|---|---|---|---|"]
+    for lane, rec in lanes.items():
+        t = (summary.get("packing") or {}).get(lane, {}).get("train") or {}
+        train = rec["splits"]["train"]
+        lines.append(f"| {lane} | {rec['kind']} | {rec['budget']:,} | {train['rows']:,} | {train['tokens']:,} | "
+                     f"{t.get('rows', 0):,} | {t.get('slot_utilization', 0):.1%} | {t.get('docs_per_row', 0):.2f} |")
+    return lines + [""]

@@ -11,7 +11,10 @@ it reads an older shard:
   2: `sha256` (the normalized text's) became `text_sha256`, and `raw_sha256` (the file's bytes at the commit)
      joined it; the `constituents` structs of v4-v6 name their fields source_repo, source_commit, source_path
      (were repo, commit, path), as the ledger does (schemas/artifacts.LEDGER);
-  3: the ledger's `confidence` became `license_confidence`, the shards' name for it (the shards are unchanged).
+  3: the ledger's `confidence` became `license_confidence`, the shards' name for it (the shards are unchanged);
+  4: every generation may carry `token_ids` (v2..v5 became trainable), and the length lanes' chunk columns
+     (LANE_COLUMNS: chunk_index, chunk_count, chunk_kind, chunk_name, context_length, context_chars) joined
+     every generation, filled only in the lanes' shards (schemas/lanes.py).
 
 Per-character columns (``per_char=True``) are filled with one value per character of ``text``; per-token
 columns (``per_token=True``) with one value per entry of ``token_ids`` (none when it is absent).
@@ -50,7 +53,7 @@ class Column:
     formerly: str | None = None  # the name an earlier schema revision gave this column
 
 
-SCHEMA_REVISION = 3
+SCHEMA_REVISION = 4
 
 # The categories of `structure_ids` (one per character of `text`; stages/lib/syntax.py paints them).
 OTHER, PREAMBLE, FUNC_SIGNATURE, FUNC_BODY, CLASS_DECL, CLASS_MEMBER, COMMENT, TYPEDEF, NAMESPACE = range(9)
@@ -112,11 +115,26 @@ _HISTORY = [
     Column("is_merge", pa.bool_(), fill=False),
 ]
 
+_TOKEN_IDS = Column("token_ids", pa.list_(pa.int32()), fill=[])  # the build tokenizer's ids of `text`
+
+# A row of a length lane (schemas/lanes.py) is a chunk of a document (or, in a file lane, a group of whole
+# files): which chunk it is, what it holds, and its context prefix, which counts in the budget and carries no
+# loss (`text[:context_chars]`, the first `context_length` of `token_ids`). Absent from whole-document shards.
+LANE_COLUMNS = [
+    Column("chunk_index", pa.int32(), fill=0),  # its place among its document's chunks
+    Column("chunk_count", pa.int32(), fill=1),
+    Column("chunk_kind", pa.string(), fill="file"),  # function, class, namespace_part, file, files, ...
+    Column("chunk_name", pa.string(), fill=""),  # the qualified name of what it holds
+    Column("context_length", pa.int32(), fill=0),  # tokens of the context prefix
+    Column("context_chars", pa.int32(), fill=0),  # characters of the context prefix
+]
+
 GENERATIONS: dict[str, list[Column]] = {
     # v2: the file before and after each commit touching C/C++ code.
-    "v2": [_TEXT, *_FILE_DOC, *_HISTORY, Column("side", pa.string(), fill="after")],
+    "v2": [_TEXT, *_FILE_DOC, *_HISTORY, Column("side", pa.string(), fill="after"), _TOKEN_IDS, *LANE_COLUMNS],
     # v3: one document per commit and file, synthesized header + new code with removed lines as comments.
-    "v3": [_TEXT, *_FILE_DOC, *_HISTORY, Column("header_style", pa.string(), fill="simple")],
+    "v3": [_TEXT, *_FILE_DOC, *_HISTORY, Column("header_style", pa.string(), fill="simple"), _TOKEN_IDS,
+           *LANE_COLUMNS],
     # v4: tree-sitter context graph documents.
     "v4": [
         _TEXT,
@@ -125,6 +143,8 @@ GENERATIONS: dict[str, list[Column]] = {
         Column("n_callers", pa.int32(), fill=0),
         Column("n_callees", pa.int32(), fill=0),
         Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
+        _TOKEN_IDS,
+        *LANE_COLUMNS,
     ],
     # v5: libclang dependency-ordered documents.
     "v5": [
@@ -134,6 +154,8 @@ GENERATIONS: dict[str, list[Column]] = {
         Column("max_dep_level", pa.int32(), fill=-1),
         Column("build_info", pa.string(), fill=""),
         Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
+        _TOKEN_IDS,
+        *LANE_COLUMNS,
     ],
     # v6: enriched documents; `text` is the only required column.
     "v6": [
@@ -153,12 +175,13 @@ GENERATIONS: dict[str, list[Column]] = {
         Column("constituents", pa.list_(_CONSTITUENT), fill=[]),
         # token level (docs/DESIGN.md section 7): the build tokenizer's ids and per-token mirrors of the character
         # columns, sampled at each token's first character
-        Column("token_ids", pa.list_(pa.int32()), fill=[]),
+        _TOKEN_IDS,
         Column("token_structure_ids", pa.list_(pa.uint8()), fill=0, per_token=True),
         Column("token_ast_depth", pa.list_(pa.int8()), fill=-1, per_token=True),
         Column("token_sibling_index", pa.list_(pa.int8()), fill=-1, per_token=True),
         Column("token_ast_node_type", pa.list_(pa.int16()), fill=-1, per_token=True),
         Column("token_dep_levels", pa.list_(pa.int8()), fill=-1, per_token=True),
+        *LANE_COLUMNS,
     ],
 }
 

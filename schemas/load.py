@@ -12,25 +12,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
-from cpp_data.schemas.dataset_card import CONFIGS
 from cpp_data.schemas.dataset_card import SPLIT_NAMES as SPLITS
+from cpp_data.schemas.dataset_card import config_files
 
 
 def load_build(path: str | Path, config: str = "documents", split: str | None = None, verify: bool = True):
-    """The build's `documents` (shards, one row per file) or `packed` (packed rows) as a datasets.DatasetDict
-    with train and validation splits (one Dataset when `split` is given). `path`: a build, or an output
-    directory (its latest build). CheckFailed names a file that does not match the manifest."""
+    """A dataset of the build as a datasets.DatasetDict with train and validation splits (one Dataset when
+    `split` is given): `documents` (the whole documents, one row per file), `lane_<lane>` (a length lane's rows,
+    `lane_4k`) or `packed_<lane>` (its packed rows). `path`: a build, or an output directory (its latest build).
+    CheckFailed names a file that does not match the manifest."""
     import datasets
 
     from cpp_data.schemas.manifest import load_manifest, sha256_file
     from cpp_data.schemas.reader import require_complete, resolve_build
 
-    if config not in CONFIGS:
-        raise BadInput(f"unknown config {config!r}; a build has {', '.join(CONFIGS)}")
     build = require_complete(resolve_build(Path(path)))
-    files = [f for f in load_manifest(build)["files"] if f.get("kind") == CONFIGS[config][0]]
-    if not files:
-        raise BadInput(f"{build}: the build has no {config} data (its recipe wrote none)")
+    configs = config_files(load_manifest(build)["files"])
+    if config not in configs:
+        raise BadInput(f"{build}: no config {config!r}; this build has {', '.join(configs) or 'none'}")
+    files = configs[config]
     for f in files if verify else ():
         if not (build / f["path"]).is_file() or sha256_file(build / f["path"]) != f.get("sha256"):
             raise CheckFailed(f"{build / f['path']}: missing or not the file the manifest lists (damaged after the "

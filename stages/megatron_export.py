@@ -1,6 +1,7 @@
-"""megatron_export: the build's shards as Megatron bin/idx, one document per sequence with EOD appended, one
-training prefix per weight group of the sources (the writing in stages/lib/export_megatron.py; docs/DESIGN.md
-section 10); the launch_spec stage describes them for a training launch."""
+"""megatron_export: each length lane as Megatron bin/idx, one document per sequence with EOD appended, one
+training prefix per weight group of the sources: `megatron/<lane>/cpp_{train,valid}.{bin,idx}` (the writing in
+stages/lib/export_megatron.py; docs/DESIGN.md section 10); the launch_spec stage describes them for a training
+launch."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import ClassVar
 
 from cpp_data.pipeline.contract.source import source_weights
 from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.schemas.lanes import lane_dir, lanes_of
 from cpp_data.stages.lib.export_megatron import export_shards
 
 
@@ -23,9 +25,9 @@ class MegatronExportParams:
 class MegatronExport(Stage):
     name = "megatron_export"
     libraries = ('pyarrow', 'numpy', 'tokenizers')
-    version = 2
+    version = 3
     scope = "corpus"
-    inputs = ("token_columns", "tokenizer")
+    inputs = ("lanes", "tokenizer")
     Params = MegatronExportParams
     resumable_tasks = True
 
@@ -38,13 +40,17 @@ class MegatronExport(Stage):
 
     def run(self, ctx: StageContext) -> dict:
         p: MegatronExportParams = self.params
-        prefixes = export_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
-                                 ctx.out / "megatron", p.name, source_weights(ctx.sources), ctx.executor,
-                                 p.encode_batch, p.rows_per_task, ctx.label)
-        counts: dict[str, object] = {}
-        for split in ("train", "valid"):
-            mine = [v for v in prefixes.values() if v["split"] == split]
-            counts |= {f"{split}_documents": sum(v["documents"] for v in mine),
-                       f"{split}_tokens": sum(v["tokens"] for v in mine)}
-        return counts | {"prefixes": len(prefixes), "dtype": next(iter(prefixes.values()))["dtype"],
-                         "max_token_id": max(v["max_token_id"] for v in prefixes.values())}
+        lanes = ctx.input("lanes").path
+        counts: dict[str, dict] = {}
+        for lane in lanes_of(lanes):
+            prefixes = export_shards(lanes / lane_dir(lane), ctx.input("tokenizer").path / "tokenizer",
+                                     ctx.out / "megatron" / lane, p.name, source_weights(ctx.sources), ctx.executor,
+                                     p.encode_batch, p.rows_per_task, f"{ctx.label} {lane}")
+            mine: dict[str, object] = {}
+            for split in ("train", "valid"):
+                own = [v for v in prefixes.values() if v["split"] == split]
+                mine |= {f"{split}_documents": sum(v["documents"] for v in own),
+                         f"{split}_tokens": sum(v["tokens"] for v in own)}
+            counts[lane] = mine | {"prefixes": len(prefixes),
+                                   "max_token_id": max(v["max_token_id"] for v in prefixes.values())}
+        return {"lanes": counts}

@@ -1,23 +1,27 @@
-"""packed_rows: the build's documents as fixed-length training rows, packed best-fit-decreasing, and the same rows
-as a Megatron indexed dataset (the format and the packing in stages/lib/packing.py; docs/DESIGN.md section 10)."""
+"""packed_rows: each length lane's documents as fixed-length training rows of the lane's sequence length,
+packed best-fit-decreasing, and the same rows as Megatron indexed datasets, one training prefix per FIM epoch:
+`packed/<lane>/` (the format and the packing in stages/lib/packing.py; docs/DESIGN.md section 10)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from cpp_data.pipeline.contract.source import source_weights
 from cpp_data.pipeline.contract.stage import Stage, StageContext
-from cpp_data.stages.lib.packing import PackedParams, pack_shards
+from cpp_data.schemas.lanes import lane_dir, lanes_of, seq_length
+from cpp_data.stages.lib.packing import PackedParams, PackingParams, pack_shards
 
 
 class PackedRows(Stage):
     name = "packed_rows"
     libraries = ('pyarrow', 'numpy', 'tokenizers')
-    version = 4
+    version = 5
     scope = "corpus"
-    inputs = ("token_columns", "tokenizer")
-    Params = PackedParams
+    inputs = ("lanes", "tokenizer")
+    Params = PackingParams
     resumable_tasks = True
 
-    summary_counts = {"packed_seq_length": "seq_length", "packing": "telemetry"}
+    summary_counts = {"packing": "telemetry"}
     publishes = ("packed",)
 
     def settings(self, source, sources) -> dict:
@@ -26,7 +30,12 @@ class PackedRows(Stage):
         return {"weight_groups": weight_groups(source_weights(sources))}
 
     def run(self, ctx: StageContext) -> dict:
-        files, telemetry = pack_shards(ctx.input("token_columns").path, ctx.input("tokenizer").path / "tokenizer",
-                                       ctx.out / "packed", self.params, source_weights(ctx.sources), ctx.executor,
-                                       ctx.label)
-        return {"seq_length": self.params.seq_length, "files": len(files), "telemetry": telemetry}
+        lanes = ctx.input("lanes").path
+        telemetry, files = {}, 0
+        for lane in lanes_of(lanes):
+            p = PackedParams(**dataclasses.asdict(self.params), seq_length=seq_length(lane))
+            written, telemetry[lane] = pack_shards(lanes / lane_dir(lane), ctx.input("tokenizer").path / "tokenizer",
+                                                   ctx.out / "packed" / lane, p, source_weights(ctx.sources),
+                                                   ctx.executor, f"{ctx.label} {lane}", rel=f"packed/{lane}")
+            files += len(written)
+        return {"files": files, "telemetry": telemetry}

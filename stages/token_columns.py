@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.contract.executor import stat_total
-from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import SHARDS, Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json
 from cpp_data.pipeline.foundation.worker_cache import worker_cache
 from cpp_data.schemas.generations import columns as generation_columns
@@ -68,7 +68,7 @@ class TokenColumns(Stage):
     libraries = ('pyarrow', 'numpy', 'tokenizers')
     version = 1
     scope = "corpus"
-    inputs = ("structure", "tokenizer")
+    inputs = (SHARDS, "tokenizer")
     resumable_tasks = True
     Params = TokenColumnsParams
 
@@ -77,7 +77,7 @@ class TokenColumns(Stage):
 
     def run(self, ctx: StageContext) -> dict:
         p: TokenColumnsParams = self.params
-        src = ctx.input("structure").path
+        src = ctx.input(SHARDS).path
         files = shard_files(src)
         present = pq.read_schema(files[0]).names if files else []
         job = Tokenize(ctx.input("tokenizer").path / "tokenizer", p.generation, present)

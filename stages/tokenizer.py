@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from cpp_data.pipeline.contract.executor import tokenizer_threads
-from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import FIRST_SHARDS, Stage, StageContext
 from cpp_data.schemas.manifest import sha256_file
 from cpp_data.schemas.reader import shard_files
 from cpp_data.stages.lib.tokenizer_training import train_in_own_process
@@ -85,7 +85,7 @@ class TokenizerStage(Stage):
     libraries = ('pyarrow', 'tokenizers')
     version = 2
     scope = "corpus"
-    inputs = ("shards",)
+    inputs = (FIRST_SHARDS,)  # the documents as first written: structure runs beside the training
     runs_beside = True  # the training is a process of its own: structure runs meanwhile (docs/SCALING.md)
     Params = TokenizerParams
 
@@ -108,7 +108,7 @@ class TokenizerStage(Stage):
         unusable = check_band_pieces(band)
         if unusable:
             raise ValueError(f"band entries the pre-tokenizer never yields whole: {unusable[:5]}")
-        job = {"files": [str(f) for f in shard_files(ctx.input("shards").path, "train")],
+        job = {"files": [str(f) for f in shard_files(ctx.input(FIRST_SHARDS).path, "train")],
                "heldout_fraction": p.heldout_fraction, "sample_bytes": p.sample_bytes, "sample_seed": p.sample_seed,
                "band_file": p.band_file, "vocab_size": p.vocab_size, "min_frequency": p.min_frequency,
                "cap_to_corpus": p.cap_vocab_to_corpus, "show_progress": ctx.executor.config.progress,

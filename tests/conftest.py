@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,26 @@ def run_in_terminal(args: list[str], timeout: float = 900) -> tuple[int, str]:
         out += chunk
     os.close(main)
     return proc.wait(timeout=timeout), out.decode("utf-8", "replace").replace("\r", "\n")
+
+
+MEGATRON_LM = "megatron-lm-core_v0.16.1.tar.xz"
+# beside the checkout (the workplace's layout), wherever the checkout is
+MEGATRON_LM_AT = [Path(__file__).resolve().parent.parent.parent / "shared" / "peers" / MEGATRON_LM,
+                  Path("/work/shared/peers") / MEGATRON_LM]
+
+
+@pytest.fixture(scope="session")
+def megatron_lm(tmp_path_factory) -> Path:
+    given = os.environ.get("CPP_DATA_MEGATRON_LM")
+    source = Path(given) if given else next((c for c in MEGATRON_LM_AT if c.exists()), MEGATRON_LM_AT[0])
+    if source.is_dir():
+        return source
+    if not source.is_file():
+        pytest.skip(f"Megatron-LM core_v0.16.1 not found at {source}; set CPP_DATA_MEGATRON_LM to a checkout or "
+                    f"its tarball")
+    dest = tmp_path_factory.mktemp("megatron-lm")
+    with tarfile.open(source) as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("pretrain_gpt.py"))
+
+

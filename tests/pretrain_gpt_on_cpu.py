@@ -1,7 +1,10 @@
 """Run Megatron-LM's own pretrain_gpt.py on CPU (one process, gloo): how tests/test_megatron_lm.py proves that
 launch.json launches Megatron-LM (tag core_v0.16.1) on both datasets of a build.
 
-usage: python tests/pretrain_gpt_on_cpu.py MEGATRON_LM_DIR -- <pretrain_gpt.py args...>
+usage: python tests/pretrain_gpt_on_cpu.py MEGATRON_LM_DIR [--args-only] -- <pretrain_gpt.py args...>
+
+With --args-only it runs only Megatron-LM's parse_args and validate_args on the line (a curriculum phase of
+64K-token rows is out of reach on CPU, its command line is not) and prints what they made of it as JSON.
 
 Nothing of Megatron-LM is copied: this patches torch and megatron at runtime where they assume CUDA (each patch
 says which assumption it removes), then runs MEGATRON_LM_DIR/pretrain_gpt.py as __main__. What core_v0.16.1
@@ -20,6 +23,9 @@ import socket
 import sys
 import types
 
+ARGS_ONLY = len(sys.argv) > 2 and sys.argv[2] == "--args-only"
+if ARGS_ONLY:
+    del sys.argv[2]
 if len(sys.argv) < 3 or sys.argv[2] != "--":
     sys.exit(__doc__)
 MLM = os.path.abspath(sys.argv[1])
@@ -125,4 +131,15 @@ with socket.socket() as s:
 os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 sys.argv = [os.path.join(MLM, "pretrain_gpt.py")] + sys.argv[3:]
+if ARGS_ONLY:
+    import json
+
+    from megatron.training.arguments import parse_args, validate_args
+
+    parsed = parse_args()
+    validate_args(parsed)
+    print(json.dumps({k: getattr(parsed, k) for k in ("seq_length", "max_position_embeddings", "train_data_path",
+                                                      "valid_data_path", "reset_position_ids",
+                                                      "reset_attention_mask", "eod_mask_loss")}))
+    sys.exit(0)
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -125,17 +125,20 @@ def test_recipes_list_and_show():
     import json
 
     resolved = json.loads(run_cli("recipes", "show", "v6", "--resolved").stdout)
-    assert resolved["params"]["packed_rows"]["seq_length"] == 4096 and resolved["overrides"] == {}
+    assert resolved["params"]["lanes"]["lanes"] == ["4k", "16k", "64k"] and resolved["overrides"] == {}
 
 
 @pytest.mark.parametrize("setting,message", [
-    ("packed_rows.seq_lenght=2048", "unknown parameter(s) ['seq_lenght']"),
-    ("packed_rows.seq_length=abc", "seq_length must be an integer, got 'abc'"),
+    ("packed_rows.fim_epoch=2", "unknown parameter(s) ['fim_epoch']"),
+    ("packed_rows.fim_epochs=abc", "fim_epochs must be an integer, got 'abc'"),
     ("fancy.seed=1", "'fancy' is not a stage of this recipe"),
     ("seq_length=2048", "expected STAGE.PARAM=VALUE"),
     # values out of range, refused before any stage runs (a negative length had failed in packed_rows, a
     # threshold of 7 had silently removed no near duplicate)
-    ("packed_rows.seq_length=-5", "seq_length must be between 2 and 16777216, got -5"),
+    ("packed_rows.fim_epochs=-5", "fim_epochs must be between 1 and 64, got -5"),
+    ('lanes.lanes=["4x"]', "lane '4x': a lane is named by its sequence length"),
+    ('lanes.chunked=["8k"]', "chunked lane(s) ['8k'] are not among lanes"),
+    ('lanes.lanes=["80"]', "lane 80: a budget of 76 tokens leaves 57 for a chunk's body"),
     ("near_dedup.threshold=7", "threshold must be between 0 and 1, got 7.0"),
     ("shards.valid_fraction=2", "valid_fraction must be between 0 and 0.5, got 2.0"),
     ("near_dedup.bands=32", "bands x rows = 256 exceeds num_perm = 128"),
@@ -163,7 +166,6 @@ def test_recipes_list_and_show():
     ("token_columns.compression_level=23", "compression_level of zstd must be between -131072 and 22, got 23"),
     # sizes that would make the trainer abort with a Rust backtrace, the packer ask for memory no machine has
     ("tokenizer.vocab_size=99999999999", "vocab_size must be between 1 and 4194304, got 99999999999"),
-    ("packed_rows.seq_length=99999999999", "seq_length must be between 2 and 16777216, got 99999999999"),
 ])
 def test_set_overrides_are_checked_like_the_recipe(setting, message):
     proc = run_cli("recipes", "show", "v6", "--set", setting, check=False)
@@ -249,8 +251,8 @@ def test_every_recipe_default_is_within_its_bounds():
 
 @pytest.mark.slow
 def test_set_override_reaches_the_fingerprint_and_the_manifest(reference_build, tmp_path):
-    """--set packed_rows.seq_length=256 on the reference build's cache: only the packed rows and what reads
-    them run again; the manifest records the override and the new length."""
+    """--set packed_rows.fim_epochs=2 on the reference build's cache: only the packed rows and what reads
+    them run again; the manifest records the override, and the launch spec the two epochs' prefixes."""
     import json
     import shutil
 
@@ -260,13 +262,16 @@ def test_set_override_reaches_the_fingerprint_and_the_manifest(reference_build, 
     shutil.copytree(reference_build.parent.parent, out, symlinks=True)
     shutil.rmtree(out / "builds")
     sources = reference_build.parent.parent.parent / "sources.toml"
-    proc = build(sources, out, "--set", "packed_rows.seq_length=256")
+    proc = build(sources, out, "--set", "packed_rows.fim_epochs=2")
     assert "packed_rows: running" in proc.stdout and "shards: running" not in proc.stdout
-    assert "megatron_export: running" not in proc.stdout
-    manifest = json.loads((out / "builds" / (out / "builds" / "LATEST").read_text().strip() / "manifest.json")
-                          .read_text())
-    assert manifest["recipe"]["overrides"] == {"packed_rows": {"seq_length": 256}}
-    assert manifest["recipe"]["params"]["packed_rows"]["seq_length"] == 256 and manifest["seq_length"] == 256
+    assert "megatron_export: running" not in proc.stdout and "lanes: running" not in proc.stdout
+    latest = out / "builds" / (out / "builds" / "LATEST").read_text().strip()
+    manifest = json.loads((latest / "manifest.json").read_text())
+    assert manifest["recipe"]["overrides"] == {"packed_rows": {"fim_epochs": 2}}
+    assert manifest["recipe"]["params"]["packed_rows"]["fim_epochs"] == 2
+    spec = json.loads((latest / "launch.json").read_text())
+    train = spec["lanes"]["4k"]["datasets"]["packed"]["blend_per_split"]["train"]
+    assert [p.rsplit("_", 1)[1] for _, p in train] == ["e0", "e1"]
 
 
 @pytest.mark.parametrize("code,rc,words", [(13, 2, "change its permissions"), (30, 2, "change its permissions"),

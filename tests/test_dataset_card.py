@@ -1,6 +1,7 @@
 """The dataset card (issue 17, point 4): a build's README.md lets the Hugging Face datasets library load the
-documents (the default config) and the packed rows by the build's path alone, with the splits and row counts
-the manifest records; `cpp_data.load_build` gives the same from the manifest; a copied build still loads."""
+documents (the default config), each lane's rows and each lane's packed rows by the build's path alone, with the
+splits and row counts the manifest records; `cpp_data.load_build` gives the same from the manifest; a copied
+build still loads."""
 
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ datasets = pytest.importorskip("datasets")
 yaml = pytest.importorskip("yaml")
 
 
-def _rows(manifest: dict, kind: str, split: str) -> int:
+def _rows(manifest: dict, folder: str, split: str) -> int:
     import pyarrow.parquet as pq
 
-    folder = "shards" if kind == "shard" else "packed"
     return sum(pq.read_metadata(f).num_rows for f in manifest["_dir"].glob(f"{folder}/{split}*.parquet"))
 
 
@@ -31,12 +31,15 @@ def copied_build(reference_build: Path, tmp_path_factory) -> Path:
     return dest
 
 
-def test_card_front_matter_names_both_configs(reference_build: Path):
+def test_card_front_matter_names_every_config(reference_build: Path):
     text = (reference_build / "README.md").read_text()
     assert text.startswith("---\n")
     front = yaml.safe_load(text.split("---\n")[1])
     configs = {c["config_name"]: c for c in front["configs"]}
-    assert set(configs) == {"documents", "packed"} and configs["documents"].get("default") is True
+    lanes = ("4k", "16k", "64k")
+    assert set(configs) == {"documents", *(f"lane_{x}" for x in lanes), *(f"packed_{x}" for x in lanes)}
+    assert configs["documents"].get("default") is True
+    assert configs["packed_4k"]["data_files"][0]["path"] == "packed/4k/train*.parquet"
     for c in configs.values():
         assert {f["split"] for f in c["data_files"]} == {"train", "validation"}
         assert all(not f["path"].startswith("/") for f in c["data_files"])
@@ -52,13 +55,16 @@ def test_datasets_loads_documents_and_packed_rows_by_path(copied_build: Path):
     manifest = json.loads((copied_build / "manifest.json").read_text())
     manifest["_dir"] = copied_build
     docs = datasets.load_dataset(str(copied_build))
-    assert docs["train"].num_rows == _rows(manifest, "shard", "train") == manifest["totals"]["train_documents"]
+    assert docs["train"].num_rows == _rows(manifest, "shards", "train") == manifest["totals"]["train_documents"]
     assert docs["validation"].num_rows == manifest["totals"]["valid_documents"]
     assert "text" in docs["train"].column_names and "source_repo" in docs["train"].column_names
-    packed = datasets.load_dataset(str(copied_build), "packed")
-    assert packed["train"].num_rows == _rows(manifest, "packed", "train") > 0
+    chunks = datasets.load_dataset(str(copied_build), "lane_4k")
+    assert chunks["train"].num_rows == _rows(manifest, "lanes/4k", "train") >= docs["train"].num_rows
+    assert {"chunk_index", "context_length", "token_ids"} <= set(chunks["train"].column_names)
+    packed = datasets.load_dataset(str(copied_build), "packed_16k")
+    assert packed["train"].num_rows == _rows(manifest, "packed/16k", "train") > 0
     assert "input_ids" in packed["train"].column_names
-    assert len(packed["train"][0]["input_ids"]) == manifest["seq_length"]
+    assert len(packed["train"][0]["input_ids"]) == 16384
 
 
 def test_load_build_reads_an_output_directory(reference_build: Path):
@@ -68,11 +74,11 @@ def test_load_build_reads_an_output_directory(reference_build: Path):
     docs = cpp_data.load_build(out)
     manifest = json.loads((reference_build / "manifest.json").read_text())
     assert docs["train"].num_rows == manifest["totals"]["train_documents"]
-    packed = cpp_data.load_build(reference_build, "packed", split="validation")
+    packed = cpp_data.load_build(reference_build, "packed_4k", split="validation")
     assert packed.num_rows >= 1
     from cpp_data.pipeline.foundation.errors import BadInput
 
-    with pytest.raises(BadInput, match="unknown config"):
+    with pytest.raises(BadInput, match="no config 'tokens'; this build has documents, lane_16k"):
         cpp_data.load_build(reference_build, "tokens")
 
 

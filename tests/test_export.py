@@ -34,28 +34,36 @@ def _shard_tokens(build: Path, split: str) -> list[list[int]]:
     return out
 
 
+def _lane_tokens(build: Path, lane: str, split: str) -> list[list[int]]:
+    manifest = load_manifest(build)
+    return [ids for e in manifest["files"] if e["kind"] == "lane_shard" and e["split"] == split
+            and e["path"].startswith(f"lanes/{lane}/")
+            for ids in pq.read_table(build / e["path"], columns=["token_ids"]).column(0).to_pylist()]
+
+
 def test_bin_idx_read_back_by_megatron_core(reference_build: Path):
     from megatron.core.datasets.indexed_dataset import DType, IndexedDataset
 
     manifest = load_manifest(reference_build)
     bins = {e["path"]: e["sha256"] for e in manifest["files"] if e["kind"] == "megatron_bin"}
-    assert set(bins) == {"megatron/cpp_train.bin", "megatron/cpp_valid.bin"}
-    for split in ("train", "valid"):
-        prefix = reference_build / "megatron" / f"cpp_{split}"
-        assert sha256_file(prefix.with_suffix(".bin")) == bins[f"megatron/cpp_{split}.bin"]
-        ds = IndexedDataset(str(prefix))
-        docs = _shard_tokens(reference_build, split)
-        assert len(ds) == len(docs) > 0
-        for i, ids in enumerate(docs):
-            assert ds[i].tolist() == ids + [EOS]
-        # the header, as megatron-core's format says: magic, version 1, dtype code (8 uint16 under 65,500 ids,
-        # else 4 int32)
-        head = prefix.with_suffix(".idx").read_bytes()[:34]
-        assert head[:9] == b"MMIDIDX\x00\x00"
-        version, code, seqs, docs_plus_one = struct.unpack("<QBQQ", head[9:34])
-        vocab = manifest["tokenizer"]["vocab_size"]
-        assert (version, code, seqs, docs_plus_one) == (1, 8 if vocab < 65_500 else 4, len(docs), len(docs) + 1)
-        assert ds.index.dtype == DType.optimal_dtype(vocab)
+    assert set(bins) == {f"megatron/{lane}/cpp_{s}.bin" for lane in ("4k", "16k", "64k") for s in ("train", "valid")}
+    for lane in ("4k", "16k", "64k"):
+        for split in ("train", "valid"):
+            prefix = reference_build / "megatron" / lane / f"cpp_{split}"
+            assert sha256_file(prefix.with_suffix(".bin")) == bins[f"megatron/{lane}/cpp_{split}.bin"]
+            ds = IndexedDataset(str(prefix))
+            docs = _lane_tokens(reference_build, lane, split)
+            assert len(ds) == len(docs) > 0
+            for i, ids in enumerate(docs):
+                assert ds[i].tolist() == ids + [EOS]
+            # the header, as megatron-core's format says: magic, version 1, dtype code (8 uint16 under 65,500
+            # ids, else 4 int32)
+            head = prefix.with_suffix(".idx").read_bytes()[:34]
+            assert head[:9] == b"MMIDIDX\x00\x00"
+            version, code, seqs, docs_plus_one = struct.unpack("<QBQQ", head[9:34])
+            vocab = manifest["tokenizer"]["vocab_size"]
+            assert (version, code, seqs, docs_plus_one) == (1, 8 if vocab < 65_500 else 4, len(docs), len(docs) + 1)
+            assert ds.index.dtype == DType.optimal_dtype(vocab)
 
 
 def test_small_vocab_uses_uint16_and_oversized_ids_are_refused(tmp_path: Path):
@@ -76,13 +84,22 @@ def test_small_vocab_uses_uint16_and_oversized_ids_are_refused(tmp_path: Path):
 
 def test_export_command_is_deterministic_and_matches_the_build(reference_build: Path, tmp_path: Path):
     for name in ("a", "b"):
-        run_cli("export", "megatron", str(reference_build), "--out", str(tmp_path / name), "--workers", "2")
+        run_cli("export", "megatron", str(reference_build), "--lane", "4k", "--out", str(tmp_path / name),
+                "--workers", "2")
     for f in ("cpp_train.bin", "cpp_train.idx", "cpp_valid.bin", "cpp_valid.idx"):
         a, b = (tmp_path / "a" / f).read_bytes(), (tmp_path / "b" / f).read_bytes()
-        assert a == b == (reference_build / "megatron" / f).read_bytes(), f
+        assert a == b == (reference_build / "megatron" / "4k" / f).read_bytes(), f
     assert (tmp_path / "a" / "_COMPLETE").exists()
-    again = run_cli("export", "megatron", str(reference_build), "--out", str(tmp_path / "a"), check=False)
+    again = run_cli("export", "megatron", str(reference_build), "--lane", "4k", "--out", str(tmp_path / "a"),
+                    check=False)
     assert again.returncode == 3  # already exported
+    whole = tmp_path / "whole"  # without --lane: the whole documents, one sequence each
+    run_cli("export", "megatron", str(reference_build), "--out", str(whole))
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    assert len(IndexedDataset(str(whole / "cpp_train"))) == len(_shard_tokens(reference_build, "train"))
+    missing = run_cli("export", "megatron", str(reference_build), "--lane", "8k", check=False)
+    assert missing.returncode == 2 and "no lane '8k'" in missing.stderr
 
 
 def _segments(row: dict) -> list[list[int]]:
@@ -94,12 +111,18 @@ def _segments(row: dict) -> list[list[int]]:
 
 
 def test_packed_rows(reference_build: Path):
+    """A lane's packed rows: exactly its length, every document of the lane whole in one row (no FIM in the
+    rows), loss only on real next tokens outside context prefixes; the training bin/idx of epoch 0 is the same
+    rows with FIM drawn on about half the documents, each a permutation of its document around 3 sentinels."""
+    from cpp_data.schemas.indexed import read_sequences
+
     manifest = load_manifest(reference_build)
-    meta = json.loads((reference_build / "packed" / "packed.json").read_text())
+    meta = json.loads((reference_build / "packed" / "4k" / "packed.json").read_text())
     T = meta["seq_length"]
-    assert T == 4096
+    assert T == 4096 and meta["fim_epochs"] == 1
     rows = {s: [r for e in manifest["files"] if e["kind"] == "packed" and e["split"] == s
-                for r in pq.read_table(reference_build / e["path"]).to_pylist()] for s in ("train", "valid")}
+                and e["path"].startswith("packed/4k/") for r in pq.read_table(reference_build / e["path"]).to_pylist()]
+            for s in ("train", "valid")}
     for split, rs in rows.items():
         assert [r["pack_id"] for r in rs] == list(range(len(rs)))
         for r in rs:
@@ -107,26 +130,31 @@ def test_packed_rows(reference_build: Path):
             d = r["doc_ids"]
             assert d[0] == 1 and max(d) == r["num_docs"] and sum(1 for x in d if x) == r["valid_token_count"]
             assert all(x == 0 for x in d[r["valid_token_count"]:])  # right-padded
+            assert r["valid_token_count"] + 3 * r["num_docs"] <= T  # FIM's three slots reserved per document
             for k in range(T - 1):
                 if r["loss_mask"][k]:
                     assert d[k + 1] == d[k] and r["target_ids"][k] == r["input_ids"][k + 1]
         tokens = sum(r["valid_token_count"] for r in rs)
         assert meta["telemetry"][split]["slot_utilization"] == round(tokens / (len(rs) * T), 4)
-        assert len(rs) >= -(-tokens // T)
-    # validation: no FIM; every document (token ids + EOD) is one segment, or pieces of T when longer
-    expected = Counter(tuple((ids + [EOS])[k:k + T]) for ids in _shard_tokens(reference_build, "valid")
-                       for k in range(0, len(ids) + 1, T))
-    got = Counter(tuple(s) for r in rows["valid"] for s in _segments(r))
-    assert expected and expected == got
-    # training: about half the documents are FIM, each a permutation of its document around 3 sentinels
-    train_docs = _shard_tokens(reference_build, "train")
+        assert meta["telemetry"][split]["cropped_token_share"] == 0.0  # a lane's documents fit its rows
+        expected = Counter(tuple(ids + [EOS]) for ids in _lane_tokens(reference_build, "4k", split))
+        assert expected == Counter(tuple(s) for r in rs for s in _segments(r))
+    # the training bin/idx, epoch 0: the rows with FIM drawn
+    train_docs = _lane_tokens(reference_build, "4k", "train")
     fim = meta["telemetry"]["train"]["fim_documents"]
     assert 0.4 < fim / len(train_docs) < 0.6
-    originals = Counter(tuple(sorted(ids + [EOS])) for ids in train_docs if len(ids) + 4 < T)
+    originals = Counter(tuple(sorted(ids + [EOS])) for ids in train_docs)
     seen_fim = 0
-    for r in rows["train"]:
-        for s in _segments(r):
-            if s[0] == BAND.role_id("fim_prefix") and s[-1] == EOS and len(s) < T:
+    for seq, r in zip(read_sequences(reference_build / "packed" / "4k" / "cpp_packed_train_e0"), rows["train"]):
+        seq = seq.tolist()
+        assert len(seq) == T and seq.count(BAND.role_id("fim_prefix")) <= r["num_docs"]
+        segments, start = [], 0
+        for k, t in enumerate(seq):  # each document ends with its EOD
+            if t == EOS:
+                segments.append(seq[start:k + 1])
+                start = k + 1
+        for s in segments:
+            if s[0] == BAND.role_id("fim_prefix"):
                 assert sum(1 for t in s if t in FIM) == 3
                 assert tuple(sorted(t for t in s if t not in FIM)) in originals
                 seen_fim += 1

@@ -80,7 +80,7 @@ def test_small_build_is_promoted(small):
     assert (small["out"] / "builds" / "PROMOTED").read_text().strip() == build.name
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    assert IndexedDataset(str(build / "megatron" / "cpp_train")).index.dtype.__name__ == "uint16"
+    assert IndexedDataset(str(build / "megatron" / "4k" / "cpp_train")).index.dtype.__name__ == "uint16"
 
 
 def test_validate_and_status_take_what_users_give(small, tmp_path):

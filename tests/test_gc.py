@@ -19,7 +19,7 @@ def test_gc_keeps_latest_and_promoted_and_what_they_need(reference_build: Path, 
     sources = reference_build.parent.parent.parent / "sources.toml"
     old = reference_build.name
     (out / "builds" / "PROMOTED").write_text(old + "\n")
-    build(sources, out, "--set", "packed_rows.seq_length=512")  # a second v6 build: LATEST
+    build(sources, out, "--set", "packed_rows.fim_rate=0.4")  # a second v6 build: LATEST
     new = (out / "builds" / "LATEST").read_text().strip()
     assert new != old
     before = {p for p in (out / "cache").glob("*/*")}
@@ -51,7 +51,7 @@ def test_gc_keeps_latest_and_promoted_and_what_they_need(reference_build: Path, 
     gone = before - {p for p in (out / "cache").glob("*/*")}
     assert {p.parent.name for p in gone} == {"packed_rows", "launch_spec"}  # only the old length's entries
     run_cli("validate", str(out / "builds" / new))
-    again = build(sources, out, "--set", "packed_rows.seq_length=512", check=False)
+    again = build(sources, out, "--set", "packed_rows.fim_rate=0.4", check=False)
     assert again.returncode == 3 and "nothing to do" in again.stdout and ": running" not in again.stdout
 
 

@@ -39,7 +39,7 @@ def test_tiny_gpt_loss_falls_on_packed_rows(packed_256: Path, tmp_path: Path):
     assert first > 10.5 and last < first - 1.5, losses  # ln(65,536) = 11.09 at the start
     assert summary["parameters"] > 1_000_000 and summary["valid_loss"] is not None
     assert summary["data_kind"] == "packed" and summary["seq_length"] == 256
-    assert summary["data"]["cpp_packed_train"] and summary["tokens_per_s_mean"] > 0
+    assert summary["data"]["cpp_packed_train_e0"] and summary["tokens_per_s_mean"] > 0
     assert (tmp_path / "run" / "checkpoints" / "step-0000030.pt").is_file()
 
 
@@ -76,7 +76,7 @@ def test_a_document_in_a_packed_row_sees_nothing_of_its_neighbours(packed_256: P
     apply_cpu_patches()
     init_distributed(torch.device("cpu"), 0)
     torch.manual_seed(0)
-    rows = spec["datasets"]["packed"]["documents"]["train"] * 4
+    rows = dataset_of(spec, "packed")["documents"]["train"] * 4
     train, _ = build_datasets(spec, dataset_of(spec, "packed"), T, 1234, rows, 0, tmp_path / "cache")
     model, _ = build_model("tiny", spec["vocab_size"], T, torch.device("cpu"))
     model.eval()
@@ -129,7 +129,8 @@ def test_document_segments_are_gpt_datasets_own_masks(packed_256: Path, tmp_path
     spec = load_launch_spec(packed_256)
     T = spec["seq_length"]
     init_distributed(torch.device("cpu"), 0)
-    train, _ = build_datasets(spec, dataset_of(spec, "packed"), T, 1234, 48, 0, tmp_path / "cache")
+    bin_idx = {k: v for k, v in dataset_of(spec, "packed").items() if k != "rows"}  # GPTDataset over the bin/idx
+    train, _ = build_datasets(spec, bin_idx, T, 1234, 48, 0, tmp_path / "cache")
     batch = [train[i] for i in range(len(train))]
     pos = torch.stack([s["position_ids"] for s in batch])
     theirs = torch.stack([s["attention_mask"] for s in batch])  # [b, 1, s, s], True = masked out

@@ -14,8 +14,8 @@ from test_harness import _log
 pytestmark = pytest.mark.slow  # trains the tiny model on the reference build (pyproject.toml: markers)
 
 # 4 steps of 4 documents (2 micro-batches of 2) at 128 tokens: what every run below trains
-ARGS = ("--model", "tiny", "--batch-size", "4", "--micro-batch-size", "2", "--steps", "4", "--warmup", "2",
-        "--log-every", "1", "--data", "documents", "--seq-length", "128")
+ARGS = ("--lane", "4k", "--model", "tiny", "--batch-size", "4", "--micro-batch-size", "2", "--steps", "4",
+        "--warmup", "2", "--log-every", "1", "--data", "documents", "--seq-length", "128")
 
 
 def _run(reference_build: Path, out: Path, *extra: str):
@@ -75,7 +75,7 @@ def test_a_cuda_device_without_cuda_is_a_one_line_usage_error(reference_build: P
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: --device cuda is valid here")
     proc = run_cli("train", "--launch-spec", str(reference_build), "--out", str(tmp_path / "run"),
-                   "--device", "cuda", "--steps", "1", check=False)
+                   "--device", "cuda", "--steps", "1", "--lane", "4k", check=False)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"cpp-data: error: train: --device cuda: this torch ({torch.__version__}) has no usable CUDA device; use "
         f"--device cpu (or auto)"], proc.stderr

@@ -10,39 +10,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NAME = "megatron-lm-core_v0.16.1.tar.xz"
-# beside the checkout (the workplace's layout), wherever the checkout is
-CANDIDATES = [ROOT.parent / "shared" / "peers" / NAME, Path("/work/shared/peers") / NAME]
 CPU_FLAGS = ["--transformer-impl", "local", "--no-gradient-accumulation-fusion", "--no-rope-fusion",
              "--no-persist-layer-norm", "--distributed-backend", "gloo"]
 SMALL_RUN = ["--micro-batch-size", "1", "--global-batch-size", "1", "--train-iters", "2", "--eval-iters", "1",
              "--eval-interval", "2", "--log-interval", "1"]
-
-
-@pytest.fixture(scope="session")
-def megatron_lm(tmp_path_factory) -> Path:
-    given = os.environ.get("CPP_DATA_MEGATRON_LM")
-    source = Path(given) if given else next((c for c in CANDIDATES if c.exists()), CANDIDATES[0])
-    if source.is_dir():
-        return source
-    if not source.is_file():
-        pytest.skip(f"Megatron-LM core_v0.16.1 not found at {source}; set CPP_DATA_MEGATRON_LM to a checkout or "
-                    f"its tarball")
-    dest = tmp_path_factory.mktemp("megatron-lm")
-    with tarfile.open(source) as tar:
-        tar.extractall(dest, filter="data")
-    return next(p.parent for p in dest.rglob("pretrain_gpt.py"))
 
 
 @pytest.mark.slow
@@ -52,7 +32,8 @@ def test_pretrain_gpt_trains_from_launch_json(megatron_lm: Path, reference_build
     build = tmp_path / "build"  # a copy, run from its own directory: launch.json's paths are relative to it
     shutil.copytree(reference_build, build)
     spec = json.loads((build / "launch.json").read_text())
-    args = spec["datasets"][dataset]["megatron_args"] + spec["model_args"]["tiny"]
+    first = spec["phases"][0]["lane"]  # the curriculum's first lane trains; tests/test_lanes.py parses every phase
+    args = spec["lanes"][first]["datasets"][dataset]["megatron_args"] + spec["model_args"]["tiny"]
     args += CPU_FLAGS + SMALL_RUN + ["--data-cache-path", str(tmp_path / "index-cache")]
     cmd = [sys.executable, str(ROOT / "tests" / "pretrain_gpt_on_cpu.py"), str(megatron_lm), "--", *args]
     proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=900)

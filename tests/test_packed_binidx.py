@@ -22,15 +22,15 @@ def test_gpt_dataset_samples_are_whole_rows(reference_build: Path, tmp_path: Pat
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
-    packed = reference_build / "packed"
+    packed = reference_build / "packed" / "4k"
     T = json.loads((packed / "packed.json").read_text())["seq_length"]
     spec = json.loads((reference_build / "launch.json").read_text())
     eod = spec["eod"]
-    prefix = str(packed / "cpp_packed_train")
-    rows = read_sequences(packed / "cpp_packed_train")
-    parquet = [r for f in sorted(packed.glob("train-*.parquet"))
+    prefix = str(packed / "cpp_packed_valid")  # the validation rows: no FIM, so the bin/idx is the Parquet rows
+    rows = read_sequences(packed / "cpp_packed_valid")
+    parquet = [r for f in sorted(packed.glob("valid-*.parquet"))
                for r in pq.read_table(f, columns=["input_ids"]).column(0).to_pylist()]
-    assert len(rows) == len(parquet) >= 10 and all(len(rows[i]) == T for i in range(len(rows)))
+    assert len(rows) == len(parquet) >= 2 and all(len(rows[i]) == T for i in range(len(rows)))
     assert all(np.array_equal(rows[i], parquet[i]) for i in range(len(rows)))
     by_content = {np.asarray(rows[i]).tobytes(): i for i in range(len(rows))}
     init_distributed(torch.device("cpu"), 1)

@@ -26,30 +26,30 @@ def test_plan_names_what_changed_and_writes_nothing(reference_build: Path, tmp_p
     out = tmp_path / "out"
     shutil.copytree(reference_build.parent.parent, out, symlinks=True)
     sources = reference_build.parent.parent.parent / "sources.toml"
-    build(sources, out, "--set", "packed_rows.seq_length=512")  # a build whose stage records hold reasons
+    build(sources, out, "--set", "packed_rows.fim_rate=0.4")  # a build whose stage records hold reasons
     before = _tree(out)
 
-    same = _plan(out, sources, "--set", "packed_rows.seq_length=512")
+    same = _plan(out, sources, "--set", "packed_rows.fim_rate=0.4")
     assert same["run"] == 0 and same["cached"] == len(same["stages"])
 
-    p = _plan(out, sources, "--set", "packed_rows.seq_length=1024", "--set", "tokenizer.vocab_size=4096")
+    p = _plan(out, sources, "--set", "packed_rows.fim_rate=0.3", "--set", "tokenizer.vocab_size=4096")
     rows = {r["label"]: r for r in p["stages"]}
     assert p["compared_with"] == (out / "builds" / "LATEST").read_text().strip()
-    assert rows["packed_rows"]["action"] == "run" and "seq_length 512 -> 1024" in rows["packed_rows"]["reason"]
+    assert rows["packed_rows"]["action"] == "run" and "fim_rate 0.4 -> 0.3" in rows["packed_rows"]["reason"]
     assert rows["tokenizer"]["action"] == "run" and "vocab_size" in rows["tokenizer"]["reason"]
     assert "input tokenizer runs again" in rows["token_columns"]["reason"]
     assert rows["shards"]["action"] == "cached" and rows["collect[googletest]"]["action"] == "cached"
     assert _tree(out) == before  # nothing written
 
     text = run_cli("build", "--dry-run", "--version", "v6", "--sources", str(sources), "--out", str(out),
-                   "--set", "packed_rows.seq_length=1024").stdout
-    assert "seq_length 512 -> 1024" in text and "nothing was run" in text
+                   "--set", "packed_rows.fim_rate=0.3").stdout
+    assert "fim_rate 0.4 -> 0.3" in text and "nothing was run" in text
     assert _tree(out) == before
 
     # --force, --from and --only: the dry run had ignored them and said "up to date" for a build that reran
     def dry(*flags: str) -> dict:
         args = ("build", "--dry-run", "--version", "v6", "--sources", str(sources), "--out", str(out), "--set",
-                "packed_rows.seq_length=512", *flags)
+                "packed_rows.fim_rate=0.4", *flags)
         proc = run_cli(*args)
         return {line.split()[1]: line.split()[0] for line in proc.stdout.splitlines()[1:-1]}
 
@@ -61,11 +61,11 @@ def test_plan_names_what_changed_and_writes_nothing(reference_build: Path, tmp_p
     assert _tree(out) == before
 
     # the plain build again: nothing to do, and LATEST names the reference build once more; the plan compares
-    # with that build, not with the newer 512 one (it had listed "seq_length 512 -> ..." against it)
+    # with that build, not with the newer one of fim_rate 0.4
     assert build(sources, out, check=False).returncode == 3
-    again = _plan(out, sources, "--set", "packed_rows.seq_length=1024")
+    again = _plan(out, sources, "--set", "packed_rows.fim_rate=0.3")
     assert again["compared_with"] == reference_build.name == (out / "builds" / "LATEST").read_text().strip()
-    assert "seq_length 4096 -> 1024" in {r["label"]: r for r in again["stages"]}["packed_rows"]["reason"]
+    assert "fim_rate 0.5 -> 0.3" in {r["label"]: r for r in again["stages"]}["packed_rows"]["reason"]
 
 
 def test_plan_of_an_empty_output_directory_runs_everything(reference_build: Path, tmp_path: Path):

@@ -24,7 +24,7 @@ def _copy(reference_build: Path, tmp_path: Path) -> tuple[Path, Path]:
 def test_a_terminal_gets_a_live_display(reference_build: Path, tmp_path: Path):
     out, sources = _copy(reference_build, tmp_path)
     rc, text = run_in_terminal(["build", "--version", "v6", "--sources", str(sources), "--out", str(out),
-                               "--workers", "2", "--set", "packed_rows.seq_length=512"])
+                               "--workers", "2", "--set", "packed_rows.fim_rate=0.4"])
     assert rc == 0, text[-3000:]
     first = next(line for line in text.splitlines() if "stage 1/" in line)
     n = int(first.split("stage 1/")[1].split()[0])
@@ -35,11 +35,11 @@ def test_a_terminal_gets_a_live_display(reference_build: Path, tmp_path: Path):
 
 def test_without_a_terminal_plain_lines_and_json_for_schedulers(reference_build: Path, tmp_path: Path):
     out, sources = _copy(reference_build, tmp_path)
-    plain = build(sources, out, "--set", "packed_rows.seq_length=512")
+    plain = build(sources, out, "--set", "packed_rows.fim_rate=0.4")
     assert "stage 1/" not in plain.stdout and "] shards: cached" in plain.stdout
     assert "] packed_rows: running" in plain.stdout
     proc = subprocess.run([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
-                           "--workers", "2", "--set", "packed_rows.seq_length=1024", "--log-format", "json"],
+                           "--workers", "2", "--set", "packed_rows.fim_rate=0.3", "--log-format", "json"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]  # every line is JSON
@@ -53,8 +53,8 @@ def test_without_a_terminal_plain_lines_and_json_for_schedulers(reference_build:
     assert json.loads(logs[-1].read_text().splitlines()[-1])["event"] == "summary"
     # a failed build's last JSON line says so, so a scheduler reading the stream learns why it ends
     proc = subprocess.run([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out),
-                           "--set", "packed_rows.seq_length=1", "--log-format", "json"],
+                           "--set", "packed_rows.fim_epochs=0", "--log-format", "json"],
                           capture_output=True, text=True, timeout=300)
     last = json.loads(proc.stdout.splitlines()[-1])
     assert proc.returncode == 2 and last["event"] == "error" and last["exit_code"] == 2, proc.stdout
-    assert last["message"] in proc.stderr and "seq_length" in last["message"]
+    assert last["message"] in proc.stderr and "fim_epochs" in last["message"]

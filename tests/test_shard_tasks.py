@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cpp_data.stages.lib.shard_tasks import MapSlices, SliceWork, _write_plan, read_piece
+from cpp_data.stages.lib.shard_tasks import MapSlices, Slice, SliceWork, read_piece, write_plan
 
 
 class _AddTokenIds(SliceWork):
@@ -24,7 +23,7 @@ def _run(tmp_path, table: pa.Table):
     (src).mkdir()
     (work / "pieces").mkdir(parents=True)
     pq.write_table(table, src / "train-00000.parquet")
-    _write_plan(work, np.array([[0, 0, 0, table.num_rows, 0]], np.int64))
+    write_plan(work, [Slice(0, 0, 0, table.num_rows, 0)])
     list(MapSlices(src, ["train-00000.parquet"], work, _AddTokenIds()).run(None, rank=0))
     return read_piece(work / "pieces" / "00000.arrow")
 

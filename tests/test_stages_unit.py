@@ -78,7 +78,7 @@ def _run(name: str, params, inputs: dict[str, list[Artifact]], out: Path, source
          order: tuple[str, ...] = ()) -> Artifact:
     """One stage instance through a StageContext, sealed as the runner would leave it; `order` is the recipe's
     stage list, which the DOCUMENTS and PER_DOCUMENT inputs resolve against."""
-    from cpp_data.pipeline.contract.stage import DOCUMENTS, PER_DOCUMENT, per_document_before
+    from cpp_data.pipeline.contract.stage import DOCUMENTS, PER_DOCUMENT, per_document_before, shard_markers
     from cpp_data.stages import registry
 
     out.mkdir(parents=True)
@@ -88,7 +88,9 @@ def _run(name: str, params, inputs: dict[str, list[Artifact]], out: Path, source
     per_document = per_document_before(name, list(order), registry())
     ctx = StageContext(out=out, inputs=inputs, source=source, executor=executor, label=label, sources=list(sources),
                        documents=per_document[-1] if DOCUMENTS in cls.inputs else None,
-                       per_document=per_document if PER_DOCUMENT in cls.inputs else ())
+                       per_document=per_document if PER_DOCUMENT in cls.inputs else (),
+                       markers={k: v for k, v in shard_markers(name, list(order), registry()).items()
+                                if k in cls.inputs})
     counts = registry()[name](params).run(ctx)
     atomic_write_json(out / "stage.json", {"stage": name, "counts": counts})
     (out / "_COMPLETE").write_text("")
@@ -105,7 +107,7 @@ def sources(corpus):
 @pytest.fixture(scope="module")
 def chain(sources, tmp_path_factory) -> dict[str, list[Artifact]]:
     """Every v6 stage run once over the corpus through a StageContext, in recipe order."""
-    recipe = load_recipe("v6", overrides={"packed_rows": {"seq_length": 256}})
+    recipe = load_recipe("v6", overrides={"lanes": {"lanes": ["256", "1k"], "chunked": ["256"]}})
     from cpp_data.stages import registry
 
     out = tmp_path_factory.mktemp("unit-chain")
@@ -295,12 +297,13 @@ def test_tokenizer_trains_in_a_process_of_its_own_and_its_errors_come_back(chain
 
     params = load_recipe("v6").params["tokenizer"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
-    art = _run("tokenizer", params, {"shards": chain["shards"]}, tmp_path / "again")
+    art = _run("tokenizer", params, {"shards": chain["shards"]}, tmp_path / "again",
+               order=("shards", "tokenizer"))
     assert art.counts["sha256"] == chain["tokenizer"][0].counts["sha256"]  # the same bytes, run again
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before > 0.2  # a child did the training
     with pytest.raises(ValueError, match="vocab_size 300 is smaller than the fixed band"):
         _run("tokenizer", dataclasses.replace(params, vocab_size=300), {"shards": chain["shards"]},
-             tmp_path / "small")
+             tmp_path / "small", order=("shards", "tokenizer"))
     job = {"files": ["/nonexistent/train-00000.parquet"], "heldout_fraction": 0.05, "sample_bytes": 1,
            "sample_seed": 1, "band_file": "", "vocab_size": 1024, "min_frequency": 2, "cap_to_corpus": True,
            "show_progress": False, "out": str(tmp_path / "nowhere")}
@@ -319,23 +322,62 @@ def test_token_columns_decode_back_to_the_text(chain):
 def test_megatron_export_reads_back_in_megatron_core(chain):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    prefix = chain["megatron_export"][0].path / "megatron" / "cpp_train"
-    ds = IndexedDataset(str(prefix))
-    tokens = _rows(chain["token_columns"], "shards/train-*.parquet", ["token_ids"])
-    assert len(ds) == len(tokens)
-    assert sorted(len(ds[i]) for i in range(len(ds))) == sorted(len(t["token_ids"]) + 1 for t in tokens)
+    for lane in ("256", "1k"):
+        ds = IndexedDataset(str(chain["megatron_export"][0].path / "megatron" / lane / "cpp_train"))
+        tokens = _rows(chain["lanes"], f"lanes/{lane}/train-*.parquet", ["token_ids"])
+        assert len(ds) == len(tokens)
+        assert [len(ds[i]) for i in range(len(ds))] == [len(t["token_ids"]) + 1 for t in tokens]
 
 
-def test_packed_rows_are_exactly_seq_length(chain):
-    rows = _rows(chain["packed_rows"], "packed/train-*.parquet", ["input_ids", "loss_mask"])
-    assert rows and all(len(r["input_ids"]) == 256 == len(r["loss_mask"]) for r in rows)
-    assert np.mean([sum(r["loss_mask"]) / 256 for r in rows]) > 0.5
+def test_lanes_hold_every_document_once_within_budget(chain):
+    """The chunk lane cuts the files (several chunks each), the file lane groups them; both put every document
+    back exactly (lane_check, verify's gate), and no row is over its lane's budget."""
+    from cpp_data.stages.lib.lane_check import check_lane
+
+    art = chain["lanes"][0].path
+    whole = sorted((chain["token_columns"][0].path / "shards").glob("*.parquet"))
+    for lane, budget in (("256", 252), ("1k", 1020)):
+        record = json.loads((art / "lanes" / lane / "shards.json").read_text())
+        assert record["budget"] == budget and record["kind"] == ("chunks" if lane == "256" else "files")
+        found = check_lane(whole, sorted((art / "lanes" / lane).glob("*.parquet")), budget,
+                           chain["tokenizer"][0].path / "tokenizer", first=100)
+        assert found.startswith(f"{sum(pq.read_metadata(f).num_rows for f in whole)} documents")
+    chunks = _rows(chain["lanes"], "lanes/256/train-*.parquet",
+                   ["chunk_count", "chunk_kind", "context_length", "context_chars", "text", "token_ids"])
+    assert max(r["chunk_count"] for r in chunks) >= 3  # the 30-function files do not fit 252 tokens
+    cut = [r for r in chunks if r["context_chars"]]
+    assert cut and all(r["text"][:r["context_chars"]].startswith("#include <vector>") for r in cut)
+    assert all(0 < r["context_length"] < len(r["token_ids"]) for r in cut)
+    assert {r["chunk_kind"] for r in chunks} >= {"function", "file"} or "namespace_part" in {r["chunk_kind"]
+                                                                                           for r in chunks}
 
 
-def test_launch_spec_names_both_datasets_relative_to_itself(chain):
+def test_packed_rows_are_exactly_the_lane_length_and_mask_the_context(chain):
+    for lane, T in (("256", 256), ("1k", 1024)):
+        rows = _rows(chain["packed_rows"], f"packed/{lane}/train-*.parquet",
+                     ["input_ids", "loss_mask", "doc_ids", "segment_context_lengths"])
+        assert rows and all(len(r["input_ids"]) == T == len(r["loss_mask"]) for r in rows)
+        assert np.mean([sum(r["loss_mask"]) / T for r in rows]) > 0.5
+    masked = 0
+    for r in _rows(chain["packed_rows"], "packed/256/train-*.parquet", ["loss_mask", "doc_ids",
+                                                                        "segment_context_lengths"]):
+        for k, c in enumerate(r["segment_context_lengths"], start=1):
+            start = r["doc_ids"].index(k)
+            assert not any(r["loss_mask"][start:start + max(c - 1, 0)])  # no loss on predicting the context
+            assert r["loss_mask"][start + c - 1] == 1 or c == 0  # the first body token is predicted
+            masked += c > 0
+    assert masked > 0
+
+
+def test_launch_spec_names_every_lane_relative_to_itself(chain):
     spec = json.loads((chain["launch_spec"][0].path / "launch.json").read_text())
-    assert set(spec["datasets"]) == {"packed", "documents"} and spec["seq_length"] == 256
-    assert all(not p.startswith("/") for _, p in spec["datasets"]["packed"]["blend_per_split"]["train"])
+    assert set(spec["lanes"]) == {"256", "1k"} and spec["seq_length"] == 256
+    assert [p["lane"] for p in spec["phases"]] == ["256", "1k"] and all(p["tokens"] > 0 for p in spec["phases"])
+    for lane in spec["lanes"].values():
+        assert set(lane["datasets"]) == {"packed", "documents"}
+        packed = lane["datasets"]["packed"]
+        assert all(not p.startswith("/") for _, p in packed["blend_per_split"]["train"])
+        assert all(not f.startswith("/") for r in packed["rows"]["train"] for f in r["files"])
 
 
 def test_ledger_has_one_row_per_file_seen(chain):
@@ -432,17 +474,18 @@ def test_packed_files_written_by_row_group_are_one_writers_bytes(chain, tmp_path
     from cpp_data.schemas.shard_writer import dictionary_columns
     from cpp_data.stages.lib.packing import PACKED_COMPRESSION, packed_schema
 
-    recipe = load_recipe("v6", overrides={"packed_rows": {"seq_length": 256}})
+    recipe = load_recipe("v6", overrides={"lanes": {"lanes": ["256", "1k"], "chunked": ["256"]}})
     params = dataclasses.replace(recipe.params["packed_rows"], row_group_size=2, rows_per_shard=3)
-    inputs = {dep: chain[dep] for dep in ("token_columns", "tokenizer")}
+    inputs = {dep: chain[dep] for dep in ("lanes", "tokenizer")}
     art = _run("packed_rows", params, inputs, tmp_path / "packed")
-    files = sorted((art.path / "packed").glob("*.parquet"))
+    files = sorted((art.path / "packed" / "256").glob("*.parquet"))
     assert len([f for f in files if f.name.startswith("train-")]) >= 2
     for f in files:
         meta = pq.ParquetFile(f).metadata
         table = pq.read_table(f)
         assert table.num_rows <= 3 and meta.num_row_groups == -(-table.num_rows // 2)
-        schema = packed_schema("v6", json.loads((art.path / "packed" / "packed.json").read_text())["meta_columns"])
+        schema = packed_schema("v6", json.loads((art.path / "packed" / "256" / "packed.json").read_text())
+                               ["meta_columns"])
         buf = io.BytesIO()
         with pq.ParquetWriter(buf, schema, **PACKED_COMPRESSION, write_page_checksum=True,
                               use_dictionary=dictionary_columns(schema)) as writer:

@@ -48,7 +48,7 @@ def test_verify_passes_and_promotes(reference_build: Path, tmp_path: Path):
         assert f"PASS  {gate}" in proc.stdout, proc.stdout
     assert (tmp_path / "builds" / "PROMOTED").read_text().strip() == build.name
     receipt = json.loads((tmp_path / "verify" / f"{build.name}.json").read_text())
-    assert receipt["passed"] and len(receipt["gates"]) == 10
+    assert receipt["passed"] and len(receipt["gates"]) == 11
     status = json.loads(run_cli("status", "--out", str(tmp_path), "--json").stdout)
     assert status["promoted"] == build.name
     v6 = status["generations"]["v6"]
@@ -68,9 +68,9 @@ def test_verify_catches_ids_past_the_vocabulary(reference_build: Path, tmp_path:
 
 def test_verify_catches_a_corrupted_bin(reference_build: Path, tmp_path: Path):
     build = _copy_build(reference_build, tmp_path)
-    data = bytearray((build / "megatron" / "cpp_valid.bin").read_bytes())
+    data = bytearray((build / "megatron" / "4k" / "cpp_valid.bin").read_bytes())
     data[8] ^= 0xFF  # a flipped byte inside the first document
-    (build / "megatron" / "cpp_valid.bin").write_bytes(bytes(data))
+    (build / "megatron" / "4k" / "cpp_valid.bin").write_bytes(bytes(data))
     proc = run_cli("verify", str(build), "--no-train-step", check=False)
     assert proc.returncode == 1
     assert "FAIL  files" in proc.stdout and "FAIL  decode" in proc.stdout, proc.stdout
@@ -82,11 +82,11 @@ def test_verify_catches_a_packed_row_that_does_not_give_back_its_document(refere
     build = _copy_build(reference_build, tmp_path)
     from cpp_data.schemas.indexed import read_sequences
 
-    rows = read_sequences(build / "packed" / "cpp_packed_valid")
+    rows = read_sequences(build / "packed" / "4k" / "cpp_packed_valid")
     itemsize = rows[0].dtype.itemsize
-    data = bytearray((build / "packed" / "cpp_packed_valid.bin").read_bytes())
+    data = bytearray((build / "packed" / "4k" / "cpp_packed_valid.bin").read_bytes())
     data[5 * itemsize] ^= 0x01  # a token of the first validation row
-    (build / "packed" / "cpp_packed_valid.bin").write_bytes(bytes(data))
+    (build / "packed" / "4k" / "cpp_packed_valid.bin").write_bytes(bytes(data))
     proc = run_cli("verify", str(build), "--no-train-step", check=False)
     assert proc.returncode == 1 and "FAIL  packed_binidx" in proc.stdout, proc.stdout
 
@@ -97,33 +97,30 @@ def test_a_missing_idx_fails_its_gates_by_name_without_tracebacks(reference_buil
     failure line: the 'Transformer Engine and Apex are not installed' warnings of megatron-core's optimizer
     modules are not shown either."""
     build = _copy_build(reference_build, tmp_path)
-    (build / "megatron" / "cpp_train.idx").unlink()
+    (build / "megatron" / "4k" / "cpp_train.idx").unlink()
     proc = run_cli("verify", str(build), "--no-train-step", check=False)
     assert proc.returncode == 1
     for gate in ("counts", "token_range", "decode", "megatron_read"):
-        assert f"FAIL  {gate:<16} {build / 'megatron'}: cpp_train.idx missing" in proc.stdout, proc.stdout
+        assert f"FAIL  {gate:<16} {build / 'megatron' / '4k'}: cpp_train.idx missing" in proc.stdout, proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
 
 
-def test_a_build_without_documents_fails_verify_in_words_not_tracebacks(tmp_path: Path):
-    """A build whose only file is refused still publishes (with a warning); verify's gates then say the splits
-    are empty, and stderr is the one failure line: no megatron-core 'cannot mmap an empty file' or 'GPTDataset
-    failed to build as a mock data generator', no tracebacks from its readers' __del__, and no claim that the
-    v6 recipe lacks packed_rows."""
+def test_a_build_without_documents_publishes_nothing_in_one_line(tmp_path: Path):
+    """A build whose only file is refused has no training document for its lanes: it stops with one line and
+    exit 2, publishes nothing, and leaves LATEST as it was (here: absent), so nothing downstream trains on an
+    empty build."""
     from conftest import build, write_sources
 
     src = tmp_path / "src"
     src.mkdir()
     (src / "only.cpp").write_text("int f() { return 1; }\n" * 30)  # no license anywhere: refused
     sources = write_sources(tmp_path / "s.toml", [{"name": "a", "url": str(src)}])
-    assert "the build has no documents" in build(sources, tmp_path / "out").stderr
-    proc = run_cli("verify", str(tmp_path / "out"), "--no-train-step", check=False)
-    assert proc.returncode == 1
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for gate in ("counts", "gpt_dataset", "packed_binidx"):
-        assert f"FAIL  {gate:<16} the train and valid splits are empty" in proc.stdout, proc.stdout
-    assert "FAIL  packed           the build has no documents, so no packed rows" in proc.stdout
-    assert "FAIL  empty_documents  the build has no documents" in proc.stdout
+    proc = build(sources, tmp_path / "out", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "no training document came out" in proc.stderr
+    assert not (tmp_path / "out" / "builds" / "LATEST").exists()
+    assert not [d for d in (tmp_path / "out" / "builds").glob("v6-*")] if (tmp_path / "out" / "builds").exists() \
+        else True
 
 
 def _edit_manifest(build: Path, edit) -> None:
@@ -160,16 +157,16 @@ def test_verify_holds_the_manifest_to_the_files_it_describes(reference_build: Pa
     build = _copy_build(reference_build, tmp_path / "bin")
     from cpp_data.schemas.indexed import read_sequences
 
-    sequences = read_sequences(build / "megatron" / "cpp_train")
-    data = bytearray((build / "megatron" / "cpp_train.bin").read_bytes())
+    sequences = read_sequences(build / "megatron" / "4k" / "cpp_train")
+    data = bytearray((build / "megatron" / "4k" / "cpp_train.bin").read_bytes())
     at = len(data) - 2 * sequences[0].dtype.itemsize  # the token before the last document's EOD
     data[at] ^= 0x01
-    (build / "megatron" / "cpp_train.bin").write_bytes(bytes(data))
-    digest = sha256_file(build / "megatron" / "cpp_train.bin")
-    _edit_manifest(build, lambda m: next(e for e in m["files"] if e["path"] == "megatron/cpp_train.bin")
+    (build / "megatron" / "4k" / "cpp_train.bin").write_bytes(bytes(data))
+    digest = sha256_file(build / "megatron" / "4k" / "cpp_train.bin")
+    _edit_manifest(build, lambda m: next(e for e in m["files"] if e["path"] == "megatron/4k/cpp_train.bin")
                    .update(sha256=digest))
     proc = run_cli("verify", str(build), "--no-train-step", check=False)
-    assert proc.returncode == 1 and "FAIL  megatron_read" in proc.stdout and "is not document" in proc.stdout, \
+    assert proc.returncode == 1 and "FAIL  megatron_read" in proc.stdout and "is not row" in proc.stdout, \
         proc.stdout
     # the summary: garbage in it fails validate (and so the files gate), and report names the file
     build = _copy_build(reference_build, tmp_path / "summary")
@@ -185,7 +182,7 @@ def test_a_damaged_idx_or_manifest_fails_in_one_line_with_the_exit_code_validate
     """An emptied .idx fails in one line that names the file, without megatron-core's __del__ traceback or a
     bare 'AssertionError: '; an empty manifest gives verify the exit code validate gives (1)."""
     build = _copy_build(reference_build, tmp_path / "idx")
-    (build / "megatron" / "cpp_train.idx").write_bytes(b"")
+    (build / "megatron" / "4k" / "cpp_train.idx").write_bytes(b"")
     proc = run_cli("verify", str(build), "--no-train-step", check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -46,7 +46,7 @@ def recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",
                    help="override a recipe parameter, checked like the recipe file and recorded in the manifest "
                         "(VALUE in TOML: 2048, 0.5, true, \"text\"); repeatable, e.g. "
-                         "--set packed_rows.seq_length=2048")
+                         "--set packed_rows.fim_rate=0.3")
 
 
 def int_at_least(least: int, most: int | None = None):
@@ -123,7 +123,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
         key, eq, raw = item.partition("=")
         stage, dot, param = key.strip().partition(".")
         if not eq or not dot or not stage or not param:
-            raise BadInput(f"--set {item}: expected STAGE.PARAM=VALUE, e.g. packed_rows.seq_length=2048")
+            raise BadInput(f"--set {item}: expected STAGE.PARAM=VALUE, e.g. packed_rows.fim_rate=0.3")
         try:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
         except tomllib.TOMLDecodeError:

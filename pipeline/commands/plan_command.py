@@ -19,7 +19,7 @@ def add_parser(sub, leaf, group) -> None:
                           "the sources' settings, or an input that runs again, compared with OUT's LATEST build "
                           "(or the newest of the same recipe when LATEST is of another). Writes nothing.",
               epilog="example: cpp-data plan --version v6 --sources sources/debian.toml --out out "
-                     "--set packed_rows.seq_length=2048")
+                     "--set packed_rows.fim_rate=0.3")
     recipe_arguments(pl)
     pl.add_argument("--json", action="store_true", help="the plan as JSON")
 

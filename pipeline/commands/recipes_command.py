@@ -17,7 +17,7 @@ def add_parser(sub, leaf, group) -> None:
     rs = leaf(rc, "show", cmd_recipes_show, help="print a recipe: its TOML, or every parameter resolved",
               description="Print a bundled recipe's TOML as shipped; --resolved prints every stage's parameters "
                           "with their defaults filled in (and --set overrides applied), as JSON.",
-              epilog="example: cpp-data recipes show v6 --resolved --set packed_rows.seq_length=2048")
+              epilog="example: cpp-data recipes show v6 --resolved --set packed_rows.fim_rate=0.3")
     rs.add_argument("recipe_version", metavar="VERSION", help="v2..v6")
     rs.add_argument("--resolved", action="store_true", help="every parameter with defaults filled in, as JSON")
     rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="STAGE.PARAM=VALUE",

@@ -130,9 +130,12 @@ def _numbers(summary: dict, manifest: dict, ledger: list[dict]) -> str:
     if summary.get("tokens"):
         rows.append(["tokens", f"{_n(summary['tokens'])} ({totals.get('text_bytes', 0) / summary['tokens']:.2f} "
                                f"bytes per token; vocabulary {_n(summary.get('tokenizer_vocab_size') or 0)})"])
-    for split, t in (summary.get("packing") or {}).items():
-        rows.append([f"packed rows, {split}", f"{_n(t['rows'])} rows of {summary.get('packed_seq_length')}: "
-                     f"{t['slot_utilization']:.1%} of slots used, {t['docs_per_row']:.2f} documents per row"])
+    for lane, rec in (summary.get("lanes") or {}).items():
+        t = (summary.get("packing") or {}).get(lane, {}).get("train")
+        rows.append([f"lane {lane} ({rec['kind']})", f"{_n(rec['splits']['train']['rows'])} training documents, "
+                     f"{_n(rec['splits']['train']['tokens'])} tokens"
+                     + (f"; {_n(t['rows'])} rows of {_n(rec['seq_length'])}, {t['slot_utilization']:.1%} of slots "
+                        f"used, {t['docs_per_row']:.2f} documents per row" if t else "")])
     return _table(["what", "how many"], rows, "numbers")
 
 
@@ -193,21 +196,24 @@ def _coverage(coverage: dict) -> str:
 
 
 def _packing(summary: dict) -> str:
+    """Per lane and split: rows, slots used, documents per row, tokens in documents cut across rows."""
     packing = summary.get("packing") or {}
     if not packing:
-        return "<p>This build's recipe packs no rows (schema generations v2 to v5).</p>"
+        return "<p>This build packs no rows.</p>"
     import matplotlib.pyplot as plt
 
-    splits = list(packing)
-    fig, ax = plt.subplots(figsize=(8, 2.5))
-    ax.barh(splits, [packing[s]["slot_utilization"] * 100 for s in splits], color="#8172b2")
+    keys = [(lane, s) for lane, splits in packing.items() for s in splits]
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(keys) + 1.2))
+    ax.barh([f"{lane} {s}" for lane, s in keys], [packing[lane][s]["slot_utilization"] * 100 for lane, s in keys],
+            color="#8172b2")
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of token slots holding document tokens (the rest is EOD padding)")
-    ax.set_title(f"packing efficiency, rows of {summary.get('packed_seq_length')} tokens")
-    rows = [[s, _n(t["rows"]), f"{t['slot_utilization']:.1%}", f"{t['docs_per_row']:.2f}",
-             f"{t['cropped_token_share']:.1%}", _n(t["fim_documents"])] for s, t in packing.items()]
-    return _svg(fig) + _table(["split", "rows", "slots used", "documents per row", "tokens in split documents",
-                               "FIM documents"], rows)
+    ax.set_title("packing efficiency, by lane and split")
+    rows = [[lane, s, _n(t["rows"]), f"{t['slot_utilization']:.1%}", f"{t['docs_per_row']:.2f}",
+             f"{t['cropped_token_share']:.1%}", _n(t["fim_documents"])]
+            for lane, splits in packing.items() for s, t in splits.items()]
+    return _svg(fig) + _table(["lane", "split", "rows", "slots used", "documents per row",
+                               "tokens in split documents", "FIM documents (epoch 0)"], rows)
 
 
 def _examples(ledger: list[dict]) -> str:

@@ -17,11 +17,13 @@ from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 
 def add_parser(sub, leaf, group) -> None:
     tr = leaf(sub, "train", cmd_train, reads=launch_spec_reads, help="train a small GPT on an export (bundled harness)",
-              description="Train a GPT (plain PyTorch, or megatron-core's GPTModel) on the data a launch spec names, "
-                          "through GPTDataset/BlendedMegatronDatasetBuilder. By default on the packed rows: one row "
-                          "per sample in a seeded order, attention and positions reset at every EOD, no loss where "
-                          "the input is EOD or on a row's last label (it belongs to the next row); --data "
-                          "documents trains on the per-document export instead. Logs loss and tokens/s to "
+              description="Train a GPT (plain PyTorch, or megatron-core's GPTModel) on the data a launch spec "
+                          "names: its curriculum, one phase per length lane, shortest first (or one --lane). By "
+                          "default on the packed rows, read from their Parquet files with fill-in-the-middle drawn "
+                          "per epoch: one row per sample in a seeded order, attention and positions reset at every "
+                          "document, no loss on padding, across documents or on a chunk's context prefix; --data "
+                          "documents trains on the per-document export through megatron-core's GPTDataset "
+                          "instead. Logs loss and tokens/s to "
                           "OUT/log.jsonl, checkpoints to OUT/checkpoints/, and resumes from the latest checkpoint "
                           "when OUT already holds one. bf16 autocast and fused AdamW on CUDA. Under torchrun "
                           "(--nproc-per-node N) it trains data parallel over N GPUs; --batch-size stays the global "
@@ -31,6 +33,12 @@ def add_parser(sub, leaf, group) -> None:
                     help="a launch.json, or a build (or OUT, its latest build) holding one")
     tr.add_argument("--data", choices=("packed", "documents"),
                     help="which dataset of the launch spec (default: its default_dataset, packed rows)")
+    tr.add_argument("--lane", help="train this lane alone (default: the spec's curriculum, every lane shortest "
+                                   "first, each phase starting from the weights the one before it ended with)")
+    tr.add_argument("--max-positions", type=int_at_least(2, MAX_SEQ_LENGTH),
+                    help="the model's longest sequence: a longer lane is refused (default: no limit, RoPE)")
+    tr.add_argument("--init-from", type=path_arg,
+                    help="start a new run from these model weights (a checkpoint, or a run directory)")
     tr.add_argument("--out", type=path_arg, required=True, help="run directory (log, checkpoints, summary)")
     tr.add_argument("--model", default="tiny", help="tiny, small, gpt-125m or gpt-350m")
     tr.add_argument("--steps", type=int_at_least(1), default=50, help="optimizer steps")
@@ -68,6 +76,7 @@ def add_parser(sub, leaf, group) -> None:
 
 
 def cmd_train(args) -> int:
+    from cpp_data.harness.curriculum import run_curriculum
     from cpp_data.harness.megatron_cpu import quiet_missing_fast_kernels
     from cpp_data.harness.train import TrainConfig, train
 
@@ -80,9 +89,10 @@ def cmd_train(args) -> int:
                     seed=args.seed, stop_after=args.stop_after, data=args.data, eval_data=args.eval_data,
                     eval_batches=args.eval_batches,
                     attention=args.attention, compile=args.compile, model_impl=args.model_impl,
-                    activation_checkpointing=args.activation_checkpointing)
+                    activation_checkpointing=args.activation_checkpointing, lane=args.lane,
+                    max_positions=args.max_positions, init_from=args.init_from)
     try:
-        summary = train(c)
+        summary = run_curriculum(c, train)
     except ValueError as exc:
         raise BadInput(f"train: {exc}") from exc
     print(json.dumps(summary, indent=2))
@@ -90,14 +100,15 @@ def cmd_train(args) -> int:
 
 
 def _build_of_launch_spec(spec_dir: Path) -> list[Path]:
-    """The build whose tokenizer an export's launch.json names ([] if none can be read): `train` on an export
-    holds that build against gc too."""
+    """The builds a launch.json outside a build reads ([] if none can be read): a blend's builds, or the build
+    whose tokenizer an export's names; `train` holds them against gc too."""
     try:
         spec = json.loads((spec_dir / "launch.json").read_text())
-        build = (spec_dir / spec["tokenizer"]["model"]).resolve().parent
+        builds = [(spec_dir / b["path"]).resolve() for b in spec.get("builds", [])]
+        builds.append((spec_dir / spec["tokenizer"]["model"]).resolve().parent)
     except (OSError, ValueError, KeyError, TypeError):  # train's own checks name what is wrong with the spec
         return []
-    return [build] if (build / "manifest.json").is_file() else []
+    return sorted({b for b in builds if (b / "manifest.json").is_file()})
 
 
 def launch_spec_reads(args: argparse.Namespace) -> list[Path]:

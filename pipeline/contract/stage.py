@@ -22,8 +22,13 @@ from cpp_data.pipeline.contract.source import LockedSource
 # DOCUMENTS is the last per-document stage before the stage (its parts hold the documents every check kept,
 # with every column those stages filled in), PER_DOCUMENT every per-document stage before it, in recipe order.
 # So a per-document stage added to a recipe needs only its module (Stage.per_document) and its recipe line.
+# SHARDS is the last stage before it that publishes shards (the generation's documents with every column added
+# so far: structure's, context_graph's, dependency_documents'), FIRST_SHARDS the first such stage (the documents
+# as first written). A stage reads a marked input with ctx.input(MARKER).
 DOCUMENTS = "<documents>"
 PER_DOCUMENT = "<per-document>"
+SHARDS = "<shards>"
+FIRST_SHARDS = "<first-shards>"
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class StageContext:
     sources: list[LockedSource] = field(default_factory=list)
     documents: str | None = None  # the stage DOCUMENTS resolved to, when the stage reads it
     per_document: tuple[str, ...] = ()  # the stages PER_DOCUMENT resolved to
+    markers: dict[str, str] = field(default_factory=dict)  # SHARDS, FIRST_SHARDS: the stage each resolved to
 
     @property
     def pin(self) -> LockedSource:
@@ -65,7 +71,8 @@ class StageContext:
         return self.source
 
     def input(self, name: str) -> Artifact:
-        """The single artifact of input stage `name` (per-source stages reading their own source)."""
+        """The single artifact of input stage `name`, or of the stage a marker (SHARDS) resolved to."""
+        name = self.markers.get(name, name)
         arts = self.inputs[name]
         if len(arts) != 1:
             raise ValueError(f"{self.label}: input {name} has {len(arts)} artifacts, expected one")
@@ -128,13 +135,27 @@ def per_document_before(name: str, order: list[str], registry: dict[str, type[St
     return tuple(n for n in before if n in registry and registry[n].per_document)
 
 
+def shard_markers(name: str, order: list[str], registry: dict[str, type[Stage]]) -> dict[str, str]:
+    """{SHARDS: the last stage before `name` in `order` that publishes shards, FIRST_SHARDS: the first}, or {}
+    when there is none."""
+    before = order[:order.index(name)] if name in order else list(order)
+    found = [n for n in before if n in registry and "shards" in registry[n].publishes]
+    return {SHARDS: found[-1], FIRST_SHARDS: found[0]} if found else {}
+
+
 def resolve_inputs(cls: type[Stage], order: list[str], registry: dict[str, type[Stage]]) -> tuple[str, ...]:
-    """`cls.inputs` with the markers DOCUMENTS and PER_DOCUMENT replaced by stage names, against the stages of
-    `order` (a recipe) listed before `cls`; ValueError when DOCUMENTS has no per-document stage to name."""
+    """`cls.inputs` with the markers replaced by stage names, against the stages of `order` (a recipe) listed
+    before `cls`; ValueError when a marker has no stage to name."""
     per_document = per_document_before(cls.name, order, registry)
+    shards = shard_markers(cls.name, order, registry)
     out: list[str] = []
     for dep in cls.inputs:
-        if dep == DOCUMENTS:
+        if dep in (SHARDS, FIRST_SHARDS):
+            if not shards:
+                raise ValueError(f"stage {cls.name!r} reads the documents' shards, but no stage that writes them "
+                                 f"(shards, structure, ...) is listed before it")
+            out.append(shards[dep])
+        elif dep == DOCUMENTS:
             if not per_document:
                 raise ValueError(f"stage {cls.name!r} reads the kept documents, but no per-document stage "
                                  f"(license, filter, ...) is listed before it")

@@ -59,7 +59,7 @@ SUMMARY_FIELDS: dict[str, Any] = {
     "shards": 0, "shard_bytes": 0, "text_bytes": 0, "moved_to_valid": None, "tokens": 0,
     "tokenizer_vocab_size": None, "tokenizer_learned_ids": None, "tokenizer_padding_ids": None,
     "tokenizer_sha256": None, "tokenizer_requested_vocab_size": None, "semantic_coverage": {},
-    "packed_seq_length": None, "packing": None, "seq_length": None, "skipped": {}, "retrieved_at": {},
+    "lanes": {}, "packing": {}, "seq_length": None, "phases": [], "skipped": {}, "retrieved_at": {},
     "files_seen_by_source": {}, "documents_after_filters": {}, "opt_out_matches": {},
 }
 
@@ -178,10 +178,7 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
                      f"{c['tus_with_errors']} with errors, "
                      f"{c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
         lines.append(f"    from {c.get('database_reason', c['database'])}")
-    for split, t in (summary.get("packing") or {}).items():
-        lines.append(f"  packed {split:<11} {t['rows']:,} rows of {summary['packed_seq_length']}: "
-                     f"{t['slot_utilization']:.1%} of slots used, {t['docs_per_row']:.2f} docs/row, "
-                     f"{t['cropped_token_share']:.1%} of tokens in split documents, {t['fim_documents']:,} FIM")
+    lines += _lane_lines(summary)
     if summary.get("tokenizer_sha256"):
         bpt = summary["text_bytes"] / summary["tokens"] if summary.get("tokens") else 0
         lines.append(f"  tokens             {summary['tokens']:,} ({bpt:.2f} bytes/token; tokenizer "
@@ -198,6 +195,24 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     return "\n".join(lines)
 
 
+def _lane_lines(summary: dict[str, Any]) -> list[str]:
+    """Per lane: its documents and tokens, and its packed training rows."""
+    from cpp_data.schemas.lanes import ordered
+
+    lines = []
+    lanes = summary.get("lanes") or {}
+    for lane, rec in ((k, lanes[k]) for k in ordered(list(lanes))):
+        train = rec["splits"]["train"]
+        lines.append(f"  lane {lane:<13} {rec['kind']} of <= {rec['budget']:,} tokens: {train['rows']:,} training "
+                     f"documents, {train['tokens']:,} tokens")
+        t = (summary.get("packing") or {}).get(lane, {}).get("train")
+        if t:
+            lines.append(f"    packed           {t['rows']:,} rows of {rec['seq_length']:,}: "
+                         f"{t['slot_utilization']:.1%} of slots used, {t['docs_per_row']:.2f} docs/row, "
+                         f"{t['cropped_token_share']:.1%} of tokens in split documents")
+    return lines
+
+
 def _read_only(path: Path) -> None:
     """Take away every write bit: each file of a published build is read-only, since a build is immutable."""
     path.chmod(path.stat().st_mode & ~0o222)
@@ -209,11 +224,23 @@ def _publish_file(src: Path, dst: Path) -> None:
     _read_only(dst)
 
 
-# a published export file's split: cpp_train.bin, cpp_packed_valid.idx, train-00000.parquet, and a training
-# weight group's cpp_train_w3.bin / train_w3-00000.parquet
-_SPLIT_OF_FILE = re.compile(r"(?:^|_)(train|valid)(?:_w[0-9a-z-]+)?(?:-\d+)?\.(?:bin|idx|parquet)$")
+# a published export file's split: cpp_train.bin, cpp_packed_valid.idx, train-00000.parquet, a training weight
+# group's cpp_train_w3.bin / train_w3-00000.parquet, and a FIM epoch's cpp_packed_train_e1.bin
+_SPLIT_OF_FILE = re.compile(r"(?:^|_)(train|valid)(?:_w[0-9a-z-]+)?(?:_e\d+)?(?:-\d+)?\.(?:bin|idx|parquet)$")
 _EXPORT_KINDS = {("megatron", ".bin"): "megatron_bin", ("megatron", ".idx"): "megatron_idx",
-                 ("packed", ".parquet"): "packed", ("packed", ".bin"): "packed_bin", ("packed", ".idx"): "packed_idx"}
+                 ("packed", ".parquet"): "packed", ("packed", ".bin"): "packed_bin", ("packed", ".idx"): "packed_idx",
+                 ("lanes", ".parquet"): "lane_shard"}
+
+
+def _export_files(src: Path) -> list[Path]:
+    """The files of an export directory, its lane folders' included, in path order; scratch (`_work`) and the
+    stage's own records are no part of it."""
+    out = []
+    for f in sorted(src.iterdir()):
+        if f.name.startswith("_") or f.name in ("stage.json", "_COMPLETE"):
+            continue
+        out += _export_files(f) if f.is_dir() else [f]
+    return out
 
 
 def _publish_export(artifact, sub: str, partial: Path) -> list[dict]:
@@ -221,10 +248,10 @@ def _publish_export(artifact, sub: str, partial: Path) -> list[dict]:
     paths are relative to it, so a moved or copied build still works) into the build."""
     files = []
     src = artifact.path if sub == "." else artifact.path / sub
-    for f in sorted(src.iterdir()):
-        if f.is_dir() or f.name in ("stage.json", "_COMPLETE"):
-            continue
-        rel = f.name if sub == "." else f"{sub}/{f.name}"
+    for f in (sorted(x for x in src.iterdir() if x.is_file() and x.name not in ("stage.json", "_COMPLETE"))
+              if sub == "." else _export_files(src)):
+        rel = f.name if sub == "." else f"{sub}/{f.relative_to(src).as_posix()}"
+        (partial / rel).parent.mkdir(parents=True, exist_ok=True)
         _publish_file(f, partial / rel)
         m = _SPLIT_OF_FILE.search(f.name)
         split = m.group(1) if m else None

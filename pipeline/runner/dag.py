@@ -41,6 +41,7 @@ from cpp_data.pipeline.contract.stage import (
     StageContext,
     per_document_before,
     resolve_inputs,
+    shard_markers,
 )
 from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed, UnexplainedOutput
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json, is_sealed, seal
@@ -57,11 +58,14 @@ class StageFailed(CheckFailed):
     """A stage raised; the message names the stage instance and the cause."""
 
 
-def stage_failed(what: str, exc: BaseException, out: Path) -> StageFailed:
-    """StageFailed for `what` ("stage X") raising `exc`. A full disk says so and what to do, whichever layer
+def stage_failed(what: str, exc: BaseException, out: Path) -> CheckFailed | BadInput:
+    """StageFailed for `what` ("stage X") raising `exc`; a stage refusing what it was given (BadInput: a lane
+    left without a training document) stays bad input, exit 2. A full disk says so and what to do, whichever layer
     raised it (Python's OSError and pyarrow's both carry errno ENOSPC, also after crossing from a worker): it
     is the machine, not the stage. An output that does not account for its input is removed here, so that the
     next run starts that stage afresh instead of resuming its finished tasks."""
+    if isinstance(exc, BadInput):
+        return BadInput(f"{what}: {exc}")
     if isinstance(exc, UnexplainedOutput):
         shutil.rmtree(exc.directory, ignore_errors=True)
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -80,6 +84,7 @@ class Task:
     settings: Any = None  # Stage.settings, computed once when the build is planned
     documents: str | None = None  # what the input markers resolved to (contract/stage.resolve_inputs)
     per_document: tuple[str, ...] = ()
+    markers: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -178,6 +183,8 @@ class Runner:
             for task in instances:
                 task.documents = per_document[-1] if DOCUMENTS in cls.inputs else None
                 task.per_document = per_document if PER_DOCUMENT in cls.inputs else ()
+                task.markers = {k: v for k, v in shard_markers(name, self.recipe.stages, registry).items()
+                                if k in cls.inputs}
             for task in instances:  # now, so that a bad setting (a frozen tokenizer that is not one) fails the
                 task.settings = stage.settings(task.source, list(self.sources))  # plan, not a stage hours later
             by_stage[name] = instances
@@ -401,6 +408,7 @@ class Runner:
             sources=self.sources,
             documents=task.documents,
             per_document=task.per_document,
+            markers=task.markers,
         )
         log(f"{task.label}: running{' (resuming finished tasks)' if resumed else ''}"
             f"{' beside the next stages' if beside else ''}", event="stage_start", **where)

@@ -1,45 +1,48 @@
 """Packing documents into fixed-length training rows, best-fit-decreasing (docs/DESIGN.md section 10): what the
-packed_rows stage and `cpp-data export packed` write.
+packed_rows stage writes per lane and `cpp-data export packed` writes for a build's documents.
 
-Each document becomes its token ids + EOD (on the training split, with FIM applied first at `fim_rate`).
-A document longer than `seq_length` is cut into `seq_length` pieces; no other document is ever split. Pieces are
-packed best-fit-decreasing within blocks of `block_docs` documents or `block_bytes` of text, whichever is
-reached first (memory stays bounded by one block; the order of blocks follows the shuffled shards) and rows
-are right-padded with EOD. Each block is a datatrove task on the build's executor; then one task per row group
-of the rolled output files writes its rows with pack_id counted over the whole prefix, one task per file copies
-its row groups into it (schemas/parquet_concat.py: the same bytes as one writer), and the driver joins the
-blocks' partial bin/idx (join_partials: the bytes of megatron-core's add_index), so the bytes are
-those of packing the blocks one after another. Columns per row:
+Each document becomes its token ids + EOD, with three more slots reserved for the sentinels FIM adds when it is
+drawn (tokenizer/fim.py); a document longer than `seq_length` is cut into `seq_length` pieces (no reserve, no
+FIM), and no other document is ever split. A lane's documents fit its rows by construction (schemas/lanes.py),
+so nothing of a lane is cut. Pieces are packed best-fit-decreasing within blocks of `block_docs` documents or
+`block_bytes` of text, whichever is reached first (memory stays bounded by one block; the order of blocks follows
+the shuffled shards) and rows are right-padded with EOD. Each block is a datatrove task on the build's
+executor; then one task per row group of the rolled output files writes its rows with pack_id counted over the
+whole prefix, one task per file copies its row groups into it (schemas/parquet_concat.py: the same bytes as one
+writer), and the driver joins the blocks' partial bin/idx (join_partials: the bytes of megatron-core's
+add_index), so the bytes are those of packing the blocks one after another. Columns per row:
   input_ids, target_ids      seq_length ids; target_ids[k] is the next token of the same document, PAD where
                              there is none (a document's EOD, padding, the last token of a cropped piece)
-  loss_mask                  1 where target_ids is a real next token, else 0
+  loss_mask                  1 where target_ids is a real next token outside the document's context prefix
   doc_ids                    1.. for the documents of the row in order, 0 for padding
   valid_token_count, num_docs, pack_id (0.. per split)
   segment_docs, segment_starts   per segment k (doc_ids == k): its document's ordinal in the split's shard
-                             order and its first token's offset in that (FIM-transformed, EOD-ended) document,
-                             so pieces of a document longer than a row can be put back in order
+                             order and its first token's offset in that (EOD-ended) document, so pieces of a
+                             document longer than a row can be put back in order
+  segment_context_lengths    per segment: the tokens of its document's context prefix it starts with (a
+                             lane's chunk; 0 elsewhere): no loss, and FIM never cuts them
   token_<name>               the per-token metadata columns of the shards, when present, aligned with
                              input_ids (the column's fill value on specials and padding)
-FIM (training split only), seeded per document by (seed, doc_id): token-level, two cut points uniform over the
-document; PSM `<fim_prefix> P <fim_suffix> S <fim_middle> M` with probability 1 - `fim_spm_rate`, else SPM
-`<fim_prefix> <fim_suffix> S <fim_middle> P M`; EOD follows. Telemetry: slot utilization (real tokens /
-slots), documents per row, cropped-token share (tokens of documents longer than a row), FIM documents.
+The Parquet rows hold no FIM: the harness draws it per epoch as it reads them. The same rows are written per
+split as a Megatron indexed dataset, one sequence per row of exactly seq_length ids: the validation split as
+packed/cpp_packed_valid, the training split once per FIM epoch, `cpp_packed_train_e<k>` for k < fim_epochs,
+each row with epoch k's FIM drawn (tokenizer/fim.fim_row, at `fim_rate`, SPM at `fim_spm_rate`), so
+Megatron-LM too sees other splits in other epochs. Telemetry: slot utilization (real tokens / slots, before
+FIM), documents per row, cropped-token share (tokens of documents longer than a row), FIM documents of epoch 0.
 
-The same rows, one sequence per row of exactly seq_length ids, are written per split as a Megatron indexed
-dataset, packed/cpp_packed_{train,valid}.{bin,idx} (schemas/indexed.py), for Megatron's GPTDataset and the
-bundled harness. Why this layout: GPTDataset cuts samples of seq_length + 1 tokens from the sequences laid end
-to end; with every sequence exactly seq_length long, each sample's inputs are exactly one row and only its
+Why rows of exactly seq_length ids: GPTDataset cuts samples of seq_length + 1 tokens from the sequences laid
+end to end; with every sequence exactly seq_length long, each sample's inputs are exactly one row and only its
 last label is the first token of another row. The loss rule: no loss where the input is EOD (under
 Megatron-LM's --eod-mask-loss), which covers padding, the step from one document to the next and, because the
 tail is EOD rather than PAD, the cross-row label of every padded row (with PAD padding GPTDataset would train
 that label: it masks only labels equal to PAD). A row filled by a piece of a document longer than a row ends
 without EOD: there Megatron-LM trains one cross-row label per row (1 of seq_length), while the bundled harness
-masks it (its loss mask is the Parquet rows' loss_mask). FIM sentinels are ordinary tokens for the loss.
+masks it. Megatron-LM has no per-token loss mask, so it trains a chunk's context prefix too; the harness does
+not. FIM sentinels are ordinary tokens for the loss.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -60,19 +63,22 @@ from cpp_data.schemas.launch_spec import MAX_SEQ_LENGTH
 from cpp_data.schemas.reader import iter_shard, read_row_group, shard_files
 from cpp_data.stages.lib.list_columns import list_array
 from cpp_data.tokenizer.files import tokenizer_info
+from cpp_data.tokenizer.fim import SENTINELS as FIM_SENTINELS
+from cpp_data.tokenizer.fim import FimSpec, fim_row, row_segments
 
 PACKED_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": None}  # zstd's default level
 
 
 @dataclass(frozen=True)
-class PackedParams:
-    bounds: ClassVar[dict] = {"seq_length": (2, MAX_SEQ_LENGTH), "fim_rate": (0, 1), "fim_spm_rate": (0, 1),
+class PackingParams:
+    """How to pack (the packed_rows stage's parameters: each lane brings its own sequence length)."""
+    bounds: ClassVar[dict] = {"fim_rate": (0, 1), "fim_spm_rate": (0, 1), "fim_epochs": (1, 64),
                               "block_docs": (1, None), "block_bytes": (1, None), "rows_per_shard": (1, None),
                               "row_group_size": (1, None)}
     generation: str = "v6"
-    seq_length: int = 4096
-    fim_rate: float = 0.5
+    fim_rate: float = 0.5  # drawn per epoch: by the harness as it reads rows, ahead for Megatron-LM's bin/idx
     fim_spm_rate: float = 0.5
+    fim_epochs: int = 1  # training bin/idx prefixes, one per epoch of FIM drawn ahead
     seed: int = 42
     block_docs: int = 16_384
     block_bytes: int = 16 * 2**20  # a block also closes at this much text: a task's memory follows its tokens
@@ -80,34 +86,19 @@ class PackedParams:
     row_group_size: int = 256
 
 
+@dataclass(frozen=True)
+class PackedParams(PackingParams):
+    """Packing at one sequence length (`cpp-data export packed`, and each lane of the packed_rows stage)."""
+    bounds: ClassVar[dict] = {**PackingParams.bounds, "seq_length": (2, MAX_SEQ_LENGTH)}
+    seq_length: int = 4096
+
+
 @dataclass
 class Doc:
-    tokens: np.ndarray
+    tokens: np.ndarray  # ids + EOD
     meta: dict[str, np.ndarray]
-    long: bool = False
+    context: int = 0  # tokens of its context prefix
     ordinal: int = -1  # the document's place in its split's shard order
-
-
-def _fim(doc: Doc, rng: np.random.Generator, roles: dict[str, int], spm_rate: float, fills: dict) -> Doc:
-    n = len(doc.tokens)
-    i, j = sorted(rng.integers(0, n + 1, size=2))
-    pre, mid, suf = slice(0, i), slice(i, j), slice(j, n)
-    fp, fs, fm = roles["fim_prefix"], roles["fim_suffix"], roles["fim_middle"]
-
-    def special(tok):
-        return ("special", tok)
-
-    if rng.random() < spm_rate:
-        parts = [special(fp), special(fs), suf, special(fm), pre, mid]
-    else:
-        parts = [special(fp), pre, special(fs), suf, special(fm), mid]
-
-    def assemble(values: np.ndarray, fill) -> np.ndarray:
-        out = [np.array([fill if fill is not None else p[1]], dtype=values.dtype) if isinstance(p, tuple)
-               else values[p] for p in parts]
-        return np.concatenate(out)
-
-    return Doc(assemble(doc.tokens, None), {k: assemble(v, fills[k]) for k, v in doc.meta.items()})
 
 
 def _with_end(values: np.ndarray, end: int) -> np.ndarray:
@@ -123,7 +114,8 @@ PACK_FIELDS = [pa.field("pack_id", pa.int64()), pa.field("input_ids", pa.list_(p
                pa.field("target_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.uint8())),
                pa.field("doc_ids", pa.list_(pa.int32())), pa.field("valid_token_count", pa.int32()),
                pa.field("num_docs", pa.int32()), pa.field("segment_docs", pa.list_(pa.int64())),
-               pa.field("segment_starts", pa.list_(pa.int32()))]
+               pa.field("segment_starts", pa.list_(pa.int32())),
+               pa.field("segment_context_lengths", pa.list_(pa.int32()))]
 
 
 def packed_schema(generation: str, meta_cols: list[str]) -> pa.Schema:
@@ -146,12 +138,13 @@ def _rows_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
 
 
 def _documents(files: list[Path], meta_cols: list[str], lo: int = 0, hi: int | None = None
-               ) -> Iterator[tuple[int, str, str, np.ndarray, dict]]:
-    """(ordinal, doc_id, source_repo, token ids, per-token metadata) of the split's documents with ordinal in
-    [lo, hi) (all without bounds), reading only the row groups that hold them."""
+               ) -> Iterator[tuple[int, str, np.ndarray, int, dict]]:
+    """(ordinal, source_repo, token ids, context tokens, per-token metadata) of the split's documents with
+    ordinal in [lo, hi) (all without bounds), reading only the row groups that hold them."""
     ordinal = 0
     for f in files:
         pf = pq.ParquetFile(f, page_checksum_verification=True)
+        with_context = "context_length" in pf.schema_arrow.names
         for rg in range(pf.num_row_groups):
             n = pf.metadata.row_group(rg).num_rows
             if hi is not None and ordinal >= hi:
@@ -159,7 +152,8 @@ def _documents(files: list[Path], meta_cols: list[str], lo: int = 0, hi: int | N
             if ordinal + n <= lo:
                 ordinal += n
                 continue
-            t = read_row_group(pf, rg, ["doc_id", "source_repo", "token_ids", *meta_cols])
+            t = read_row_group(pf, rg, ["source_repo", "token_ids", *meta_cols]
+                               + (["context_length"] if with_context else []))
             ids = t.column("token_ids").combine_chunks()
             values, offsets = ids.values.to_numpy(zero_copy_only=False), ids.offsets.to_numpy()
             metas = {}
@@ -167,13 +161,14 @@ def _documents(files: list[Path], meta_cols: list[str], lo: int = 0, hi: int | N
                 col = t.column(c).combine_chunks()
                 metas[c] = (col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy())
             repos = t.column("source_repo").to_pylist()
-            for r, doc_id in enumerate(t.column("doc_id").to_pylist()):
+            contexts = t.column("context_length").to_pylist() if with_context else [0] * t.num_rows
+            for r in range(t.num_rows):
                 k = ordinal + r
                 if k < lo or (hi is not None and k >= hi):
                     continue
                 a, b = offsets[r], offsets[r + 1]
                 meta = {c: v[o[r]:o[r + 1]] for c, (v, o) in metas.items()}
-                yield k, doc_id, repos[r], values[a:b].astype(np.int32), meta
+                yield k, repos[r], values[a:b].astype(np.int32), int(contexts[r] or 0), meta
             ordinal += n
 
 
@@ -238,9 +233,94 @@ def block_plan(files: list[Path], split: str, groups: list, block_docs: int, blo
     return sorted(blocks, key=lambda b: (order[b["key"]], b["lo"]))  # per key, in shard order
 
 
+@dataclass
+class Piece:
+    """A document's tokens in one row: the whole document, or a seq_length cut of a longer one."""
+    doc: Doc
+    span: slice
+    room: int  # slots it takes when packed: its tokens, and the FIM reserve of a whole document that has it
+
+    @property
+    def context(self) -> int:
+        return self.doc.context if self.span.start == 0 else 0
+
+
+def pieces_of(docs: list[Doc], T: int) -> list[Piece]:
+    """Every document as one piece with its FIM reserve when that fits a row, else as seq_length cuts."""
+    out = []
+    for d in docs:
+        n = len(d.tokens)
+        if n + FIM_SENTINELS <= T:
+            out.append(Piece(d, slice(0, n), n + FIM_SENTINELS))
+        else:
+            out += [Piece(d, slice(a, min(n, a + T)), min(n, a + T) - a) for a in range(0, n, T)]
+    return out
+
+
+class RowBuilder:
+    """The columns of one packed row from its pieces (the module docstring's layout)."""
+
+    def __init__(self, T: int, roles: dict[str, int], meta_types: dict[str, Any], fills: dict):
+        self.T, self.eod, self.pad = T, roles["eos"], roles["pad"]
+        self.meta_types, self.fills = meta_types, fills
+
+    def row(self, pieces: list[Piece]) -> dict:
+        T = self.T
+        inp = np.full(T, self.eod, dtype=np.int32)  # EOD, not PAD, fills the tail: see the module docstring
+        tgt = np.full(T, self.pad, dtype=np.int32)
+        mask = np.zeros(T, dtype=np.uint8)
+        ids = np.zeros(T, dtype=np.int32)
+        meta = {c: np.full(T, self.fills[c], dtype=t) for c, t in self.meta_types.items()}
+        pos = 0
+        for k, piece in enumerate(pieces, start=1):
+            seg = piece.doc.tokens[piece.span]
+            L = len(seg)
+            inp[pos:pos + L] = seg
+            tgt[pos:pos + L - 1] = seg[1:]
+            mask[pos + max(piece.context - 1, 0):pos + L - 1] = 1  # no loss on predicting the context
+            ids[pos:pos + L] = k
+            for c in meta:
+                meta[c][pos:pos + L] = piece.doc.meta[c][piece.span]
+            pos += L
+        return {"input_ids": inp, "target_ids": tgt, "loss_mask": mask, "doc_ids": ids, "valid_token_count": pos,
+                "num_docs": len(pieces), "segment_docs": [q.doc.ordinal for q in pieces],
+                "segment_starts": [q.span.start for q in pieces],
+                "segment_context_lengths": [q.context for q in pieces], **meta}
+
+
+class EpochWriters:
+    """A block's partial bin/idx: the validation split's rows as they are; the training split's once per FIM
+    epoch, with that epoch's FIM drawn on each row (tokenizer/fim.fim_row)."""
+
+    def __init__(self, parts: Path, rank: int, vocab_size: int, split: str, epochs: int, fim: FimSpec, eod: int):
+        from cpp_data.schemas.indexed import PartialWriter
+
+        self.keys = [f"e{k}" for k in range(epochs)] if split == "train" else [""]
+        self.writers = [PartialWriter(parts / f"{rank:05d}{('.' + key) if key else ''}", vocab_size)
+                        for key in self.keys]
+        self.fim, self.eod = fim, eod
+        self.fim_documents = 0
+
+    def add(self, row: dict) -> None:
+        if self.keys == [""]:
+            self.writers[0].add(row["input_ids"])
+            return
+        segments = row_segments(row["doc_ids"], row["segment_docs"], row["segment_context_lengths"],
+                                row["segment_starts"], row["input_ids"], self.eod)
+        for epoch, writer in enumerate(self.writers):
+            tokens, _, _ = fim_row(row["input_ids"], segments, self.fim, epoch, self.eod)
+            writer.add(tokens)
+            if epoch == 0:
+                self.fim_documents += int((tokens == self.fim.prefix_id).sum()) \
+                    - int((row["input_ids"] == self.fim.prefix_id).sum())
+
+    def close(self) -> dict[str, dict]:
+        return {key: w.close() for key, w in zip(self.keys, self.writers)}
+
+
 class PackBlock(PipelineStep):
     """Task r: block r of the plan packed into rows, written as pieces/r.arrow (pack_id counted from 0 within
-    the block), a partial bin/idx parts/r (schemas/indexed.PartialWriter) and its telemetry parts/r.json."""
+    the block), partial bin/idx parts/r[.e<k>] (schemas/indexed.PartialWriter) and its telemetry parts/r.json."""
 
     type = "📦 - PACK"
     name = "pack"
@@ -252,87 +332,69 @@ class PackBlock(PipelineStep):
         self.meta_cols, self.fills = meta_cols, fills
 
     def run(self, data, rank: int = 0, world_size: int = 1):
-        from cpp_data.schemas.indexed import PartialWriter
-
         block = json.loads((self.work / "blocks.json").read_text())[rank]
-        p, roles, T = self.p, self.info["roles"], self.p.seq_length
-        pad, eod = roles["pad"], roles["eos"]
-        meta_cols, fills = self.meta_cols, self.fills
-        keep = set(block["sources"]) if block["sources"] is not None else None
-        split = block["split"]
         (self.work / "pieces").mkdir(exist_ok=True)
         (self.work / "parts").mkdir(exist_ok=True)
-        indexed = PartialWriter(self.work / "parts" / f"{rank:05d}", self.info["vocab_size"])
-        schema = packed_schema(p.generation, meta_cols)
-        meta_types = {c: schema.field(c).type.value_type.to_pandas_dtype() for c in meta_cols}
-        stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
-        docs: list[Doc] = []
-        for ordinal, doc_id, repo, tokens, meta in _documents([Path(f) for f in self.files[split]], meta_cols,
-                                                              block["lo"], block["hi"]):
-            if keep is not None and repo not in keep:
-                continue
-            d = Doc(_with_end(tokens, eod), {c: _with_end(v, fills[c]) for c, v in meta.items()})
-            if split == "train" and p.fim_rate > 0 and len(tokens) >= 2:
-                h = hashlib.blake2b(f"fim\0{p.seed}\0{doc_id}".encode(), digest_size=8).digest()
-                rng = np.random.default_rng(int.from_bytes(h, "big"))
-                if rng.random() < p.fim_rate:
-                    f = _fim(Doc(tokens, meta), rng, roles, p.fim_spm_rate, fills)
-                    d = Doc(_with_end(f.tokens, eod), {c: _with_end(v, fills[c]) for c, v in f.meta.items()})
-                    stats["fim_documents"] += 1
-            d.ordinal = ordinal
-            stats["documents"] += 1
-            stats["tokens"] += len(d.tokens)
-            if len(d.tokens) > T:
-                stats["cropped_tokens"] += len(d.tokens)
-            docs.append(d)
-        if stats["documents"] != block["documents"]:
-            raise RuntimeError(f"block {rank} of {block['key']}: {stats['documents']} documents, planned "
-                               f"{block['documents']}")
-        pieces: list[tuple[Doc, slice]] = []
-        for d in docs:
-            n = len(d.tokens)
-            pieces += [(d, slice(start, min(n, start + T))) for start in range(0, n, T)]
-        tmp = self.work / "pieces" / f".{rank:05d}.rows"
-        rows: list[dict] = []
-        with pa.ipc.new_file(tmp, schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as out:
-            for members in best_fit_decreasing([s.stop - s.start for _, s in pieces], T):
-                inp = np.full(T, eod, dtype=np.int32)  # EOD, not PAD, fills the tail: see the module docstring
-                tgt = np.full(T, pad, dtype=np.int32)
-                mask = np.zeros(T, dtype=np.uint8)
-                ids = np.zeros(T, dtype=np.int32)
-                meta = {c: np.full(T, fills[c], dtype=meta_types[c]) for c in meta_cols}
-                pos = 0
-                for k, m in enumerate(members, start=1):
-                    d, sl = pieces[m]
-                    seg = d.tokens[sl]
-                    L = len(seg)
-                    inp[pos:pos + L] = seg
-                    tgt[pos:pos + L - 1] = seg[1:]
-                    mask[pos:pos + L - 1] = 1
-                    ids[pos:pos + L] = k
-                    for c in meta_cols:
-                        meta[c][pos:pos + L] = d.meta[c][sl]
-                    pos += L
-                indexed.add(inp)
-                rows.append({"pack_id": stats["rows"], "input_ids": inp, "target_ids": tgt, "loss_mask": mask,
-                             "doc_ids": ids, "valid_token_count": pos, "num_docs": len(members),
-                             "segment_docs": [pieces[m][0].ordinal for m in members],
-                             "segment_starts": [pieces[m][1].start for m in members],
-                             **{c: meta[c] for c in meta_cols}})
-                stats["rows"] += 1
-                if len(rows) == p.row_group_size:  # stream: a block's rows never sit in memory at once
-                    out.write_table(_rows_table(rows, schema))
-                    rows = []
-            if rows:
-                out.write_table(_rows_table(rows, schema))
-        os.replace(tmp, self.work / "pieces" / f"{rank:05d}.arrow")
+        docs, stats = self._load(block, rank)
+        pieces = pieces_of(docs, self.p.seq_length)
         stats["pieces"] = len(pieces)
+        indexed = EpochWriters(self.work / "parts", rank, self.info["vocab_size"], block["split"], self.p.fim_epochs,
+                               fim_spec(self.p, self.info["roles"]), self.info["roles"]["eos"])
+        stats["rows"] = self._write_rows(pieces, rank, indexed)
+        stats["fim_documents"] = indexed.fim_documents
         written = indexed.close()
         (self.work / "parts" / f"{rank:05d}.json").write_text(json.dumps({"stats": stats, "indexed": written}))
         for name, value in stats.items():
             self.stat_update(name, value=value)
         return
         yield
+
+    def _load(self, block: dict, rank: int) -> tuple[list[Doc], dict[str, int]]:
+        """The block's documents with EOD appended, and their counts."""
+        eod, fills = self.info["roles"]["eos"], self.fills
+        keep = set(block["sources"]) if block["sources"] is not None else None
+        stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
+        docs: list[Doc] = []
+        for ordinal, repo, tokens, context, meta in _documents([Path(f) for f in self.files[block["split"]]],
+                                                               self.meta_cols, block["lo"], block["hi"]):
+            if keep is not None and repo not in keep:
+                continue
+            d = Doc(_with_end(tokens, eod), {c: _with_end(v, fills[c]) for c, v in meta.items()}, context, ordinal)
+            stats["documents"] += 1
+            stats["tokens"] += len(d.tokens)
+            if len(d.tokens) > self.p.seq_length:
+                stats["cropped_tokens"] += len(d.tokens)
+            docs.append(d)
+        if stats["documents"] != block["documents"]:
+            raise RuntimeError(f"block {rank} of {block['key']}: {stats['documents']} documents, planned "
+                               f"{block['documents']}")
+        return docs, stats
+
+    def _write_rows(self, pieces: list[Piece], rank: int, indexed: EpochWriters) -> int:
+        """Pack, then write the rows a row group at a time (a block's rows never sit in memory at once)."""
+        schema = packed_schema(self.p.generation, self.meta_cols)
+        meta_types = {c: schema.field(c).type.value_type.to_pandas_dtype() for c in self.meta_cols}
+        builder = RowBuilder(self.p.seq_length, self.info["roles"], meta_types, self.fills)
+        tmp = self.work / "pieces" / f".{rank:05d}.rows"
+        rows: list[dict] = []
+        count = 0
+        with pa.ipc.new_file(tmp, schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as out:
+            for members in best_fit_decreasing([q.room for q in pieces], self.p.seq_length):
+                row = builder.row([pieces[m] for m in members])
+                indexed.add(row)
+                rows.append({"pack_id": count, **row})
+                count += 1
+                if len(rows) == self.p.row_group_size:
+                    out.write_table(_rows_table(rows, schema))
+                    rows = []
+            if rows:
+                out.write_table(_rows_table(rows, schema))
+        os.replace(tmp, self.work / "pieces" / f"{rank:05d}.arrow")
+        return count
+
+
+def fim_spec(p: PackedParams, roles: dict[str, int]) -> FimSpec:
+    return FimSpec.from_roles(p.fim_rate, p.fim_spm_rate, p.seed, roles)
 
 
 class WritePackedRowGroup(PipelineStep):
@@ -380,9 +442,9 @@ class ConcatPackedFile(PipelineStep):
     type = "📦 - PACK"
     name = "concat"
 
-    def __init__(self, out: Path, work: Path):
+    def __init__(self, out: Path, work: Path, rel: str = "packed"):
         super().__init__()
-        self.out, self.work = Path(out), Path(work)
+        self.out, self.work, self.rel = Path(out), Path(work), rel
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         from cpp_data.schemas.manifest import sha256_file
@@ -395,7 +457,7 @@ class ConcatPackedFile(PipelineStep):
         rows = concat_parquet_file(parts, final)
         (self.work / "written").mkdir(exist_ok=True)
         atomic_write_json(self.work / "written" / f"{rank:05d}.json", [
-            {"path": f"packed/{final.name}", "split": job["split"], "rows": rows, "kind": "packed",
+            {"path": f"{self.rel}/{final.name}", "split": job["split"], "rows": rows, "kind": "packed",
              "bytes": final.stat().st_size, "sha256": sha256_file(final)}], durable=False)
         return
         yield
@@ -429,16 +491,19 @@ def _file_plan(blocks: list[dict], written: list[dict], rows_per_shard: int) -> 
     return plan
 
 
+_STATS = ("rows", "documents", "tokens", "cropped_tokens", "fim_documents", "pieces")
+
+
 def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParams, weights: dict[str, float],
-                executor, label: str = "packed_rows") -> tuple[list[dict], dict]:
+                executor, label: str = "packed_rows", rel: str = "packed") -> tuple[list[dict], dict]:
     """Both splits into `out`: the training split once per weight group of the sources
     (schemas/launch_spec.weight_groups: one group, unsuffixed, without weights), so a Megatron blend can weight
-    them; writes packed.json (files, telemetry per split, and per prefix its split, sources and counts).
+    them; writes packed.json (files, telemetry per split, the FIM draw, and per prefix its split, epoch, sources
+    and counts). `rel` is `out` as the build's files name it (packed, or packed/<lane>).
 
     As datatrove tasks on `executor`: one per packing block (`block_plan`), then one per row group of the output
     files and one per file to put them together; the driver joins each prefix's partial bin/idx
     (schemas/indexed.join_partials). Scratch under out/_work."""
-    from cpp_data.schemas.indexed import join_partials
     from cpp_data.schemas.launch_spec import split_groups
     from cpp_data.stages.lib.shard_tasks import WORK
 
@@ -464,49 +529,58 @@ def pack_shards(shards_dir: Path, tokenizer_dir: Path, out: Path, p: PackedParam
     _write_once(work / "rowgroups.json", groups)
     executor.run([WritePackedRowGroup(work, p, meta_cols)], len(groups), work / "_datatrove" / "write",
                   f"{label}: write")
-    executor.run([ConcatPackedFile(out, work)], len(plan), work / "_datatrove" / "concat",
+    executor.run([ConcatPackedFile(out, work, rel)], len(plan), work / "_datatrove" / "concat",
                   f"{label}: concat")
     out_files, telemetry, prefixes = [], {}, {}
     for split in ("train", "valid"):
-        total: dict[str, int] = {}
+        total: dict[str, int] = dict.fromkeys(_STATS, 0)
         for suffix, members, _ in split_groups(split, weights):
             key = split + suffix
             mine = [r for r, b in enumerate(blocks) if b["key"] == key]
-            stats = {"rows": 0, "documents": 0, "tokens": 0, "cropped_tokens": 0, "fim_documents": 0, "pieces": 0}
-            for r in mine:
-                stats = {k: v + written[r]["stats"][k] for k, v in stats.items()}
+            stats = {k: sum(written[r]["stats"][k] for r in mine) for k in _STATS}
             if suffix and not stats["documents"]:  # a weight group whose sources left no training document
                 continue
-            f = []
-            for k, job in enumerate(plan):
-                if job["key"] == key:
-                    f += json.loads((work / "written" / f"{k:05d}.json").read_text())
-            info_idx = join_partials(out / f"cpp_packed_{key}",
-                                     [(work / "parts" / f"{r:05d}", written[r]["indexed"]) for r in mine],
-                                     info["vocab_size"])
-            for ext in (".bin", ".idx"):
-                path = out / f"cpp_packed_{key}{ext}"
-                f.append({"path": f"packed/{path.name}", "split": split, "rows": info_idx["sequences"],
-                          "bytes": path.stat().st_size, "sha256": info_idx[f"{ext[1:]}_sha256"],
-                          "kind": f"packed_{ext[1:]}"})
-            out_files += f
-            prefixes[f"cpp_packed_{key}"] = {"split": split, "sources": members, "documents": stats["documents"],
-                                             "tokens": stats["tokens"], "rows": stats["rows"],
-                                             "samples": stats["rows"]}
-            total = {k: total.get(k, 0) + v for k, v in stats.items()}
-        slots = total["rows"] * p.seq_length
-        telemetry[split] = {
-            **total,
-            "slot_utilization": round(total["tokens"] / slots, 4) if slots else 0.0,
-            "docs_per_row": round(total["pieces"] / total["rows"], 3) if total["rows"] else 0.0,
-            "cropped_token_share": round(total["cropped_tokens"] / total["tokens"], 4) if total["tokens"] else 0.0,
-        }
+            out_files += [f for k, job in enumerate(plan) if job["key"] == key
+                          for f in json.loads((work / "written" / f"{k:05d}.json").read_text())]
+            for epoch in (range(p.fim_epochs) if split == "train" else [None]):
+                name, record = _join_prefix(out, work, rel, key, epoch, mine, written, info["vocab_size"])
+                out_files += record
+                prefixes[name] = {"split": split, "epoch": epoch, "sources": members, "documents": stats["documents"],
+                                  "tokens": stats["tokens"], "rows": stats["rows"], "samples": stats["rows"]}
+            total = {k: total[k] + v for k, v in stats.items()}
+        telemetry[split] = _telemetry(total, p.seq_length)
     shutil.rmtree(work, ignore_errors=True)
     atomic_write_json(out / "packed.json", {"seq_length": p.seq_length, "files": out_files, "telemetry": telemetry,
                                             "meta_columns": meta_cols, "prefixes": prefixes,
                                             "vocab_size": info["vocab_size"], "eod": info["roles"]["eos"],
-                                            "pad": info["roles"].get("pad")})
+                                            "pad": info["roles"].get("pad"), "fim_epochs": p.fim_epochs,
+                                            "fim": fim_spec(p, info["roles"]).as_json()})
     return out_files, telemetry
+
+
+def _join_prefix(out: Path, work: Path, rel: str, key: str, epoch: int | None, blocks: list[int],
+                 written: list[dict], vocab_size: int) -> tuple[str, list[dict]]:
+    """One prefix's bin/idx from its blocks' partials (a training prefix per FIM epoch): its name and files."""
+    from cpp_data.schemas.indexed import join_partials
+
+    part = "" if epoch is None else f".e{epoch}"
+    name = f"cpp_packed_{key}" + ("" if epoch is None else f"_e{epoch}")
+    info = join_partials(out / name, [(work / "parts" / f"{r:05d}{part}", written[r]["indexed"][part[1:]])
+                                      for r in blocks], vocab_size)
+    split = key.split("_")[0]
+    return name, [{"path": f"{rel}/{name}{ext}", "split": split, "rows": info["sequences"],
+                   "bytes": (out / f"{name}{ext}").stat().st_size, "sha256": info[f"{ext[1:]}_sha256"],
+                   "kind": f"packed_{ext[1:]}"} for ext in (".bin", ".idx")]
+
+
+def _telemetry(total: dict[str, int], seq_length: int) -> dict:
+    slots = total["rows"] * seq_length
+    return {
+        **total,
+        "slot_utilization": round(total["tokens"] / slots, 4) if slots else 0.0,
+        "docs_per_row": round(total["pieces"] / total["rows"], 3) if total["rows"] else 0.0,
+        "cropped_token_share": round(total["cropped_tokens"] / total["tokens"], 4) if total["tokens"] else 0.0,
+    }
 
 
 def _write_once(path: Path, value) -> None:

@@ -302,8 +302,7 @@ def map_shards(ctx, src: Path, listing: list[dict], job: SliceWork, slices: list
     ctx.out/_work; returns the tasks' summed stats ({"map.<name>": total})."""
     work = Path(ctx.out) / WORK
     (work / "pieces").mkdir(parents=True, exist_ok=True)
-    _write_plan(work, np.array([[s.file, s.row_group, s.start, s.stop, s.first_row] for s in slices],
-                               dtype=np.int64).reshape(-1, 5))
+    write_plan(work, slices)
     return ctx.executor.run([MapSlices(src, [e["path"] for e in listing], work, job)], len(slices),
                           work / "_datatrove" / what, f"{ctx.label}: {what}")
 
@@ -337,9 +336,10 @@ def clean_work(ctx) -> None:
     shutil.rmtree(Path(ctx.out) / WORK, ignore_errors=True)
 
 
-def _write_plan(work: Path, plan: np.ndarray) -> None:
-    """The plan the tasks read; a resumed stage must find the plan it started with (its finished tasks are
-    kept by rank)."""
+def write_plan(work: Path, slices: list[Slice]) -> None:
+    """The slices the tasks read (load_plan); a resumed stage must find the plan it started with (its finished
+    tasks are kept by rank)."""
+    plan = np.array([[s.file, s.row_group, s.start, s.stop, s.first_row] for s in slices], np.int64).reshape(-1, 5)
     path = _plan_path(work)
     if path.exists():
         if not np.array_equal(np.load(path), plan):
