@@ -37,10 +37,12 @@ COLUMNS = ("input_ids", "target_ids", "doc_ids", "loss_mask")
 
 def _rows(files: list[Path]) -> tuple[np.ndarray, ...]:
     """(input ids, target ids, doc ids, loss mask), each [n, SEQ], of packed Parquet files, in order."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    t = pq.concat_tables([pq.read_table(f, columns=list(COLUMNS)) for f in files])
-    return tuple(np.asarray(t.column(c).to_pylist(), dtype=np.int32) for c in COLUMNS)
+    t = pa.concat_tables([pq.read_table(f, columns=list(COLUMNS)) for f in files])
+    return tuple(np.stack([np.asarray(x, np.int32) for x in t.column(c).to_numpy(zero_copy_only=False)])
+                 for c in COLUMNS)
 
 
 def prepare(build: Path, whole: Path, out: Path) -> None:
@@ -51,14 +53,23 @@ def prepare(build: Path, whole: Path, out: Path) -> None:
     vocab = json.loads((build / "tokenizer" / "cpp_tokenizer.json").read_text())["vocab_size"]
     if vocab > 65536:
         raise SystemExit(f"{build}: a vocabulary of {vocab} ids does not fit uint16")
-    np.savez_compressed(out, **{f"{k}_{name}": arr[:n].astype(dt) for k, rows in (("a", a), ("b", b))
-                                for name, arr, dt in zip(("ids", "tgt", "doc", "mask"), rows,
-                                                         (np.uint16, np.uint16, np.uint16, bool))},
+    if max(int(a[2].max()), int(b[2].max())) > 255:
+        raise SystemExit("a row holds more than 255 documents: doc ids do not fit uint8")
+    # targets are the next token of the same document (derived on the GPU); masks as bits: the bundle must fit
+    # the 64 MiB a device call carries
+    np.savez_compressed(out, **{f"{k}_{name}": arr for k, rows in (("a", a), ("b", b)) for name, arr in (
+                                ("ids", rows[0][:n].astype(np.uint16)), ("doc", rows[2][:n].astype(np.uint8)),
+                                ("mask", np.packbits(rows[3][:n].astype(bool), axis=1)))},
+                        pad=np.array(_pad(build)),
                         eval_ids=np.concatenate(eval_ids).astype(np.uint16),
                         eval_len=np.array([len(x) for x in eval_ids], np.int32), eval_ctx=np.array(eval_ctx, np.int32),
                         vocab=np.array(vocab))
     print(f"{out}: {n} rows each ({n * SEQ:,} tokens); whole-file rows {len(a[0])}, chunk rows {len(b[0])}; "
           f"{len(eval_ids)} held-out chunks")
+
+
+def _pad(build: Path) -> int:
+    return json.loads((build / "tokenizer" / "cpp_tokenizer.json").read_text())["roles"]["pad"]
 
 
 def _eval_chunks(build: Path) -> tuple[list[np.ndarray], list[int]]:
@@ -104,11 +115,16 @@ def positions(doc):
 
 
 def _batch(data, name: str, idx: np.ndarray):
+    """Input ids, targets (the next token of the same document, PAD where there is none), positions, mask."""
     import torch
 
-    ids, tgt, doc, mask = (torch.from_numpy(data[f"{name}_{k}"][idx].astype(np.int64)).cuda()
-                           for k in ("ids", "tgt", "doc", "mask"))
-    return ids, tgt, positions(doc), mask.float()
+    ids = torch.from_numpy(data[f"{name}_ids"][idx].astype(np.int64)).cuda()
+    doc = torch.from_numpy(data[f"{name}_doc"][idx].astype(np.int64)).cuda()
+    mask = torch.from_numpy(np.unpackbits(data[f"{name}_mask"][idx], axis=1)[:, :SEQ].astype(np.float32)).cuda()
+    tgt = torch.full_like(ids, int(data["pad"]))
+    same = (doc[:, 1:] == doc[:, :-1]) & (doc[:, :-1] > 0)
+    tgt[:, :-1] = torch.where(same, ids[:, 1:], tgt[:, :-1])
+    return ids, tgt, positions(doc), mask
 
 
 def train_one(model, data, name: str, rows: int, args) -> dict:
