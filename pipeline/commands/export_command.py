@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,91 +69,117 @@ def export_directory(build: Path, kind: str, arguments: dict) -> Path:
 
 
 def cmd_export(args) -> int:
-    import shutil
+    """Export a build again: the documents (a lane's, or the whole files'), the target directory for these
+    arguments, the export into DIR.partial, then its launch.json and arguments, sealed as DIR."""
+    from cpp_data.pipeline.foundation.fsutil import atomic_write_json, seal
+    from cpp_data.schemas.manifest import load_manifest
 
-    from cpp_data.pipeline.foundation.fsutil import atomic_write_json, is_sealed, seal
-    from cpp_data.schemas.reader import require_complete
-
-    require_complete(args.build)
-    if not (args.build / "tokenizer" / "cpp_tokenizer.json").is_file():
-        raise BadInput(f"{args.build}: this build has no tokenizer (its recipe has no tokenizer stage), so it has no "
-                       f"token ids to export; build it with a recipe that tokenizes")
-    documents = args.build
-    if args.lane is not None:
-        documents = args.build / "lanes" / args.lane
-        if not (documents / "shards.json").is_file():
-            raise BadInput(f"{args.build}: no lane {args.lane!r} (its lanes: "
-                           f"{', '.join(p.name for p in sorted((args.build / 'lanes').glob('*'))) or 'none'})")
-    if args.export_command == "megatron":
-        os.environ["RAYON_NUM_THREADS"] = str(args.workers)
-        arguments = {"format": "megatron", "name": args.name, "seq_length": args.seq_length, "lane": args.lane}
-        out = args.out or export_directory(args.build, f"megatron-{args.name}", arguments)
-    else:
-        arguments = {"format": "packed", "seq_length": args.seq_length, "fim_rate": args.fim_rate,
-                     "fim_spm_rate": args.fim_spm_rate, "seed": args.seed, "fim_epochs": args.fim_epochs,
-                     "lane": args.lane}
-        out = args.out or export_directory(args.build, f"packed-{args.seq_length}", arguments)
-    if is_sealed(out):
-        recorded = json.loads((out / "arguments.json").read_text()) if (out / "arguments.json").is_file() else None
-        if recorded == arguments:
-            print(f"{out}: already exported with these arguments")
-            return EXIT_NOTHING_TO_DO
-        if recorded is None:
-            raise BadInput(f"--out {out}: a sealed directory that is not an export (a build?); give a new or empty "
-                           f"directory")
-        raise BadInput(f"{out}: holds an export with other arguments ({recorded}); choose another --out")
+    documents = _documents(args)
+    arguments = _arguments(args)
+    out = args.out or export_directory(args.build, _kind(args), arguments)
+    if _already_exported(out, arguments):
+        print(f"{out}: already exported with these arguments")
+        return EXIT_NOTHING_TO_DO
     check_export_target(out)
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    from cpp_data.schemas.launch_spec import dataset_entry
-    from cpp_data.schemas.manifest import load_manifest
-
     manifest = load_manifest(args.build)
     weights = {s["name"]: float(s.get("weight", 1.0)) for s in manifest["sources"]}
-    if args.export_command == "megatron":
-        from cpp_data.pipeline.contract.executor import ExecutorConfig
-        from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
-        from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
-        from cpp_data.stages.lib.export_megatron import export_shards
-
-        quiet_datatrove()
-
-        prefixes = export_shards(documents, args.build / "tokenizer", partial, args.name, weights,
-                                 DatatroveExecutor(ExecutorConfig(workers=args.workers,
-                                                                     progress=sys.stderr.isatty())))
-        for p, v in prefixes.items():
-            print(f"{p:<16} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
-                  f"sha256 {v['bin_sha256'][:16]}")
-        meta = json.loads((partial / "export.json").read_text())
-        dataset = {"documents": dataset_entry("documents", prefixes, weights)}
-    else:
-        from cpp_data.pipeline.contract.executor import ExecutorConfig
-        from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
-        from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
-        from cpp_data.stages.lib.packing import PackedParams, pack_shards
-
-        quiet_datatrove()
-
-        p = PackedParams(seq_length=args.seq_length, fim_rate=args.fim_rate, fim_spm_rate=args.fim_spm_rate,
-                         seed=args.seed, fim_epochs=args.fim_epochs)
-        _, telemetry = pack_shards(documents, args.build / "tokenizer", partial, p, weights,
-                                   DatatroveExecutor(ExecutorConfig(workers=args.workers,
-                                                                     progress=sys.stderr.isatty())))
-        for s, t in telemetry.items():
-            print(f"{s:<6} {t['rows']:>7,} rows  {t['slot_utilization']:.1%} slots used  "
-                  f"{t['docs_per_row']:.2f} docs/row  {t['cropped_token_share']:.1%} cropped  "
-                  f"{t['fim_documents']:,} FIM")
-        meta = json.loads((partial / "packed.json").read_text())
-        rows = {s: [f["path"].split("/", 1)[1] for f in meta["files"] if f["kind"] == "packed" and f["split"] == s]
-                for s in ("train", "valid")}
-        dataset = {"packed": dataset_entry("packed", meta["prefixes"], weights, rows=rows,
-                                           fim={**meta["fim"], "epochs": meta["fim_epochs"]})}
+    export = _export_megatron if args.export_command == "megatron" else _export_packed
+    dataset, meta = export(args, documents, partial, weights)
     _write_export_spec(args, out, partial, dataset, meta, weights)
     atomic_write_json(partial / "arguments.json", arguments)
     out.parent.mkdir(parents=True, exist_ok=True)
     seal(partial, out)
     print(f"wrote {out}")
     return EXIT_OK
+
+
+def _documents(args) -> Path:
+    """The directory of the documents to export: the build's shards, or a lane's rows with --lane."""
+    from cpp_data.schemas.reader import require_complete
+
+    require_complete(args.build)
+    if not (args.build / "tokenizer" / "cpp_tokenizer.json").is_file():
+        raise BadInput(f"{args.build}: this build has no tokenizer (its recipe has no tokenizer stage), so it has no "
+                       f"token ids to export; build it with a recipe that tokenizes")
+    if args.lane is None:
+        return args.build
+    documents = args.build / "lanes" / args.lane
+    if not (documents / "shards.json").is_file():
+        raise BadInput(f"{args.build}: no lane {args.lane!r} (its lanes: "
+                       f"{', '.join(p.name for p in sorted((args.build / 'lanes').glob('*'))) or 'none'})")
+    return documents
+
+
+def _arguments(args) -> dict:
+    """What names the export: recorded in arguments.json, hashed into its default directory."""
+    if args.export_command == "megatron":
+        return {"format": "megatron", "name": args.name, "seq_length": args.seq_length, "lane": args.lane}
+    return {"format": "packed", "seq_length": args.seq_length, "fim_rate": args.fim_rate,
+            "fim_spm_rate": args.fim_spm_rate, "seed": args.seed, "fim_epochs": args.fim_epochs, "lane": args.lane}
+
+
+def _kind(args) -> str:
+    return f"megatron-{args.name}" if args.export_command == "megatron" else f"packed-{args.seq_length}"
+
+
+def _already_exported(out: Path, arguments: dict) -> bool:
+    """True when `out` is an export of these arguments; a sealed directory of anything else is refused."""
+    from cpp_data.pipeline.foundation.fsutil import is_sealed
+
+    if not is_sealed(out):
+        return False
+    recorded = json.loads((out / "arguments.json").read_text()) if (out / "arguments.json").is_file() else None
+    if recorded == arguments:
+        return True
+    if recorded is None:
+        raise BadInput(f"--out {out}: a sealed directory that is not an export (a build?); give a new or empty "
+                       f"directory")
+    raise BadInput(f"{out}: holds an export with other arguments ({recorded}); choose another --out")
+
+
+def _executor(args):
+    """A local datatrove executor of --workers processes, with progress in a terminal."""
+    from cpp_data.pipeline.contract.executor import ExecutorConfig
+    from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
+    from cpp_data.pipeline.runner.executors.task_logging import quiet_datatrove
+
+    quiet_datatrove()
+    return DatatroveExecutor(ExecutorConfig(workers=args.workers, progress=sys.stderr.isatty()))
+
+
+def _export_megatron(args, documents: Path, partial: Path, weights: dict) -> tuple[dict, dict]:
+    """One document per sequence into partial/; the launch spec's documents dataset and export.json."""
+    from cpp_data.schemas.launch_spec import dataset_entry
+    from cpp_data.stages.lib.export_megatron import export_shards
+
+    os.environ["RAYON_NUM_THREADS"] = str(args.workers)
+    prefixes = export_shards(documents, args.build / "tokenizer", partial, args.name, weights, _executor(args))
+    for p, v in prefixes.items():
+        print(f"{p:<16} {v['documents']:>9,} documents {v['tokens']:>13,} tokens  {v['dtype']}  "
+              f"sha256 {v['bin_sha256'][:16]}")
+    meta = json.loads((partial / "export.json").read_text())
+    return {"documents": dataset_entry("documents", prefixes, weights)}, meta
+
+
+def _export_packed(args, documents: Path, partial: Path, weights: dict) -> tuple[dict, dict]:
+    """Packed rows and their bin/idx into partial/; the launch spec's packed dataset and packed.json."""
+    from cpp_data.schemas.launch_spec import dataset_entry
+    from cpp_data.stages.lib.packing import PackedParams, pack_shards
+
+    p = PackedParams(seq_length=args.seq_length, fim_rate=args.fim_rate, fim_spm_rate=args.fim_spm_rate,
+                     seed=args.seed, fim_epochs=args.fim_epochs)
+    _, telemetry = pack_shards(documents, args.build / "tokenizer", partial, p, weights, _executor(args))
+    for s, t in telemetry.items():
+        print(f"{s:<6} {t['rows']:>7,} rows  {t['slot_utilization']:.1%} slots used  "
+              f"{t['docs_per_row']:.2f} docs/row  {t['cropped_token_share']:.1%} cropped  "
+              f"{t['fim_documents']:,} FIM")
+    meta = json.loads((partial / "packed.json").read_text())
+    rows = {s: [f["path"].split("/", 1)[1] for f in meta["files"] if f["kind"] == "packed" and f["split"] == s]
+            for s in ("train", "valid")}
+    return {"packed": dataset_entry("packed", meta["prefixes"], weights, rows=rows,
+                                    fim={**meta["fim"], "epochs": meta["fim_epochs"]})}, meta
 
 
 def _write_export_spec(args, out: Path, partial: Path, dataset: dict, meta: dict, weights: dict) -> None:
