@@ -31,7 +31,7 @@ from cpp_data.schemas.shard_writer import ShardParams
 from cpp_data.stages.lib.chunking import MIN_ROOM
 from cpp_data.stages.lib.lane_groups import plan_groups, read_plan_docs
 from cpp_data.stages.lib.lane_rows import ChunkSettings
-from cpp_data.stages.lib.lane_tasks import CutLanes, WriteLaneSplit
+from cpp_data.stages.lib.lane_tasks import CutLanes, RouteRows, WriteLaneSplit, route_plan
 from cpp_data.stages.lib.shard_tasks import WORK, plan_slices
 from cpp_data.tokenizer.files import load_tokenizer
 from cpp_data.tokenizer.pretokenizer import encode_in_parts
@@ -108,6 +108,11 @@ class Lanes(Stage):
             cuts += plan(src, tokenizer, work, lane, settings[lane])
         _write_once(work / "cuts.json", cuts)
         listing = json.loads((src / "shards.json").read_text())["files"]
+        routes = route_plan(cuts)
+        _write_once(work / "routes.json", routes)
+        if routes:
+            ctx.executor.run([RouteRows(src, [e["path"] for e in listing], work)], len(routes),
+                             work / "_datatrove" / "route", f"{ctx.label}: route")
         ctx.executor.run([CutLanes(src, [e["path"] for e in listing], work, tokenizer, p.generation, settings)],
                          len(cuts), work / "_datatrove" / "cut", f"{ctx.label}: cut")
         t1 = time.monotonic()

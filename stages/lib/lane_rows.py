@@ -99,8 +99,9 @@ class LaneRows:
 
     def _assemble(self, table: pa.Table, owners: list[int], chunks: list[Chunk], counts: list[int],
                   indexes: list[int]) -> pa.Table:
-        """The chunk rows: the owners' rows taken, then every column that describes the text replaced."""
-        out = table.take(pa.array(owners, pa.int64())) if owners else table.slice(0, 0)
+        """The chunk rows: every column that describes the text made anew, the owners' other columns taken (the
+        text's own columns are left out of the take: copying a file's per-character lists once per chunk only
+        to replace them was the larger part of the cost)."""
         texts = [c.text for c in chunks]
         maps = [c.char_map() for c in chunks]
         replaced: dict[str, Any] = {
@@ -116,6 +117,9 @@ class LaneRows:
             replaced |= _clipped_spans(table, owners, chunks)
         if "constituents" in table.column_names:
             replaced["constituents"] = _narrowed_constituents(table, owners, chunks)
+        mirrored = {c.name for c in self.per_token(table)}
+        kept = table.select([n for n in table.column_names if n not in replaced and n not in mirrored])
+        out = kept.take(pa.array(owners, pa.int64())) if owners else kept.slice(0, 0)
         lane: dict[str, list] = {
             "chunk_index": indexes, "chunk_count": counts, "chunk_kind": [c.kind for c in chunks],
             "chunk_name": [c.name for c in chunks], "context_length": [c.context_tokens for c in chunks],

@@ -1,12 +1,17 @@
 """The lanes stage's datatrove tasks: cut the documents into every lane's rows, then write each lane's splits
 (docs/CHUNKS.md).
 
+Route tasks, one per row group of the whole-file shards that a file lane's group reads: the row group read once,
+and for every cut task that needs rows of it, those rows into a scratch file of that task's. A file lane groups
+a repository's files by include order, and the shards are shuffled, so a task's members live in every row
+group: without routing each task would decode the whole corpus, and the stage would cost tasks x corpus.
+
 Cut tasks, every lane's in one run: a chunk lane's task is a slice of the whole-file shards
 (shard_tasks.plan_slices) cut into chunks of the lane's budget; a file lane's task is a run of its groups
-(stages/lib/lane_groups.py), each whole files joined or one file cut into chunks, reading the row groups its
-groups' members live in once each. Each writes one piece. Write tasks, one per (lane, split): the split's
-pieces in order into rolled shard files (schemas/shard_writer.ShardWriter), so the bytes depend only on the
-rows' order, never on the slicing, the number of workers or the executor.
+(stages/lib/lane_groups.py), each whole files joined or one file cut into chunks, reading its routed rows.
+Each writes one piece. Write tasks, one per (lane, split): the split's pieces in order into rolled shard
+files (schemas/shard_writer.ShardWriter), so the bytes depend only on the rows' order, never on the slicing,
+the number of workers or the executor.
 """
 
 from __future__ import annotations
@@ -26,6 +31,45 @@ from cpp_data.stages.lib.lane_rows import ChunkSettings, LaneRows
 from cpp_data.stages.lib.shard_tasks import read_piece, write_piece
 from cpp_data.stages.lib.token_mirror import token_byte_lengths
 from cpp_data.tokenizer.files import load_tokenizer
+
+
+def route_plan(cuts: list[dict]) -> list[dict]:
+    """The route tasks of a cut plan: per row group (file, row group) that a file lane's group reads, in order,
+    each cut task that needs rows of it with those rows, sorted."""
+    needs: dict[tuple[int, int], dict[int, set[int]]] = {}
+    for k, job in enumerate(cuts):
+        for g in job.get("groups", ()):
+            for f, rg, r in g["members"]:
+                needs.setdefault((f, rg), {}).setdefault(k, set()).add(r)
+    return [{"file": f, "row_group": rg, "takers": [[k, sorted(rows)] for k, rows in sorted(takers.items())]}
+            for (f, rg), takers in sorted(needs.items())]
+
+
+def routed_path(work: Path, job: int, f: int, rg: int) -> Path:
+    return work / "routed" / f"{job:05d}-{f:05d}-{rg:05d}.arrow"
+
+
+class RouteRows(PipelineStep):
+    """Task r: route r of work/routes.json: its row group read once, and each taker's rows into its file."""
+
+    type = "✂️ - LANES"
+    name = "route"
+
+    def __init__(self, src: Path, files: list[str], work: Path):
+        super().__init__()
+        self.src, self.files, self.work = Path(src), files, Path(work)
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        route = json.loads((self.work / "routes.json").read_text())[rank]
+        f, rg = route["file"], route["row_group"]
+        pf = pq.ParquetFile(self.src / self.files[f], page_checksum_verification=True)
+        table = read_row_group(pf, rg)
+        (self.work / "routed").mkdir(exist_ok=True)
+        for k, rows in route["takers"]:
+            write_piece(table.take(pa.array(rows, pa.int64())), routed_path(self.work, k, f, rg))
+        self.stat_update("rows", value=sum(len(rows) for _, rows in route["takers"]))
+        return
+        yield
 
 
 def _builder(tokenizer: str, generation: str) -> LaneRows:
@@ -66,27 +110,29 @@ class CutLanes(PipelineStep):
             pf = pq.ParquetFile(self.src / self.files[f], page_checksum_verification=True)
             rows = builder.chunk_rows(read_row_group(pf, rg).slice(start, stop - start), settings)
         else:
-            tables = self._row_groups(job["groups"])
+            tables = self._routed(rank, job["groups"])
             rows = pa.concat_tables([self._group_rows(builder, settings, g, tables) for g in job["groups"]])
         write_piece(rows, Path(job["piece"]))
         _report(self, builder, rows)
         return
         yield
 
-    def _row_groups(self, groups: list[dict]) -> dict[tuple[int, int], pa.Table]:
-        """Every row group the groups' members live in, read once."""
-        wanted = sorted({(f, rg) for g in groups for f, rg, _ in g["members"]})
-        out: dict[tuple[int, int], pa.Table] = {}
-        files: dict[int, pq.ParquetFile] = {}
-        for f, rg in wanted:
-            if f not in files:
-                files[f] = pq.ParquetFile(self.src / self.files[f], page_checksum_verification=True)
-            out[(f, rg)] = read_row_group(files[f], rg)
+    def _routed(self, rank: int, groups: list[dict]) -> dict[tuple[int, int, int], pa.Table]:
+        """Every member of the groups as a one-row table, from the rows routed to this task (route_plan)."""
+        wanted: dict[tuple[int, int], set[int]] = {}
+        for g in groups:
+            for f, rg, r in g["members"]:
+                wanted.setdefault((f, rg), set()).add(r)
+        out: dict[tuple[int, int, int], pa.Table] = {}
+        for (f, rg), rows in sorted(wanted.items()):
+            table = read_piece(routed_path(self.work, rank, f, rg))
+            for i, r in enumerate(sorted(rows)):
+                out[(f, rg, r)] = table.slice(i, 1)
         return out
 
     def _group_rows(self, builder: LaneRows, settings: ChunkSettings, group: dict,
-                    tables: dict[tuple[int, int], pa.Table]) -> pa.Table:
-        members = [tables[(f, rg)].slice(r, 1) for f, rg, r in group["members"]]
+                    members_by_place: dict[tuple[int, int, int], pa.Table]) -> pa.Table:
+        members = [members_by_place[(f, rg, r)] for f, rg, r in group["members"]]
         if group["kind"] == "chunks":
             return builder.chunk_rows(members[0], settings)
         return _fitting_groups(builder, settings, members)
