@@ -8,7 +8,7 @@ pinned at its HEAD; for example the snapshots `fetch` leaves under /work/.mirror
 the lanes' records, the packed telemetry and the chunk rows (context tokens, cut levels).
 
     .venv/bin/python bench/lanes.py [--repo /work/.mirror/fmtlib+fmt/repo ...] [--work /tmp/lanes-bench]
-        [--name lanes]
+        [--set semantics.configure=false ...] [--name lanes]
 
 Writes bench/results/<name>.{json,md}.
 """
@@ -61,13 +61,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repo", type=Path, action="append", default=[], help="a git repository to add to the corpus")
     ap.add_argument("--work", type=Path, default=Path("/tmp/lanes-bench"))
+    ap.add_argument("--set", action="append", default=[], metavar="STAGE.PARAM=VALUE",
+                    help="a recipe override for the build, as `cpp-data build --set` takes it")
     ap.add_argument("--name", default="lanes")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     sources = sources_file(args.repo, args.work)
     out = args.work / "out"
     t0 = time.monotonic()
-    subprocess.run([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out), "--no-progress"],
+    subprocess.run([*CLI, "build", "--version", "v6", "--sources", str(sources), "--out", str(out), "--no-progress",
+                    *(a for kv in args.set for a in ("--set", kv))],
                    check=True, stdout=subprocess.DEVNULL)
     build_s = time.monotonic() - t0
     build = out / "builds" / (out / "builds" / "LATEST").read_text().strip()
@@ -78,7 +81,8 @@ def main() -> int:
     summary = json.loads((build / "reports" / "summary.json").read_text())
     stage = {s["stage"]: s for s in json.loads((build / "manifest.json").read_text())["stages"]}
     result = {
-        "command": "python bench/lanes.py " + " ".join(f"--repo {r}" for r in args.repo),
+        "command": "python bench/lanes.py " + " ".join([*(f"--repo {r}" for r in args.repo),
+                                                        *(f"--set {kv}" for kv in args.set)]),
         "build": build.name, "sources": summary["sources"], "documents": summary["documents"],
         "text_bytes": summary["text_bytes"], "build_seconds": round(build_s, 1),
         "lanes_stage_seconds": stage["lanes"]["seconds"],
