@@ -1,6 +1,6 @@
 """On the GPU: the harness's CUDA paths compute what megatron-core's own attention computes (issue 60).
 
-Real packed rows (an export's cpp_packed_train, position ids restarting after every EOD as GPTDataset makes them):
+Real packed rows (an export's cpp_packed_train_e0, position ids restarting after every EOD as GPTDataset makes them):
   attention  flex_attention with the document BlockMask in bf16 (the training path) against fp32 SDPA with the
              explicit document mask: relative error of out, dq, dk, dv, beside SDPA's own bf16 masked kernel's
   fp32       gpt-125m, same weights, 2 rows: the plain model and megatron-core's GPTModel with the harness's
@@ -39,7 +39,7 @@ def rows(export: Path, count: int, dev: torch.device) -> dict:
     GPTDataset's samples: tokens, labels, loss_mask (no loss on EOD inputs nor on a row's last label),
     position_ids (restarting after every EOD)."""
     eod = json.loads((export / "launch.json").read_text())["eod"]
-    flat = np.asarray(read_tokens(str(export / "cpp_packed_train")), dtype=np.int64)
+    flat = np.asarray(read_tokens(str(export / "cpp_packed_train_e0")), dtype=np.int64)
     n = (len(flat) - 1) // SEQ
     table = flat[:n * SEQ].reshape(n, SEQ)
     is_eod = table == eod
@@ -157,7 +157,7 @@ def models(batch: dict, out: Path, size: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("export", type=Path, help="a packed export of 2048-token rows (launch.json, cpp_packed_train)")
+    ap.add_argument("export", type=Path, help="a packed export of 2048-token rows (launch.json, cpp_packed_train_e0)")
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--size", default="gpt-125m")

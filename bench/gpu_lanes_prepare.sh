@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prepare what `bench/gpu_harness.sh DATA OUT lanes` takes to the GPU machine (no network there, 64 MiB a call):
 #   DATA/<length>/   for each of LENGTHS (2048, 16384 and 65536 tokens a row): `cpp-data export packed BUILD
-#                    --seq-length <length> --fim-rate 0` (launch.json without the Parquet rows, so the harness
+#                    --seq-length <length> --fim-rate 0`, of the lane LANE_<length> names where it names one
+#                    (default: the 16k lane at 16,384, the 64k lane at 65,536, whole files at 2,048)
+#                    (launch.json without the Parquet rows, so the harness
 #                    reads the bin/idx through GPTDataset; packed.json, the .idx files; the .bin files
 #                    xz-compressed, DATA/SHA256SUMS)
 #   .whl/            megatron-core 0.16.1 and einops wheels for CPython 3.12 (bench/gpu_prepare.sh's; the device's
@@ -12,7 +14,9 @@ BUILD=${1:?a build directory}; DATA=${2:-.gpu-lanes}
 WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT
 rm -rf "$DATA" && mkdir -p "$DATA"
 for seq in ${LENGTHS:-2048 16384 65536}; do
-  cpp-data export packed "$BUILD" --seq-length "$seq" --fim-rate 0 --out "$WORK/$seq" >/dev/null
+  case "$seq" in 16384) default=16k ;; 65536) default=64k ;; *) default="" ;; esac
+  lane_var="LANE_$seq"; lane=${!lane_var-$default}
+  cpp-data export packed "$BUILD" --seq-length "$seq" --fim-rate 0 ${lane:+--lane "$lane"} --out "$WORK/$seq" >/dev/null
   mkdir -p "$DATA/$seq"
   cp "$WORK/$seq/packed.json" "$WORK/$seq"/*.idx "$DATA/$seq/"
   python3 -c "import json,sys; s=json.load(open(sys.argv[1])); [d.pop('rows', None) for l in s['lanes'].values()

@@ -4,7 +4,11 @@
 `forward(model, tokens, position_ids, attention_mask, labels, loss_mask, isolate, autocast)`, which is
 `plain_loss` (harness/plain_model.py) or `megatron_loss` (megatron-core's GPTModel, harness/model.py). Packed
 rows isolate their documents (`isolate`), built from the position ids inside the forward; a batch that carries
-GPTDataset's own masks (`--attention local`) passes them instead.
+GPTDataset's own masks (`--attention local`) passes them instead. A batch whose every row has its loss in its
+first document alone (one document, then padding: most rows of a long lane) is not isolated: causal attention
+over the whole row gives that document the same outputs and the loss the same gradients (nothing after the
+first document carries loss, and nothing before it is another document), and the causal kernel (cuDNN,
+FlashAttention) is faster than a document mask at long rows.
 """
 
 from __future__ import annotations
@@ -65,14 +69,23 @@ def megatron_loss(model, tokens, position_ids, attention_mask, labels, loss_mask
     return (losses * mask).sum() / mask.sum().clamp(min=1)
 
 
+def loss_in_first_documents(position_ids: torch.Tensor, loss_mask: torch.Tensor) -> bool:
+    """True when no row carries loss after its first document ends (position ids restart at each document):
+    then isolating documents changes no output the loss reads. Read on the host's copy of the batch."""
+    later = (position_ids[:, 1:] == 0).cumsum(1) > 0  # at or after the row's second document
+    return not bool((later & (loss_mask[:, 1:] != 0)).any())
+
+
 def micro_batch_loss(model, batch: dict, device: torch.device, packed: bool, forward) -> torch.Tensor:
     """Mean loss over one micro batch of GPTDataset samples (tokens, labels, loss_mask, position_ids, and
     attention_mask when GPTDataset made its masks)."""
-    b = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "dataset_id"}
-    mask = b["loss_mask"]
+    host = {k: v for k, v in batch.items() if k != "dataset_id"}
     if packed:  # a packed row's last label is the first id of another row (harness/data.py)
-        mask = mask.clone()
-        mask[:, -1] = 0
-    isolate = packed and "attention_mask" not in b
+        host["loss_mask"] = host["loss_mask"].clone()
+        host["loss_mask"][:, -1] = 0
+    isolate = packed and "attention_mask" not in host and not loss_in_first_documents(host["position_ids"],
+                                                                                         host["loss_mask"])
+    b = {k: v.to(device, non_blocking=True) for k, v in host.items()}
+    mask = b["loss_mask"]
     return forward(model, b["tokens"], b["position_ids"], b.get("attention_mask"), b["labels"], mask, isolate,
                    device.type == "cuda")

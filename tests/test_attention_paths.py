@@ -321,3 +321,43 @@ def test_plain_model_compiled_and_checkpointed_is_the_same_function(megatron_sta
         _assert_same(_loss_and_grads(compiled, plain_loss, batch, True), want)
         _assert_same(_loss_and_grads(checkpointed, plain_loss, batch, True), want, tol=1e-6)
     assert counters["stats"]["unique_graphs"] == 2  # one block for every layer, and the loss head
+
+
+def _one_document_rows(second_document_loss: bool) -> dict:
+    """Two rows of 64 ids: a document, then EOD padding (one-token documents) that carries no loss; with
+    `second_document_loss`, the second row holds a second real document whose tokens carry loss."""
+    torch.manual_seed(5)
+    tokens = torch.randint(3, 200, (2, 64))
+    tokens[0, 40:] = EOD
+    tokens[1, 30] = EOD
+    tokens[1, 50:] = EOD
+    mask = (tokens != EOD).long()
+    if not second_document_loss:
+        mask[1, 31:] = 0
+    return {"tokens": tokens, "position_ids": gpt_dataset_positions(tokens), "labels": tokens.roll(-1, 1),
+            "loss_mask": mask}
+
+
+@pytest.mark.parametrize("second_document_loss", [False, True])
+def test_a_batch_with_loss_only_in_first_documents_skips_isolation_exactly(second_document_loss):
+    """harness/loss.py runs a batch causally when every row's loss lies in its first document: the loss and
+    every gradient equal the isolated ones then, and a batch with loss in a second document stays isolated
+    (where causal attention would give another loss)."""
+    from cpp_data.harness.loss import loss_in_first_documents
+    from cpp_data.harness.plain_model import PlainGPT
+    from cpp_data.harness.presets import SIZES
+
+    b = _one_document_rows(second_document_loss)
+    assert loss_in_first_documents(b["position_ids"], b["loss_mask"]) is (not second_document_loss)
+    torch.manual_seed(0)
+    model = PlainGPT(SIZES["tiny"], 256, 64)
+    results = []
+    for isolate in (True, False):
+        model.zero_grad()
+        loss = model(b["tokens"], b["position_ids"], labels=b["labels"], loss_mask=b["loss_mask"], isolate=isolate)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (isolated, g_iso), (causal, g_causal) = results
+    same = torch.allclose(isolated, causal, atol=1e-6) and all(
+        torch.allclose(a, c, atol=1e-6) for a, c in zip(g_iso, g_causal))
+    assert same is (not second_document_loss)
