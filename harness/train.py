@@ -113,10 +113,30 @@ def setup(c: TrainConfig, log=print) -> Run:
     model, opt = _model_and_optimizer(c, impl, spec["vocab_size"], seq, device, recompute)
     start = _resume(c, model, opt, device, spec, seq, log)
     step_model, forward = _for_training(c, impl, model, size, device, local)
+    if c.compile and device.type == "cuda" and c.data == "packed" and impl == "plain":
+        _compile_attention_paths(step_model, forward, micro, seq, device)
     run = Run(c, spec, device, rank, size, seq, micro, accum, out, dataset, eval_dataset, train_ds, valid_ds, impl,
               recompute, model, step_model, opt, forward, start, log)
     _announce(run)
     return run
+
+
+def _compile_attention_paths(model, forward, micro: int, seq: int, device: torch.device) -> None:
+    """Packed rows take two attention paths (harness/loss.py: causal where a batch's loss lies in first documents,
+    a document mask elsewhere), each a compiled graph of its own. One forward and backward of each on synthetic
+    rows, gradients dropped, before the first step: no training step pays a compilation, so a short run's
+    tokens/s reads the kernels, not the compiler."""
+    from cpp_data.harness.loss import micro_batch_loss
+
+    tokens = torch.zeros((micro, seq), dtype=torch.long)
+    one_document = torch.arange(seq).repeat(micro, 1)
+    two_documents = one_document.clone()
+    two_documents[:, seq // 2:] -= seq // 2
+    for position_ids in (one_document, two_documents):
+        batch = {"tokens": tokens, "labels": tokens, "loss_mask": torch.ones((micro, seq)),
+                 "position_ids": position_ids}
+        micro_batch_loss(model, batch, device, True, forward).backward()
+    model.zero_grad(set_to_none=True)
 
 
 def _sequence_length(c: TrainConfig, spec: dict, dataset: dict) -> int:

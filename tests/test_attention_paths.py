@@ -361,3 +361,16 @@ def test_a_batch_with_loss_only_in_first_documents_skips_isolation_exactly(secon
     same = torch.allclose(isolated, causal, atol=1e-6) and all(
         torch.allclose(a, c, atol=1e-6) for a, c in zip(g_iso, g_causal))
     assert same is (not second_document_loss)
+
+
+def test_compiling_both_attention_paths_leaves_no_gradient():
+    """harness/train.py runs one step of each attention path before training (compiled, on CUDA); here, eager on
+    CPU: both paths run on synthetic rows and leave no gradient behind for the first real step."""
+    from cpp_data.harness.loss import plain_loss
+    from cpp_data.harness.plain_model import PlainGPT
+    from cpp_data.harness.presets import SIZES
+    from cpp_data.harness.train import _compile_attention_paths
+
+    model = PlainGPT(SIZES["tiny"], 256, 64)
+    _compile_attention_paths(model, plain_loss, 2, 64, torch.device("cpu"))
+    assert all(p.grad is None for p in model.parameters())
