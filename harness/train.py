@@ -113,7 +113,7 @@ def setup(c: TrainConfig, log=print) -> Run:
     model, opt = _model_and_optimizer(c, impl, spec["vocab_size"], seq, device, recompute)
     start = _resume(c, model, opt, device, spec, seq, log)
     step_model, forward = _for_training(c, impl, model, size, device, local)
-    if c.compile and device.type == "cuda" and c.data == "packed" and impl == "plain":
+    if c.compile and device.type == "cuda" and dataset["kind"] == "packed" and impl == "plain":
         _compile_attention_paths(step_model, forward, micro, seq, device)
     run = Run(c, spec, device, rank, size, seq, micro, accum, out, dataset, eval_dataset, train_ds, valid_ds, impl,
               recompute, model, step_model, opt, forward, start, log)
