@@ -37,6 +37,7 @@ Run it with the project's interpreter (it imports cpp_data), from the repository
         --out-json bench/results/license_accuracy.json                   # all packages
     .venv/bin/python bench/license_accuracy.py --packages googletest,libzstd-dev
     .venv/bin/python bench/license_accuracy.py --reuse-build              # re-score the last build
+    .venv/bin/python bench/license_accuracy.py --extracted DIR            # packages not installed: DIR/<pkg>
 
 tests/test_license_accuracy.py runs a slice of it. The packages must be installed (apt); those of the
 default corpus are, after scripts/setup.sh.
@@ -394,15 +395,39 @@ def installed_files(pkg: str) -> tuple[dict[str, str], list[str]]:
     """{tree path: installed path} of the package's regular files after exclusions, and the collisions
     (installed paths whose tree path another file already took)."""
     listing = subprocess.run(["dpkg", "-L", pkg], capture_output=True, text=True, check=True).stdout
+    return _tree_files((line.strip(), Path(line.strip())) for line in listing.splitlines() if line.strip())
+
+
+def extracted_files(root: Path) -> tuple[dict[str, str], list[str]]:
+    """installed_files of a package that is not installed but unpacked (`dpkg-deb -x PKG.deb root`): the same
+    selection, read from `root`, with each file's installed path being its path under `root`."""
+    return _tree_files(("/" + f.relative_to(root).as_posix(), f) for f in sorted(root.rglob("*")))
+
+
+def extracted_copyright(root: Path, pkg: str) -> Path | None:
+    """An unpacked package's copyright file: usr/share/doc/<pkg>/copyright under `root`, or, where that doc
+    directory is a link to another package's (libboost1.74-dev's), the linked package's, unpacked or installed."""
+    doc = root / "usr/share/doc" / pkg
+    if (doc / "copyright").is_file() and not doc.is_symlink():
+        return doc / "copyright"
+    if doc.is_symlink():
+        name = Path(doc.readlink()).name
+        for candidate in (root / "usr/share/doc" / name / "copyright", Path("/usr/share/doc", name, "copyright")):
+            if candidate.is_file():
+                return candidate
+    return copyright_file(pkg)
+
+
+def _tree_files(entries) -> tuple[dict[str, str], list[str]]:
+    """{tree path: file} of (installed path, file on disk) pairs: regular files only, exclusions applied."""
     files: dict[str, str] = {}
     collisions = []
-    for line in listing.splitlines():
-        p = Path(line.strip())
-        if not line.strip() or p.is_symlink() or not p.is_file() or is_excluded(str(p)):
+    for installed, p in entries:
+        if p.is_symlink() or not p.is_file() or is_excluded(installed):
             continue
-        tp = tree_path(str(p))
+        tp = tree_path(installed)
         if tp in files:
-            collisions.append(str(p))
+            collisions.append(installed)
             continue
         files[tp] = str(p)
     return files, collisions
@@ -609,6 +634,9 @@ def markdown(result: dict) -> str:
                   f"(got {fmt_pct(o['permissive_refused_pct'])}).",
               f"Installed files missing from the ledger: {o['not_in_ledger']}; truth from the `*` fallback stanza: "
               f"{o['truth_from_fallback']} of {o['judged'] - o['unmatched']} matched judged files.", ""]
+    if result.get("unpacked_not_installed"):
+        lines += ["Read from unpacked .debs (`--extracted`; not installed on the measuring machine): "
+                  + ", ".join(result["unpacked_not_installed"]), ""]
     if result["skipped"]:
         lines += ["Skipped packages:", ""] + [f"- {p}: {why}" for p, why in result["skipped"].items()] + [""]
     lines += ["Why permissive files were refused (ledger reason):", ""]
@@ -647,9 +675,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="also match a glob longer than the installed path when the whole path matches a suffix "
                          "of the glob starting at a literal component equal to the path's first one (reaches "
                          "upstream paths such as libs/X/include/boost/X/y.hpp installed as boost/X/y.hpp)")
+    ap.add_argument("--extracted", type=Path,
+                    help="a folder of unpacked packages (DIR/<pkg>, from `dpkg-deb -x <pkg>.deb DIR/<pkg>`): a "
+                         "package that is not installed is read from there")
     ap.add_argument("--reuse-build", action="store_true",
                     help="do not copy trees or build: score the latest build under WORK/out again")
     return ap.parse_args(argv)
+
+
+def _installed(pkg: str) -> bool:
+    """Whether dpkg lists the package as installed."""
+    return subprocess.run(["dpkg", "-s", pkg], capture_output=True).returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -662,8 +698,14 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     skipped, matchers, files_of, collisions = {}, {}, {}, {}
+    extracted = []
     for pkg in packages:
-        cfile = copyright_file(pkg)
+        unpacked = args.extracted / pkg if args.extracted and not _installed(pkg) else None
+        if unpacked is not None and unpacked.is_dir():
+            extracted.append(pkg)
+        else:
+            unpacked = None
+        cfile = extracted_copyright(unpacked, pkg) if unpacked else copyright_file(pkg)
         if cfile is None:
             skipped[pkg] = "no copyright file"
             continue
@@ -675,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped[pkg] = f"{cfile} has {len(dep5.stanzas)} Files stanza(s)"
             continue
         try:
-            files, coll = installed_files(pkg)
+            files, coll = extracted_files(unpacked) if unpacked else installed_files(pkg)
         except subprocess.CalledProcessError:
             skipped[pkg] = "not installed (dpkg -L failed)"
             continue
@@ -728,7 +770,8 @@ def main(argv: list[str] | None = None) -> int:
         "build": build_name, "build_exit_status": build_rc,
         "matching": "suffix+relocated" if args.relocated_globs else "suffix", "stages": stages,
         "allow": list(DEFAULT_ALLOW),
-        "packages": per_pkg, "overall": finish(overall), "skipped": skipped, "timings_s": timings,
+        "packages": per_pkg, "overall": finish(overall), "skipped": skipped, "unpacked_not_installed": extracted,
+        "timings_s": timings,
         "ledger_rows_not_installed": extra[:50], "ledger_rows_not_installed_count": len(extra),
         "ledger_duplicate_keys": dup_keys, "extra_permissive_names": EXTRA_PERMISSIVE,
     }
