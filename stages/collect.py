@@ -6,8 +6,9 @@ never followed at all. Plain directories are walked without following links, and
 against the lock so a directory that changed since it was locked fails loudly.
 
 Output: files-NNNNN.parquet (COLLECTED_FILE, `files_per_part` files each, path order), license_files.parquet
-(LICENSE/COPYING texts for the license stage), skipped.parquet (REJECTION rows: not C/C++, too large, empty,
-symlink, submodule, not a regular file, unreadable, a Git LFS pointer). Retrieval time goes into stage.json, not
+(license texts for the license stage: LICENSE/COPYING, and sidecars such as fmt.license.rst), skipped.parquet
+(REJECTION rows: not C/C++, too large, empty, symlink, submodule, not a regular file, unreadable, a Git LFS
+pointer). Retrieval time goes into stage.json, not
 into the data (bytes stay reproducible).
 """
 
@@ -30,7 +31,7 @@ from tqdm import tqdm
 from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE, REJECTION
 from cpp_data.stages.lib.dir_files import TreeDigest, file_sha256, is_undecodable, printable_path, walk_directory
-from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.license_pointers import is_license_file_name
 from cpp_data.stages.lib.repo_files import (
     DEFAULT_EXTENSIONS,
     HEAD_BYTES,
@@ -116,7 +117,7 @@ class _Collector:
             self.opted_out[rule] += 1
             self.skip(path, len(data), sha, "opt_out")
             return
-        if LICENSE_NAME.match(PurePosixPath(path).name) and len(data) <= self.p.max_license_file_bytes:
+        if is_license_file_name(PurePosixPath(path).name) and len(data) <= self.p.max_license_file_bytes:
             self.licenses.append({"source_repo": self.src.name, "source_path": stored_path(path), "content": data})
         if not is_cpp(path, data[:HEAD_BYTES], self.p.extensions):
             self.skip(path, len(data), sha, "not_cpp")
@@ -238,7 +239,7 @@ def _read_directory_file(c: _Collector, digest: TreeDigest, path: str, entry: os
 
 class Collect(Stage):
     name = "collect"
-    version = 4
+    version = 5
     scope = "source"
     Params = CollectParams
 

@@ -42,12 +42,14 @@ from cpp_data.stages.lib.decode import DecodeNormalize
 from cpp_data.stages.lib.license_match import (
     LicenseAnswer,
     classify,
+    expression_family,
     identify_license_file,
     is_primary_license_file,
     offers_choice,
     parse_spdx,
     policy,
 )
+from cpp_data.stages.lib.license_pointers import SELF, find_pointer, identify_sidecar, resolve, target_answer
 from cpp_data.stages.lib.quality import vendored_root
 from cpp_data.stages.lib.shard_tasks import WORK, clean_work
 
@@ -79,8 +81,11 @@ class LicenseParams:
         return None
 
 
-def repo_licenses(rows: list[dict], identify: Callable[[str], tuple[str, float] | None] = identify_license_file
-                  ) -> dict[str, tuple[str, float, str]]:
+Identify = Callable[[str], "tuple[str, float] | None"]
+
+
+def repo_licenses(rows: list[dict], identify: Identify = identify_license_file,
+                  identify_side: Identify = identify_sidecar) -> dict[str, tuple[str, float, str]]:
     """Directory -> (spdx, score, evidence) for every directory holding an identifiable primary license file;
     such a file governs its directory's subtree (a bundled dependency with its own COPYING included).
 
@@ -88,20 +93,23 @@ def repo_licenses(rows: list[dict], identify: Callable[[str], tuple[str, float] 
     or an exception (LICENSE.OpenSSL, LICENSE-THIRD-PARTY, COPYING.RUNTIME) is listed in the evidence but never
     turns the license into a choice. Several primary licenses combine with AND (every one applies) unless a
     text offers the choice ("at your option", "dual licensed", an SPDX OR), and then with OR. `identify` names
-    one primary file's text (`identify_license_file`, or what `identified_in_turn` recorded)."""
+    one primary file's text (`identify_license_file`, or what `identified_in_turn` recorded).
+
+    A directory with no identifiable primary file takes its sidecars instead: license texts of other names
+    (fmt.license.rst beside spdlog's bundled fmt, LICENSE.fmt) that askalono recognises (`identify_side`)."""
     found: dict[str, list[tuple[str, float, str, bool]]] = {}
-    secondary: dict[str, list[str]] = {}
+    secondary: dict[str, list[tuple[str, str]]] = {}
     for row in sorted(rows, key=lambda r: r["source_path"]):
         path = PurePosixPath(row["source_path"])
         directory = str(path.parent)
-        if not is_primary_license_file(path.name):
-            secondary.setdefault(directory, []).append(path.name)
-            continue
         text = row["content"].decode("utf-8", "replace")
+        if not is_primary_license_file(path.name):
+            secondary.setdefault(directory, []).append((path.name, text))
+            continue
         hit = identify(text)
         if hit:
             found.setdefault(directory, []).append((hit[0], hit[1], path.name, offers_choice(text)))
-    out = {}
+    out = _sidecar_licenses(secondary, set(found), identify_side)
     for directory, hits in found.items():
         exprs = list(dict.fromkeys(h[0] for h in hits))
         files = ", ".join(f"{h[2]} ({h[0]})" for h in hits)
@@ -115,36 +123,64 @@ def repo_licenses(rows: list[dict], identify: Callable[[str], tuple[str, float] 
         where = "" if directory == "." else f"{directory}/: "
         evidence = f"{where}{files}; {how}"
         if secondary.get(directory):
-            evidence += f"; not deciding: {', '.join(secondary[directory])}"
+            evidence += f"; not deciding: {', '.join(name for name, _ in secondary[directory])}"
         out[directory] = (expr, min(h[1] for h in hits), evidence)
+    return out
+
+
+def _sidecar_licenses(secondary: dict[str, list[tuple[str, str]]], decided: set[str], identify_side: Identify
+                      ) -> dict[str, tuple[str, float, str]]:
+    """Directory -> (spdx, score, evidence) from the sidecar license files of each directory without a primary
+    license file of its own (`decided`): agreeing sidecars decide, disagreeing ones all apply (AND)."""
+    out = {}
+    for directory, files in secondary.items():
+        if directory in decided:
+            continue
+        hits = [(hit[0], hit[1], name) for name, text in files if (hit := identify_side(text))]
+        if not hits:
+            continue
+        exprs = list(dict.fromkeys(h[0] for h in hits))
+        expr = exprs[0] if len(exprs) == 1 else (parse_spdx(" AND ".join(f"({e})" for e in exprs))
+                                                 or " AND ".join(exprs))
+        where = "" if directory == "." else f"{directory}/: "
+        named = ", ".join(f"{h[2]} ({h[0]})" for h in hits)
+        out[directory] = (expr, min(h[1] for h in hits), f"{where}sidecar {named}; no primary license file")
     return out
 
 
 def license_states(license_files: Path, ids_dir: Path | None = None, start: float = 0.0) -> dict:
     """License state (None at a pin) -> repo_licenses of that state's license files, from collect's
-    license_files.parquet. With `ids_dir`, the files are identified through `identified_in_turn` from `start`."""
+    license_files.parquet. With `ids_dir`, the files are identified through `identified_in_turn` from `start`
+    (primary files and sidecars each with their own identification, recorded apart)."""
     rows = pq.read_table(license_files).to_pylist()
-    identify = identify_license_file
+    identify, identify_side = identify_license_file, identify_sidecar
     if ids_dir is not None:
-        texts = [row["content"].decode("utf-8", "replace") for row in rows
-                 if is_primary_license_file(PurePosixPath(row["source_path"]).name)]
-        hits = identified_in_turn(texts, ids_dir, start)
+        texts: dict[bool, list[str]] = {True: [], False: []}
+        for row in rows:
+            texts[is_primary_license_file(PurePosixPath(row["source_path"]).name)].append(
+                row["content"].decode("utf-8", "replace"))
+        hits = identified_in_turn(texts[True], ids_dir, start)
+        side_hits = identified_in_turn(texts[False], ids_dir / "sidecars", start, identify_sidecar)
 
         def identify(text: str) -> tuple[str, float] | None:
             return hits[_text_key(text)]
+
+        def identify_side(text: str) -> tuple[str, float] | None:
+            return side_hits[_text_key(text)]
     by_state: dict = {}
     for row in rows:
         by_state.setdefault(row.get("state"), []).append(row)
-    return {state: repo_licenses(state_rows, identify) for state, state_rows in by_state.items()}
+    return {state: repo_licenses(state_rows, identify, identify_side) for state, state_rows in by_state.items()}
 
 
 def _text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def identified_in_turn(texts: list[str], ids_dir: Path, start: float) -> dict[str, tuple[str, float] | None]:
-    """`identify_license_file` of each distinct text, keyed by its SHA-256, shared with the tasks running beside
-    this one through `ids_dir`: one small JSON record per text, written atomically.
+def identified_in_turn(texts: list[str], ids_dir: Path, start: float, identify_one: Identify | None = None
+                       ) -> dict[str, tuple[str, float] | None]:
+    """`identify_one` (`identify_license_file` unless given) of each distinct text, keyed by its SHA-256, shared
+    with the tasks running beside this one through `ids_dir`: one small JSON record per text, written atomically.
 
     Going through the texts (ordered by key) from the fraction `start` of the way round, a recorded text is read,
     a text another task has claimed (`<key>.claim`, created exclusively) is passed over until the end, and any
@@ -170,7 +206,7 @@ def identified_in_turn(texts: list[str], ids_dir: Path, start: float) -> dict[st
         return True
 
     def identify(key: str) -> None:
-        hit = identify_license_file(keyed[key])
+        hit = (identify_one or identify_license_file)(keyed[key])
         atomic_write_json(ids_dir / f"{key}.json", list(hit) if hit else None, durable=False)
         out[key] = hit
 
@@ -235,11 +271,13 @@ def nearest(directory_licenses: dict, path: str, top: str | None = None):
 
 
 def file_license(text: str, path: str, directory_licenses: dict, declared: str | None,
-                 header_min_chars: int) -> LicenseAnswer:
-    """The license cascade (license_match.classify) for the file at `path`. A file of vendored code
-    (quality.vendored_root: third_party/eigen/...) takes a license file only from its own component's
-    directories, and never the sources file's declared license: both speak for the host project, not for the
-    code it bundles. Without a notice or a license file of its own it is NOASSERTION, refused.
+                 header_min_chars: int, tree: CollectedTree | None = None, commit: str | None = None
+                 ) -> LicenseAnswer:
+    """The license cascade (license_match.classify) for the file at `path`, with a license pointer of its
+    header followed in `tree` (`follow_pointer`). A file of vendored code (quality.vendored_root:
+    third_party/eigen/...) takes a license file only from its own component's directories, and never the
+    sources file's declared license: both speak for the host project, not for the code it bundles. Without a
+    notice, a pointer or a license file of its own it is NOASSERTION, refused.
 
     Why: LightGBM bundles Eigen (MPL-2.0) as external_libs/eigen/ with no license file; most of its files carry
     the MPL header, and the ones without it would otherwise take LightGBM's MIT and be kept."""
@@ -249,7 +287,74 @@ def file_license(text: str, path: str, directory_licenses: dict, declared: str |
     if root is not None and answer.source == "unknown":
         answer = replace(answer, evidence=f"vendored code under {root}/ with no license notice or license file "
                                           f"of its own (the repository's license does not cover it)")
+    if tree is not None and answer.source in ("repo_file", "declared", "unknown"):
+        answer = follow_pointer(answer, text, path, tree, commit)
     return answer
+
+
+def follow_pointer(answer: LicenseAnswer, text: str, path: str, tree: CollectedTree, commit: str | None
+                   ) -> LicenseAnswer:
+    """The answer of the file that the header's license pointer names ("For the license information refer to
+    format.h", "See Copyright Notice in lua.h"; license_pointers), found in the source's own tree, in place of
+    an inherited, declared or missing answer. A pointer never lets copyleft code in: an inherited or declared
+    answer of a copyleft (or unknown, proprietary) family stays, the pointer only noted. The evidence says what
+    was followed, or why nothing was."""
+    pointer = find_pointer(text)
+    if pointer is None:
+        return answer
+    _, words, target = pointer
+    where = path if target == SELF else resolve(path, target, tree.paths_by_name(commit))
+    hit = None if where is None else target_answer(where, text if where == path else tree.read(where, commit))
+    if hit is None:
+        why = f"no {target} in the source tree" if where is None else f"{where} states no license"
+        return replace(answer, evidence="; ".join(filter(None, [answer.evidence, f"pointer {words!r}: {why}"])))
+    followed = f"pointer {words!r} -> {where} ({hit[2]})"
+    if answer.spdx != "NOASSERTION" and expression_family(answer.spdx) != "permissive":
+        return replace(answer, evidence=f"{answer.evidence}; not overriding it: {followed}")
+    return LicenseAnswer(hit[0], "pointer", round(0.9 * hit[1], 4), followed)
+
+
+class CollectedTree:
+    """The paths and texts of one source's collected files (collect's parts and license files), read only
+    when a document's pointer needs them: the names a pointer is resolved among, and a named file's text. In a
+    history walk a pointer is followed among the files collected at the document's commit."""
+
+    def __init__(self, collected: Path):
+        self.collected = Path(collected)
+        self._where: dict[tuple[str | None, str], Path] | None = None  # (commit, path) -> part; None: license file
+        self._by_name: dict[str | None, dict[str, list[str]]] = {}
+        self._texts: dict[tuple[str | None, str], str] = {}
+
+    def _index(self) -> dict[tuple[str | None, str], Path]:
+        if self._where is None:
+            self._where = {}
+            for part in sorted(self.collected.glob("files-*.parquet")):
+                cols = pq.read_table(part, columns=["source_commit", "source_path"]).to_pydict()
+                self._where.update({(c, p): part for c, p in zip(cols["source_commit"], cols["source_path"])})
+            license_files = self.collected / "license_files.parquet"
+            for p in pq.read_table(license_files, columns=["source_path"]).column(0).to_pylist():
+                self._where.setdefault((None, p), license_files)
+        return self._where
+
+    def paths_by_name(self, commit: str | None) -> dict[str, list[str]]:
+        """File name -> the paths holding that name among the files at `commit` and the license files."""
+        if commit not in self._by_name:
+            by_name: dict[str, list[str]] = {}
+            for c, p in self._index():
+                if c in (commit, None):
+                    by_name.setdefault(PurePosixPath(p).name, []).append(p)
+            self._by_name[commit] = {name: sorted(set(paths)) for name, paths in by_name.items()}
+        return self._by_name[commit]
+
+    def read(self, path: str, commit: str | None) -> str:
+        """The text of the file at `path` (a C/C++ file at `commit`, else a license file)."""
+        key = (commit, path) if (commit, path) in self._index() else (None, path)
+        if key not in self._texts:
+            filters = [("source_path", "==", path)] + ([("source_commit", "==", commit)] if key[0] else [])
+            table = pq.read_table(self._index()[key], columns=["content"], filters=filters)
+            content = table["content"][0].as_py() if table.num_rows else b""
+            self._texts[key] = content.decode("utf-8", "replace").replace("\r\n", "\n")
+        return self._texts[key]
 
 
 class LicenseStep(BaseFilter):
@@ -259,6 +364,7 @@ class LicenseStep(BaseFilter):
                  exclusion_writer=None):
         super().__init__(exclusion_writer)
         self.p = params
+        self.collected = str(Path(license_files).parent)  # where a pointer's target is looked up
         self.allow = frozenset(params.allow)
         self.license_files = str(license_files)
         self.states_file = str(states_file) if states_file else None  # None: the source has no license files
@@ -277,8 +383,10 @@ class LicenseStep(BaseFilter):
         state = (meta.get("history") or {}).get("license_state")
         states = worker_cache(self.states_file, self.license_states, kind="license_states", keep=16) \
             if self.states_file else {}
+        tree = worker_cache(self.collected, lambda: CollectedTree(Path(self.collected)), kind="collected_tree",
+                            keep=16)
         answer = file_license(doc.text, meta["source_path"], states.get(state, {}), self.declared,
-                              self.p.header_min_chars)
+                              self.p.header_min_chars, tree, meta.get("source_commit"))
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
         if rule == "no_license" and answer.source == "spdx_tag":
             rule = "unrecognized_spdx_tag"  # it names a license, in words no SPDX list knows
@@ -294,7 +402,7 @@ class LicenseStep(BaseFilter):
 class License(Stage):
     name = "license"
     libraries = ('pyarrow', 'datatrove', 'license-expression', 'pyaskalono', 'detect-secrets')
-    version = 6
+    version = 7
     scope = "source"
     inputs = ("collect",)
     Params = LicenseParams

@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cpp_data.stages.lib.license_match import LICENSE_FILE as LICENSE_NAME
+from cpp_data.stages.lib.license_pointers import is_license_file_name
 from cpp_data.stages.lib.repo_files import BlobReader, git, is_cpp
 
 
@@ -90,7 +90,7 @@ def license_state(repo: Path, commit: str, blobs: BlobReader, cache: dict, max_b
         meta, path = rec.split(b"\t", 1)
         mode, kind, oid = meta.decode().split()
         p = path.decode("utf-8", "surrogateescape")
-        if kind == "blob" and LICENSE_NAME.match(PurePosixPath(p).name):
+        if kind == "blob" and is_license_file_name(PurePosixPath(p).name):
             found.append((p, oid))
     key = hashlib.sha256(repr(sorted(found)).encode()).hexdigest()[:16]
     if key not in cache:

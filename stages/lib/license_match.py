@@ -90,7 +90,7 @@ def offers_choice(text: str) -> bool:
 @dataclass(frozen=True)
 class LicenseAnswer:
     spdx: str  # SPDX expression, or NOASSERTION
-    source: str  # spdx_tag | header_notice | header_text | repo_file | declared | unknown
+    source: str  # spdx_tag | header_notice | header_text | pointer | repo_file | declared | unknown
     confidence: float
     evidence: str = ""  # rule name or file that decided it
 
@@ -431,6 +431,15 @@ def policy(spdx: str, allow: frozenset[str], allow_copyleft: bool) -> tuple[bool
         return False, fam_of_expression, "copyleft_not_opted_in"  # whatever else it holds: an EULA, a choice
     allowed, fam, rule = _decide(node, allow, allow_copyleft)
     return allowed, (fam_of_expression if allowed else fam), rule
+
+
+def expression_family(spdx: str) -> str:
+    """The family of an SPDX expression (its best choice for OR, its strictest term for AND); "unknown" for
+    NOASSERTION or an expression that does not parse."""
+    try:
+        return _expression_family(_licensing().parse(spdx)) if spdx not in ("NOASSERTION", "") else "unknown"
+    except Exception:
+        return "unknown"
 
 
 def _expression_family(n) -> str:
