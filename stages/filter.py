@@ -18,7 +18,8 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from cpp_data.pipeline.contract.executor import SourceTasks
 from cpp_data.pipeline.contract.stage import Stage, StageContext
 from cpp_data.stages.lib import dt_io
-from cpp_data.stages.lib.quality import generated_marker, is_vendored, signals
+from cpp_data.stages.lib.generated import generated_marker
+from cpp_data.stages.lib.quality import is_vendored, signals
 from cpp_data.stages.lib.scrub import scrub
 
 
@@ -107,7 +108,7 @@ class Scrub(BaseFilter):
 class Filter(Stage):
     name = "filter"
     libraries = ('pyarrow', 'datatrove', 'detect-secrets', 'regex')
-    version = 4
+    version = 5
     scope = "source"
     inputs = ("license",)
     Params = FilterParams

@@ -13,8 +13,9 @@ import pytest
 from conftest import GOOGLETEST, JUCE, NLOHMANN, POCO, need
 
 from cpp_data.stages.filter import FilterParams
+from cpp_data.stages.lib.generated import generated_marker
 from cpp_data.stages.lib.license_match import classify, policy
-from cpp_data.stages.lib.quality import byte_entropy, comment_chars, generated_marker, is_vendored, signals
+from cpp_data.stages.lib.quality import byte_entropy, comment_chars, is_vendored, signals
 from cpp_data.stages.lib.scrub import EMAIL, IP, SECRET, USER, scrub
 
 ALLOW = frozenset(["MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
