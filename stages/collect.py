@@ -109,6 +109,15 @@ class _Collector:
             self.skip(path, size, sha, "opt_out", commit)
         return rule is not None
 
+    def out_of_scope(self, path: str, size: int, sha: str | None, data: bytes | None = None) -> None:
+        """Skip the file at `path`, which the source's include/exclude globs leave out, as out_of_scope. A
+        license text among such files is still kept for the license stage (`data`, read by the caller): the
+        root LICENSE governs the included folders."""
+        if data is not None and is_license_file_name(PurePosixPath(path).name) \
+                and len(data) <= self.p.max_license_file_bytes:
+            self.licenses.append({"source_repo": self.src.name, "source_path": stored_path(path), "content": data})
+        self.skip(path, size, sha, "out_of_scope")
+
     def take(self, path: str, data: bytes, sha: str | None = None) -> None:
         """A file read at the pin: opted out by its bytes, kept as a license text and/or a C/C++ file, or
         skipped with its reason. `sha`: the caller's SHA-256 of `data`, when it hashed it already."""
@@ -174,6 +183,10 @@ def walk_git(c: _Collector, ctx: StageContext, scratch: Path) -> None:
                 c.skip(path, size, None, "undecodable_path")
             elif c.opted_out_by_path(path, size, None):
                 pass
+            elif not src.in_scope(path):
+                license_text = (kind == "blob" and mode != "120000" and size <= p.max_license_file_bytes
+                                and is_license_file_name(PurePosixPath(path).name))
+                c.out_of_scope(path, size, None, blobs.read(oid) if license_text else None)
             elif kind == "commit":
                 c.skip(path, 0, None, "submodule")
             elif mode == "120000":
@@ -233,7 +246,11 @@ def _read_directory_file(c: _Collector, digest: TreeDigest, path: str, entry: os
         c.skip(path, size, raw.hex(), "too_large")
     elif is_undecodable(path):
         c.skip(path, len(data), raw.hex(), "undecodable_path")
-    elif not c.opted_out_by_path(path, len(data), raw.hex()):
+    elif c.opted_out_by_path(path, len(data), raw.hex()):
+        pass
+    elif not c.src.in_scope(path):
+        c.out_of_scope(path, len(data), raw.hex(), data)
+    else:
         c.take(path, data, raw.hex())
 
 
@@ -278,6 +295,8 @@ class Collect(Stage):
             elif rule := c.src.opt_out.path_rule(path) or c.src.opt_out.content_rule(sha):
                 c.opted_out[rule] += 1
                 c.skip(path, len(data), sha, "opt_out", commit)
+            elif not c.src.in_scope(path):
+                c.skip(path, len(data), sha, "out_of_scope", commit)
             elif is_lfs_pointer(data):
                 c.skip(path, len(data), sha, "lfs_pointer", commit)
             else:

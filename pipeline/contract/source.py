@@ -72,6 +72,15 @@ class LockedSource:
     weight: float = 1.0
     opt_out: OptOutRules = OptOutRules()
     decontaminate: Decontamination | None = None
+    include: tuple[str, ...] = ()  # path globs (`*` crosses `/`): only files matching one are collected
+    exclude: tuple[str, ...] = ()  # path globs: files matching one are not collected
+
+    def in_scope(self, rel: str) -> bool:
+        """Whether the file at `rel` (its path in the source) is one the sources file asks for: matching an
+        `include` glob (when there are any) and no `exclude` glob."""
+        if any(fnmatch.fnmatchcase(rel, g) for g in self.exclude):
+            return False
+        return not self.include or any(fnmatch.fnmatchcase(rel, g) for g in self.include)
 
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
@@ -84,6 +93,8 @@ class LockedSource:
             pin["configure"] = False
         if self.opt_out:
             pin["opt_out"] = self.opt_out.pin()
+        if self.include or self.exclude:
+            pin["scope"] = {"include": list(self.include), "exclude": list(self.exclude)}
         return pin
 
 

@@ -61,6 +61,8 @@ class SourceSpec:
     weight: float = 1.0
     opt_out: OptOutRules = OptOutRules()  # pipeline/runner/exclusions.py: the opt-out rules that apply to this source
     decontaminate: Decontamination | None = None  # and the decontamination reference
+    include: tuple[str, ...] = ()  # path globs: the files collected (LockedSource.in_scope)
+    exclude: tuple[str, ...] = ()
 
 
 
@@ -114,7 +116,8 @@ def _read_toml(path: Path) -> dict:
         raise SourcesError(f"{path}: not UTF-8 text") from None
 
 
-_SOURCE_KEYS = {"name", "url", "ref", "license", "vendored", "history_from", "configure", "weight"}
+_SOURCE_KEYS = {"name", "url", "ref", "license", "vendored", "history_from", "configure", "weight", "include",
+                "exclude"}
 
 
 def _source_spec(table, where: str, path: Path, exclusions) -> SourceSpec:
@@ -133,7 +136,8 @@ def _source_spec(table, where: str, path: Path, exclusions) -> SourceSpec:
     return SourceSpec(name, url, _text(table, "ref", where), _license(table.get("license"), where),
                       _flag(table, "vendored", False, where), _text(table, "history_from", where),
                       _flag(table, "configure", True, where), float(weight),
-                      exclusions.opt_out_rules(name, url), exclusions.decontamination())
+                      exclusions.opt_out_rules(name, url), exclusions.decontamination(),
+                      _globs(table, "include", where), _globs(table, "exclude", where))
 
 
 def _name(name, where: str) -> str:
@@ -162,6 +166,17 @@ def _text(table: dict, key: str, where: str) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
         raise SourcesError(f"{where}: '{key}' must be a non-empty string")
     return value
+
+
+def _globs(table: dict, key: str, where: str) -> tuple[str, ...]:
+    """A list of path globs (`include`, `exclude`): paths in the source, `*` crossing `/`."""
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(g, str) and g.strip() for g in value):
+        raise SourcesError(f"{where}: '{key}' must be a list of path globs such as [\"include/*\", \"src/*.h\"]")
+    bad = [g for g in value if g.startswith("/") or ".." in g.split("/")]
+    if bad:
+        raise SourcesError(f"{where}: '{key}' glob {bad[0]!r} must be a path inside the source (no leading / or ..)")
+    return tuple(value)
 
 
 def _flag(table: dict, key: str, default: bool, where: str) -> bool:
@@ -256,7 +271,7 @@ def directory_digest(root: Path) -> str:
 def resolve(spec: SourceSpec) -> LockedSource:
     """Resolve a source's ref (and history_from) to commits, or a directory to its tree digest."""
     locked = replace(_resolve_ref(spec), configure=spec.configure, weight=spec.weight, opt_out=spec.opt_out,
-                     decontaminate=spec.decontaminate)
+                     decontaminate=spec.decontaminate, include=spec.include, exclude=spec.exclude)
     if spec.history_from is None:
         return locked
     where = f"source {spec.name!r} ({spec.url})"
@@ -341,6 +356,9 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
         fields = asdict(src)
         if not src.opt_out:
             del fields["opt_out"]
+        for key in ("include", "exclude"):  # written only when given: older locks read the same
+            if not fields[key]:
+                del fields[key]
         for key, value in fields.items():
             if value is not None:
                 lines.append(f"{key} = {_toml(value)}")
@@ -352,7 +370,7 @@ _LOCK_TYPES: dict[str, type | tuple[type, ...]] = {
                "name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
                "locked_at": str, "license": (str, type(None)), "vendored": bool, "history_from": (str, type(None)),
                "history_from_commit": (str, type(None)), "configure": bool,
-               "weight": (float, int), "opt_out": dict, "decontaminate": dict}
+               "weight": (float, int), "opt_out": dict, "decontaminate": dict, "include": list, "exclude": list}
 
 
 def _lock_entry(table: dict, where: str) -> LockedSource:
@@ -372,6 +390,9 @@ def _lock_entry(table: dict, where: str) -> LockedSource:
             rules = fields["opt_out"]
             fields["opt_out"] = OptOutRules(bool(rules.get("whole_source")), tuple(rules.get("paths", ())),
                                             tuple(rules.get("sha256", ())))
+        for key in ("include", "exclude"):
+            if key in fields:
+                fields[key] = tuple(str(g) for g in fields[key])
         if "decontaminate" in fields:
             ref = fields["decontaminate"]
             fields["decontaminate"] = Decontamination(int(ref["ngram"]), str(ref["digest"]), tuple(ref["files"]))
@@ -449,7 +470,8 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
                 and (old.url == spec.url or old.url == str(Path(spec.url).expanduser().resolve())))
         if not update and same and old is not None:
             out.append(replace(old, license=spec.license, vendored=spec.vendored, configure=spec.configure,
-                               weight=spec.weight, opt_out=spec.opt_out, decontaminate=spec.decontaminate))
+                               weight=spec.weight, opt_out=spec.opt_out, decontaminate=spec.decontaminate,
+                               include=spec.include, exclude=spec.exclude))
         else:
             out.append(resolve(spec))
     return out
