@@ -6,16 +6,18 @@ never followed at all. Plain directories are walked without following links, and
 against the lock so a directory that changed since it was locked fails loudly.
 
 Output: files-NNNNN.parquet (COLLECTED_FILE, `files_per_part` files each, path order), license_files.parquet
-(license texts for the license stage: LICENSE/COPYING, and sidecars such as fmt.license.rst), skipped.parquet
-(REJECTION rows: not C/C++, too large, empty, symlink, submodule, not a regular file, unreadable, a Git LFS
-pointer). Retrieval time goes into stage.json, not
-into the data (bytes stay reproducible).
+(license texts for the license stage: LICENSE/COPYING, and sidecars such as fmt.license.rst), submodules.json
+(the submodules walked, each with its URL and the commit its parent records), skipped.parquet
+(REJECTION rows: not C/C++, too large, empty, symlink, a submodule not walked, out of scope, not a regular
+file, unreadable, a Git LFS pointer). Retrieval time goes into stage.json, not into the data (bytes stay
+reproducible).
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import tempfile
 from collections import Counter
@@ -39,9 +41,9 @@ from cpp_data.stages.lib.repo_files import (
     fetch_commit,
     is_cpp,
     is_lfs_pointer,
-    tree_entries,
 )
 from cpp_data.stages.lib.scrub import scrub_path
+from cpp_data.stages.lib.submodules import SUBMODULES, ExpandedTree, Submodule
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class _Collector:
         self.reasons: Counter = Counter()
         self.opted_out: Counter = Counter({rule: 0 for rule in self.src.opt_out.rules()})
         self.seen = self.kept_bytes = self.kept_files = 0
+        self.submodules: list[Submodule] = []  # walked (git sources with `submodules`)
 
     def skip(self, path: str, size: int, sha: str | None, reason: str, commit: str | None = None) -> None:
         self.reasons[reason] += 1
@@ -149,6 +152,7 @@ class _Collector:
         self.parts.flush()
         pq.write_table(pa.Table.from_pylist(self.skipped, schema=REJECTION), out / "skipped.parquet")
         pq.write_table(pa.Table.from_pylist(self.licenses, schema=LICENSE_FILE), out / "license_files.parquet")
+        (out / SUBMODULES).write_text(json.dumps([m.row() for m in self.submodules], indent=1) + "\n")
 
     def counts(self, retrieved_at: str) -> dict:
         return {
@@ -160,6 +164,7 @@ class _Collector:
             "skipped": dict(sorted(self.reasons.items())),
             "license_files": len(self.licenses),
             "opt_out_matches": dict(sorted(self.opted_out.items())),
+            **({"submodules": [m.row() for m in self.submodules]} if self.submodules else {}),
         }
 
 
@@ -171,32 +176,38 @@ def stored_path(path: str) -> str:
 
 def walk_git(c: _Collector, ctx: StageContext, scratch: Path) -> None:
     """Feed `c` every entry of the source's pinned commit, read from a shallow fetch in `scratch`: blobs through
-    `git cat-file`, never a checkout, so no symlink is followed."""
-    src, p = ctx.pin, c.p
+    `git cat-file`, never a checkout, so no symlink is followed. With the source's `submodules`, each submodule
+    that may hold files in scope is walked too, at the commit the parent records (stages/lib/submodules.py);
+    `c.submodules` lists them."""
+    src = ctx.pin
     repo = fetch_commit(src.url, src.commit, src.requested_ref, scratch / "repo.git")
-    blobs = BlobReader(repo)
-    try:
-        for path, mode, kind, oid, size in tqdm(tree_entries(repo, src.commit), desc=ctx.label, unit="file",
-                                                leave=False, disable=not ctx.executor.config.progress):
+    with ExpandedTree(repo, src.url, scratch, src.submodules, src.may_hold) as tree:
+        for path, mode, kind, oid, size, blobs in tqdm(tree.entries(src.commit), desc=ctx.label, unit="file",
+                                                       leave=False, disable=not ctx.executor.config.progress):
             c.seen += 1
-            if is_undecodable(path):  # stored escaped; no stage downstream gets a name it can't write
-                c.skip(path, size, None, "undecodable_path")
-            elif c.opted_out_by_path(path, size, None):
-                pass
-            elif not src.in_scope(path):
-                license_text = (kind == "blob" and mode != "120000" and size <= p.max_license_file_bytes
-                                and is_license_file_name(PurePosixPath(path).name))
-                c.out_of_scope(path, size, None, blobs.read(oid) if license_text else None)
-            elif kind == "commit":
-                c.skip(path, 0, None, "submodule")
-            elif mode == "120000":
-                c.skip(path, size, None, "symlink")
-            elif size > p.max_bytes:
-                c.skip(path, size, None, "too_large")
-            else:
-                c.take(path, blobs.read(oid))
-    finally:
-        blobs.close()
+            _git_entry(c, path, mode, kind, oid, size, blobs)
+        c.submodules = tree.found
+
+
+def _git_entry(c: _Collector, path: str, mode: str, kind: str, oid: str, size: int, blobs: BlobReader) -> None:
+    """One entry of a git tree: skipped with its reason, or read and taken. A gitlink left here is a submodule
+    not walked (`submodules` off, no URL in .gitmodules, or nothing in it in scope)."""
+    if is_undecodable(path):  # stored escaped; no stage downstream gets a name it can't write
+        c.skip(path, size, None, "undecodable_path")
+    elif c.opted_out_by_path(path, size, None):
+        pass
+    elif not c.src.in_scope(path):
+        license_text = (kind == "blob" and mode != "120000" and size <= c.p.max_license_file_bytes
+                        and is_license_file_name(PurePosixPath(path).name))
+        c.out_of_scope(path, size, None, blobs.read(oid) if license_text else None)
+    elif kind == "commit":
+        c.skip(path, 0, None, "submodule")
+    elif mode == "120000":
+        c.skip(path, size, None, "symlink")
+    elif size > c.p.max_bytes:
+        c.skip(path, size, None, "too_large")
+    else:
+        c.take(path, blobs.read(oid))
 
 
 def walk_plain_directory(c: _Collector, ctx: StageContext) -> None:

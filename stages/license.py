@@ -52,6 +52,7 @@ from cpp_data.stages.lib.license_match import (
 from cpp_data.stages.lib.license_pointers import SELF, find_pointer, identify_sidecar, resolve, target_answer
 from cpp_data.stages.lib.quality import vendored_root
 from cpp_data.stages.lib.shard_tasks import WORK, clean_work
+from cpp_data.stages.lib.submodules import SUBMODULES, Submodule
 
 DEFAULT_ALLOW = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "BSL-1.0", "Zlib",
                  "Apache-2.0 WITH LLVM-exception", "Unlicense", "CC0-1.0", "LicenseRef-scancode-public-domain")
@@ -271,29 +272,35 @@ def nearest(directory_licenses: dict, path: str, top: str | None = None):
 
 
 def file_license(text: str, path: str, directory_licenses: dict, declared: str | None,
-                 header_min_chars: int, tree: CollectedTree | None = None, commit: str | None = None
-                 ) -> LicenseAnswer:
+                 header_min_chars: int, tree: CollectedTree | None = None, commit: str | None = None,
+                 submodules: tuple[Submodule, ...] = ()) -> LicenseAnswer:
     """The license cascade (license_match.classify) for the file at `path`, with a license pointer of its
     header followed in `tree` (`follow_pointer`). A file of vendored code (quality.vendored_root:
-    third_party/eigen/...) takes a license file only from its own component's directories, and never the
-    sources file's declared license: both speak for the host project, not for the code it bundles. Without a
-    notice, a pointer or a license file of its own it is NOASSERTION, refused.
+    third_party/eigen/...) or of a submodule takes a license file only from its own component's directories,
+    and never the sources file's declared license: both speak for the host project, not for the code it bundles.
+    Without a notice, a pointer or a license file of its own it is NOASSERTION, refused. A submodule's file says
+    so in its evidence (`submodule PATH at COMMIT: ...`).
 
     Why: LightGBM bundles Eigen (MPL-2.0) as external_libs/eigen/ with no license file; most of its files carry
     the MPL header, and the ones without it would otherwise take LightGBM's MIT and be kept."""
-    root = vendored_root(path)
+    sub = next((m for m in sorted(submodules, key=lambda m: -len(m.path)) if path.startswith(m.path + "/")), None)
+    tops = [t for t in (vendored_root(path), sub.path if sub else None) if t]
+    root = max(tops, key=len) if tops else None  # the innermost component
     answer = classify(text, nearest(directory_licenses, path, root), declared if root is None else None,
                       header_min_chars)
     if root is not None and answer.source == "unknown":
-        answer = replace(answer, evidence=f"vendored code under {root}/ with no license notice or license file "
-                                          f"of its own (the repository's license does not cover it)")
+        what = "the submodule" if sub is not None and root == sub.path else f"vendored code under {root}/"
+        answer = replace(answer, evidence=f"{what} with no license notice or license file of its own (the "
+                                          f"repository's license does not cover it)")
     if tree is not None and answer.source in ("repo_file", "declared", "unknown"):
-        answer = follow_pointer(answer, text, path, tree, commit)
+        answer = follow_pointer(answer, text, path, tree, commit, root)
+    if sub is not None:
+        answer = replace(answer, evidence=f"submodule {sub.path} at {sub.commit[:12]}: {answer.evidence}")
     return answer
 
 
-def follow_pointer(answer: LicenseAnswer, text: str, path: str, tree: CollectedTree, commit: str | None
-                   ) -> LicenseAnswer:
+def follow_pointer(answer: LicenseAnswer, text: str, path: str, tree: CollectedTree, commit: str | None,
+                   root: str | None = None) -> LicenseAnswer:
     """The answer of the file that the header's license pointer names ("For the license information refer to
     format.h", "See Copyright Notice in lua.h"; license_pointers), found in the source's own tree, in place of
     an inherited, declared or missing answer. A pointer never lets copyleft code in: an inherited or declared
@@ -303,7 +310,7 @@ def follow_pointer(answer: LicenseAnswer, text: str, path: str, tree: CollectedT
     if pointer is None:
         return answer
     _, words, target = pointer
-    where = path if target == SELF else resolve(path, target, tree.paths_by_name(commit))
+    where = path if target == SELF else resolve(path, target, tree.paths_by_name(commit), root)
     hit = None if where is None else target_answer(where, text if where == path else tree.read(where, commit))
     if hit is None:
         why = f"no {target} in the source tree" if where is None else f"{where} states no license"
@@ -357,6 +364,15 @@ class CollectedTree:
         return self._texts[key]
 
 
+def read_submodules(collected: Path) -> tuple[Submodule, ...]:
+    """The submodules collect walked for a source (its submodules.json; none where it wrote no such file)."""
+    try:
+        rows = json.loads((collected / SUBMODULES).read_text())
+    except FileNotFoundError:
+        return ()
+    return tuple(Submodule(r["path"], r["url"], r["commit"]) for r in rows)
+
+
 class LicenseStep(BaseFilter):
     name = "license"
 
@@ -385,8 +401,10 @@ class LicenseStep(BaseFilter):
             if self.states_file else {}
         tree = worker_cache(self.collected, lambda: CollectedTree(Path(self.collected)), kind="collected_tree",
                             keep=16)
+        submodules = worker_cache(self.collected, lambda: read_submodules(Path(self.collected)), kind="submodules",
+                                  keep=16)
         answer = file_license(doc.text, meta["source_path"], states.get(state, {}), self.declared,
-                              self.p.header_min_chars, tree, meta.get("source_commit"))
+                              self.p.header_min_chars, tree, meta.get("source_commit"), submodules)
         allowed, fam, rule = policy(answer.spdx, self.allow, self.p.allow_copyleft)
         if rule == "no_license" and answer.source == "spdx_tag":
             rule = "unrecognized_spdx_tag"  # it names a license, in words no SPDX list knows

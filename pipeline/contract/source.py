@@ -74,6 +74,7 @@ class LockedSource:
     decontaminate: Decontamination | None = None
     include: tuple[str, ...] = ()  # path globs (`*` crosses `/`): only files matching one are collected
     exclude: tuple[str, ...] = ()  # path globs: files matching one are not collected
+    submodules: bool = False  # git: walk submodules too, each at the commit its parent records
 
     def in_scope(self, rel: str) -> bool:
         """Whether the file at `rel` (its path in the source) is one the sources file asks for: matching an
@@ -81,6 +82,16 @@ class LockedSource:
         if any(fnmatch.fnmatchcase(rel, g) for g in self.exclude):
             return False
         return not self.include or any(fnmatch.fnmatchcase(rel, g) for g in self.include)
+
+    def may_hold(self, directory: str) -> bool:
+        """Whether some file under `directory` may be in scope (a submodule worth fetching): False only when an
+        exclude glob ending in `*` takes the whole directory, or when no include glob can reach into it."""
+        probe = directory.rstrip("/") + "/\x00"
+        if any(g.endswith("*") and fnmatch.fnmatchcase(probe, g) for g in self.exclude):
+            return False
+        return not self.include or any(fnmatch.fnmatchcase(probe, g) or g.startswith(directory.rstrip("/") + "/")
+                                       or directory.startswith(g.split("*", 1)[0].rstrip("/"))
+                                       for g in self.include)
 
     def pin(self) -> dict:
         """What identifies this source's content and treatment (goes into stage fingerprints). The URL or path
@@ -95,6 +106,8 @@ class LockedSource:
             pin["opt_out"] = self.opt_out.pin()
         if self.include or self.exclude:
             pin["scope"] = {"include": list(self.include), "exclude": list(self.exclude)}
+        if self.submodules:
+            pin["submodules"] = True
         return pin
 
 

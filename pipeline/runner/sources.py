@@ -63,6 +63,7 @@ class SourceSpec:
     decontaminate: Decontamination | None = None  # and the decontamination reference
     include: tuple[str, ...] = ()  # path globs: the files collected (LockedSource.in_scope)
     exclude: tuple[str, ...] = ()
+    submodules: bool = False
 
 
 
@@ -117,7 +118,7 @@ def _read_toml(path: Path) -> dict:
 
 
 _SOURCE_KEYS = {"name", "url", "ref", "license", "vendored", "history_from", "configure", "weight", "include",
-                "exclude"}
+                "exclude", "submodules"}
 
 
 def _source_spec(table, where: str, path: Path, exclusions) -> SourceSpec:
@@ -137,7 +138,8 @@ def _source_spec(table, where: str, path: Path, exclusions) -> SourceSpec:
                       _flag(table, "vendored", False, where), _text(table, "history_from", where),
                       _flag(table, "configure", True, where), float(weight),
                       exclusions.opt_out_rules(name, url), exclusions.decontamination(),
-                      _globs(table, "include", where), _globs(table, "exclude", where))
+                      _globs(table, "include", where), _globs(table, "exclude", where),
+                      _flag(table, "submodules", False, where))
 
 
 def _name(name, where: str) -> str:
@@ -271,10 +273,13 @@ def directory_digest(root: Path) -> str:
 def resolve(spec: SourceSpec) -> LockedSource:
     """Resolve a source's ref (and history_from) to commits, or a directory to its tree digest."""
     locked = replace(_resolve_ref(spec), configure=spec.configure, weight=spec.weight, opt_out=spec.opt_out,
-                     decontaminate=spec.decontaminate, include=spec.include, exclude=spec.exclude)
+                     decontaminate=spec.decontaminate, include=spec.include, exclude=spec.exclude,
+                     submodules=spec.submodules)
+    where = f"source {spec.name!r} ({spec.url})"
+    if spec.submodules and locked.kind != "git":
+        raise SourcesError(f"{where}: 'submodules' needs a git source")
     if spec.history_from is None:
         return locked
-    where = f"source {spec.name!r} ({spec.url})"
     if locked.kind != "git":
         raise SourcesError(f"{where}: 'history_from' needs a git source")
     since = _resolve_ref(SourceSpec(spec.name, spec.url, spec.history_from)).commit
@@ -356,7 +361,7 @@ def write_lock(path: Path, locked: list[LockedSource]) -> None:
         fields = asdict(src)
         if not src.opt_out:
             del fields["opt_out"]
-        for key in ("include", "exclude"):  # written only when given: older locks read the same
+        for key in ("include", "exclude", "submodules"):  # written only when given: older locks read the same
             if not fields[key]:
                 del fields[key]
         for key, value in fields.items():
@@ -370,7 +375,8 @@ _LOCK_TYPES: dict[str, type | tuple[type, ...]] = {
                "name": str, "url": str, "kind": str, "requested_ref": (str, type(None)), "commit": str,
                "locked_at": str, "license": (str, type(None)), "vendored": bool, "history_from": (str, type(None)),
                "history_from_commit": (str, type(None)), "configure": bool,
-               "weight": (float, int), "opt_out": dict, "decontaminate": dict, "include": list, "exclude": list}
+               "weight": (float, int), "opt_out": dict, "decontaminate": dict, "include": list, "exclude": list,
+               "submodules": bool}
 
 
 def _lock_entry(table: dict, where: str) -> LockedSource:
@@ -471,7 +477,7 @@ def _lock(specs: list[SourceSpec], existing: list[LockedSource] | None, update: 
         if not update and same and old is not None:
             out.append(replace(old, license=spec.license, vendored=spec.vendored, configure=spec.configure,
                                weight=spec.weight, opt_out=spec.opt_out, decontaminate=spec.decontaminate,
-                               include=spec.include, exclude=spec.exclude))
+                               include=spec.include, exclude=spec.exclude, submodules=spec.submodules))
         else:
             out.append(resolve(spec))
     return out

@@ -77,10 +77,11 @@ def find_pointer(text: str) -> tuple[str, str, str] | None:
     return None
 
 
-def resolve(path: str, target: str, paths_by_name: dict[str, list[str]]) -> str | None:
+def resolve(path: str, target: str, paths_by_name: dict[str, list[str]], root: str | None = None) -> str | None:
     """The path in the source tree that a pointer in the file at `path` names, or None: the file of that name in
-    `path`'s own directory, else in the nearest directory above (no higher than the vendored component's root,
-    quality.vendored_root), else the only file of that name under that root (the whole tree when there is none).
+    `path`'s own directory, else in the nearest directory above (no higher than `root`: by default the vendored
+    component's, quality.vendored_root), else the only file of that name under that root (the whole tree when
+    there is none).
     A name that climbs (`..`) or starts at `/` names nothing: a pointer is never followed out of the tree."""
     if target.startswith("/") or ".." in PurePosixPath(target).parts:
         return None
@@ -88,7 +89,7 @@ def resolve(path: str, target: str, paths_by_name: dict[str, list[str]]) -> str 
     candidates = [c for c in paths_by_name.get(name, []) if c != path]
     if "/" in target:  # "include/zlib.h": the candidates ending with that path, if any
         candidates = [c for c in candidates if c == target or c.endswith("/" + target)] or candidates
-    root = vendored_root(path)
+    root = root or vendored_root(path)
     here = PurePosixPath(path).parent
     while True:
         want = name if str(here) == "." else f"{here}/{name}"
