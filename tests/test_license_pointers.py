@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import build_dir, provenance_build, write_sources
+from conftest import build_dir, need, provenance_build, write_sources
 
 from cpp_data.schemas.artifacts import COLLECTED_FILE, LICENSE_FILE
 from cpp_data.stages.lib.license_match import policy
@@ -100,6 +100,7 @@ def test_a_pointer_never_lets_copyleft_code_in(tmp_path):
     """Under a GPL repository license, fmt's std.h pointing to an MIT format.h stays GPL (refused): a pointer
     replaces only a missing or permissive inherited answer."""
     gpl = Path("/usr/share/common-licenses/GPL-3")
+    need(gpl)
     collected = _collected(tmp_path, {"include/fmt/std.h": "fmtlib+fmt/include/fmt/std.h",
                                       "include/fmt/format.h": "fmtlib+fmt/include/fmt/format.h"})
     pq.write_table(pa.Table.from_pylist([{"source_repo": "s", "source_path": "COPYING",
@@ -113,7 +114,8 @@ def test_a_pointer_never_lets_copyleft_code_in(tmp_path):
 def test_a_sidecar_license_file_decides_its_folder(tmp_path):
     """spdlog bundles fmt as include/spdlog/fmt/bundled/ with fmt.license.rst beside it and no LICENSE: the
     sidecar states its license (askalono: MIT), and the bundled std.h is kept by it."""
-    assert is_license_file_name("fmt.license.rst") and not is_license_file_name("licenses.cpp")
+    assert is_license_file_name("fmt.license.rst") and is_license_file_name("LICENSE.fmt")
+    assert not any(map(is_license_file_name, ("licenses.cpp", "LicenseManager.java", "licenses.json")))
     bundled = "include/spdlog/fmt/bundled"
     collected = _collected(tmp_path, {f"{bundled}/std.h": f"{SPDLOG_FMT}/std.h",
                                       f"{bundled}/fmt.license.rst": f"{SPDLOG_FMT}/fmt.license.rst"})

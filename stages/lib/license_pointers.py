@@ -46,8 +46,10 @@ POINTERS: tuple[tuple[str, re.Pattern], ...] = (
 _KEYS = ("license information", "licence information", "copyright notice", "conditions of distribution")
 # A license text by its name, whatever else the name holds: fmt.license.rst, LICENSE.fmt, COPYING.zlib
 _SIDECAR_NAME = re.compile(r"licen[cs]e|copying|unlicense", re.I)
-_CODE_EXTENSION = re.compile(r"\.(h|hh|hpp|hxx|h\+\+|c|cc|cpp|cxx|c\+\+|inl|ipp|tcc|txx|ixx|cppm|inc|py|sh|cmake)$",
-                             re.I)
+# Names that are code or data whatever they say (license_check.py, LicenseManager.java, licenses.json)
+_CODE_EXTENSION = re.compile(r"\.(h|hh|hpp|hxx|h\+\+|c|cc|cpp|cxx|c\+\+|inl|ipp|tcc|txx|ixx|cppm|inc|py|sh|cmake|"
+                             r"java|kt|js|ts|go|rs|m|mm|cs|rb|pl|php|html?|xml|json|ya?ml|toml|bzl|gn|in|am|"
+                             r"png|svg|jpe?g|gif|ico)$", re.I)
 
 
 def is_license_file_name(name: str) -> bool:
