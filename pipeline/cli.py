@@ -16,6 +16,7 @@ from cpp_data.pipeline.commands import (
     gc_command,
     launch_command,
     plan_command,
+    publish_command,
     recipes_command,
     report_command,
     show_command,
@@ -40,6 +41,7 @@ typical use:
   cpp-data validate out/builds/<build>          # prove a build matches its manifest
   cpp-data status --out out/                    # what out/ holds -> out/status/current.{json,md}
   cpp-data diff out/builds/A out/builds/B       # what changed between two builds
+  cpp-data publish out s3://bucket/prefix       # copy the latest build into an object store, checked, sealed
 
 exit codes: 0 success (build: a new build was published), 1 a stage or check failed,
 2 bad input (the message names the file), 3 build: nothing to do (a build of these pins and this recipe
@@ -49,8 +51,8 @@ already exists), 75 another build holds the output directory (retry later or pas
 
 # In the order `cpp-data --help` lists them
 COMMANDS = (build_command, plan_command, validate_command, status_command, diff_command, report_command,
-            tokenizer_command, verify_command, export_command, launch_command, train_command, show_command,
-            gc_command, recipes_command, sources_command)
+            tokenizer_command, verify_command, publish_command, export_command, launch_command, train_command,
+            show_command, gc_command, recipes_command, sources_command)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +85,9 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
     """Every path a user gave becomes absolute here, once, against the working directory the command was
     started in: nothing below the CLI ever sees a relative path (datatrove and git resolve relative paths
     against other directories than the user's). The builds a command reads (its `reads`; a BUILD argument may
-    name an output directory, meaning its latest build) are resolved and held against gc while it runs."""
+    name an output directory, meaning its latest build) are resolved and held against gc while it runs; one in
+    an object store is fetched to a local copy first (pipeline/commands/store_reads.py)."""
+    from cpp_data.pipeline.commands.store_reads import StoreURL, fetch_for_reading
     from cpp_data.pipeline.runner.outlock import hold_for_reading
     from cpp_data.schemas.reader import resolve_build
 
@@ -94,7 +98,9 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
         read = args.reads(args)
     else:
         for key in args.reads:
-            setattr(args, key, resolve_build(getattr(args, key)))
+            value = getattr(args, key)
+            setattr(args, key, fetch_for_reading(value, args.command) if isinstance(value, StoreURL)
+                    else resolve_build(value))
         read = [getattr(args, key) for key in args.reads]
     for build in read:
         hold_for_reading(build)

@@ -58,6 +58,63 @@ def _configs(files: list[dict]) -> list[dict]:
     return configs
 
 
+def _output_configs(name: str, files: list[dict]) -> list[dict]:
+    """The output directory card's configs: the build's datasets, each split listing its files one by one under
+    builds/NAME/ (no glob: another build's files, or one added later, are never read)."""
+    configs = []
+    for config, entries in config_files(files).items():
+        splits = sorted({f["split"] for f in entries}, key=list(SPLIT_NAMES).index)
+        entry: dict[str, Any] = {"config_name": config, "data_files": [
+            {"split": SPLIT_NAMES[s], "path": [f"builds/{name}/{f['path']}" for f in entries if f["split"] == s]}
+            for s in splits]}
+        if config == "documents":
+            entry["default"] = True
+        configs.append(entry)
+    return configs
+
+
+OUTPUT_CARD_TITLE = "cpp-data output directory"  # how a card at OUT written by cpp-data is told from a user's
+
+
+def output_card(name: str, pointer: str, files: list[dict]) -> str:
+    """README.md at an output directory: `datasets.load_dataset(OUT)` loads the build `name` (the one
+    builds/`pointer` names) as `datasets.load_dataset(OUT/builds/NAME)` would, with the same configs."""
+    front = {"pretty_name": f"{OUTPUT_CARD_TITLE}: build {name}", "configs": _output_configs(name, files)}
+    return "\n".join([
+        "---", *_yaml(front), "---", "", f"# {front['pretty_name']}", "",
+        f"`datasets.load_dataset(\"path/to/OUT\")` loads `builds/{name}`, the build `builds/{pointer}` names "
+        f"(the promoted build, or the latest where none is promoted). cpp-data rewrites this card whenever "
+        f"`builds/LATEST` or `builds/PROMOTED` moves; the build's own card is `builds/{name}/README.md`.", ""])
+
+
+def card_build(out: Path) -> tuple[str, str] | None:
+    """(build name, pointer) the output directory's card follows: PROMOTED's sealed build, else LATEST's."""
+    for pointer in ("PROMOTED", "LATEST"):
+        f = Path(out) / "builds" / pointer
+        name = f.read_text().strip() if f.is_file() else ""
+        if name and "/" not in name and (Path(out) / "builds" / name / "_COMPLETE").is_file():
+            return name, pointer
+    return None
+
+
+def refresh_output_card(out: Path) -> Path | None:
+    """Write OUT/README.md for the build card_build names (and remove a card of ours that names none); a
+    README.md that cpp-data did not write is left alone. Returns the card written, if any."""
+    from cpp_data.pipeline.foundation.fsutil import atomic_write_text
+    from cpp_data.schemas.manifest import load_manifest
+
+    card = Path(out) / "README.md"
+    if card.is_file() and OUTPUT_CARD_TITLE not in card.read_text(errors="replace")[:400]:
+        return None
+    named = card_build(out)
+    if named is None:
+        card.unlink(missing_ok=True)
+        return None
+    files = load_manifest(Path(out) / "builds" / named[0])["files"]
+    atomic_write_text(card, output_card(named[0], named[1], files))
+    return card
+
+
 def license_counts(build: Path, files: list[dict]) -> Counter:
     """Documents per SPDX expression over the build's shards (the license_spdx column alone is read)."""
     counts: Counter = Counter()

@@ -33,16 +33,20 @@ def load_manifest(build_dir: Path) -> dict[str, Any]:
     from cpp_data.pipeline.foundation.fsutil import read_versioned_json
 
     path = Path(build_dir) / "manifest.json"
-    manifest = read_versioned_json(path, FORMAT)
+    return check_manifest(read_versioned_json(path, FORMAT), str(path))
+
+
+def check_manifest(manifest: dict[str, Any], where: str) -> dict[str, Any]:
+    """`manifest` if it has what every reader of a build relies on; BadInput naming `where` otherwise."""
     for key in ("schema_generation", "files"):
         if key not in manifest:
-            raise BadInput(f"{path}: missing key {key!r}")
+            raise BadInput(f"{where}: missing key {key!r}")
     if not isinstance(manifest["schema_generation"], str) or not isinstance(manifest["files"], list):
-        raise BadInput(f"{path}: damaged (schema_generation must be a string and files a list)")
+        raise BadInput(f"{where}: damaged (schema_generation must be a string and files a list)")
     for k, entry in enumerate(manifest["files"]):
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) \
                 or not isinstance(entry.get("kind", ""), str):
-            raise BadInput(f"{path}: damaged (files[{k}] is not an entry with a path)")
+            raise BadInput(f"{where}: damaged (files[{k}] is not an entry with a path)")
     return manifest
 
 

@@ -63,11 +63,20 @@ def int_at_least(least: int, most: int | None = None):
 
 
 def path_arg(text: str) -> Path:
-    """An argparse type: a path that is not empty. `Path("")` is the working directory, so `--out "$OUT"` with
-    OUT unset built into whatever directory the scheduler ran in."""
+    """An argparse type: a local path that is not empty. `Path("")` is the working directory, so `--out "$OUT"`
+    with OUT unset built into whatever directory the scheduler ran in; a URL is refused (the commands that read
+    a build from a store take pipeline/commands/store_reads.build_arg instead)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty (an unset variable?); give a path, or . for this directory")
+    if _URL.match(text):  # Path("s3://b/x") is the local folder s3:/b/x, where a build went unnoticed
+        raise argparse.ArgumentTypeError(
+            f"{text} is a URL, and this takes a local path; a build is made in a local --out, then "
+            f"`cpp-data publish OUT/builds/NAME s3://BUCKET/PREFIX` copies it to a store (docs/FORMATS.md, "
+            f"Object storage)")
     return Path(text)
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 _SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)")

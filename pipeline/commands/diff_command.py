@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from cpp_data.pipeline.commands.common import (
-    outside_published_builds,
-    path_arg,
-)
+from cpp_data.pipeline.commands.common import outside_published_builds, path_arg
+from cpp_data.pipeline.commands.store_reads import build_arg
 from cpp_data.pipeline.foundation.errors import EXIT_OK, BadInput
 
 
@@ -22,8 +20,8 @@ def add_parser(sub, leaf, group) -> None:
                     "--tables diff/ && .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"select change, "
                     "count(*) from 'diff/documents.parquet' group by 1\\\").show()\" (duckdb, the Python "
                     "module setup installs)")
-    d.add_argument("a", type=path_arg, help="the older build directory")
-    d.add_argument("b", type=path_arg, help="the newer build directory")
+    d.add_argument("a", type=build_arg, help="the older build directory (or its s3:// URL)")
+    d.add_argument("b", type=build_arg, help="the newer build directory (or its s3:// URL)")
     d.add_argument("--json", action="store_true", help="print JSON instead of text")
     d.add_argument("--tables", type=path_arg, help="also write documents/refusals/licenses Parquet tables here")
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from cpp_data.pipeline.commands.common import (
-    int_at_least,
-    path_arg,
-)
+from cpp_data.pipeline.commands.common import int_at_least
+from cpp_data.pipeline.commands.store_reads import build_arg
 from cpp_data.pipeline.foundation.errors import EXIT_OK, BadInput
 
 
@@ -20,7 +18,8 @@ def add_parser(sub, leaf, group) -> None:
                           "(coloured in a terminal, as line ranges otherwise). --json gives the same for scripts.",
               epilog="examples:\n  cpp-data show out --repo googletest --path '*/gtest.cc'\n"
                      "  cpp-data show out -n 20 --json | jq '.[].source_path'")
-    sh.add_argument("build", type=path_arg, help="a build directory, OUT for its latest build, or OUT/builds/PROMOTED")
+    sh.add_argument("build", type=build_arg, help="a build directory, OUT for its latest build, or "
+                                                  "OUT/builds/PROMOTED; or one of these in a store, s3://BUCKET/OUT")
     sh.add_argument("--repo", help="only documents of this source")
     sh.add_argument("--path", dest="path_glob", metavar="GLOB", help="only paths matching this glob (fnmatch)")
     sh.add_argument("-n", type=int_at_least(1), default=3, help="how many documents (default 3)")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from cpp_data.pipeline.commands.common import (
-    path_arg,
-)
+from cpp_data.pipeline.commands.store_reads import build_arg
 from cpp_data.pipeline.foundation.errors import EXIT_OK, CheckFailed
 
 
@@ -12,8 +10,8 @@ def add_parser(sub, leaf, group) -> None:
     v = leaf(sub, "validate", cmd_validate, reads=("build",), help="check a build against its manifest and schemas",
              description="Check _COMPLETE, every checksum in the manifest and every shard against its generation's "
                          "schema. Exits 1 naming file, row group and column on the first problem.")
-    v.add_argument("build", type=path_arg, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
-                                            "or OUT/builds/PROMOTED")
+    v.add_argument("build", type=build_arg, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+                                             "or OUT/builds/PROMOTED; or one of these in a store, s3://BUCKET/OUT")
 
 
 def cmd_validate(args) -> int:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from cpp_data.pipeline.commands.common import (
-    number,
-    path_arg,
-)
+from cpp_data.pipeline.commands.common import number
+from cpp_data.pipeline.commands.store_reads import build_arg, origin
 from cpp_data.pipeline.foundation.errors import EXIT_OK, BadInput, CheckFailed
 
 
@@ -18,8 +17,9 @@ def add_parser(sub, leaf, group) -> None:
                           "megatron-core IndexedDataset and GPTDataset over the export, packed rows, and one "
                           "training step of the bundled harness. Exits 1 naming each failed gate; on success writes "
                           "OUT/verify/BUILD.json and points OUT/builds/PROMOTED at the build.")
-    vf.add_argument("build", type=path_arg, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
-                                             "or OUT/builds/PROMOTED")
+    vf.add_argument("build", type=build_arg, help="a build directory (OUT/builds/NAME), OUT for its latest build, "
+                                              "or OUT/builds/PROMOTED; or one of these in a store, s3://BUCKET/OUT "
+                                              "(the receipt and PROMOTED are written there)")
     vf.add_argument("--max-empty-ratio", type=number(0, 1), default=0.001, help="largest share of empty documents")
     vf.add_argument("--no-train-step", action="store_true", help="skip the training-step gate")
 
@@ -38,6 +38,12 @@ def cmd_verify(args) -> int:
         record_failure(args.build, gates)
         raise CheckFailed(f"verify: failed gate(s): {', '.join(g.name for g in gates if not g.ok)}; the build is "
                           f"not promoted")
-    receipt = promote(args.build, gates)
+    receipt: object = promote(args.build, gates)
+    stored = origin(args.build)
+    if stored is not None:  # a build read from a store is promoted there
+        from cpp_data.pipeline.runner.store_publish import promote_in_store
+
+        promote_in_store(stored, Path(str(receipt)))
+        receipt = f"{stored.out_url}/verify/{stored.name}.json"
     print(f"all {len(gates)} gates passed; promoted {args.build.name} (receipt {receipt})")
     return EXIT_OK
