@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text
+from cpp_data.schemas.dataset_card import refresh_output_card
 from cpp_data.schemas.manifest import load_manifest
 
 
@@ -515,6 +516,7 @@ def promote(build: Path, gates: list[Gate]) -> Path:
     atomic_write_json(receipt, {"build": build.name, "verified_at": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "passed": True, "gates": [g.__dict__ for g in gates]})
     atomic_write_text(build.parent / "PROMOTED", build.name + "\n")
+    refresh_output_card(out)  # load_dataset(OUT) loads the promoted build
     return receipt
 
 

@@ -30,7 +30,7 @@ from cpp_data.pipeline.runner.dag import Runner, RunReport
 from cpp_data.pipeline.runner.outlock import OutputLock
 from cpp_data.pipeline.runner.recipe import Recipe
 from cpp_data.pipeline.runner.sources import write_lock
-from cpp_data.schemas.dataset_card import dataset_card
+from cpp_data.schemas.dataset_card import dataset_card, refresh_output_card
 from cpp_data.schemas.generations import SCHEMA_REVISION
 from cpp_data.schemas.manifest import FORMAT, sha256_file
 
@@ -410,4 +410,5 @@ def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: 
         build_dir, new = publish(runner, recipe, sources, summary, log=log)
         lock.check()
         atomic_write_text(out / "builds" / "LATEST", build_dir.name + "\n")
+        refresh_output_card(out)  # load_dataset(OUT) follows LATEST where no build is promoted
     return BuildResult(build_dir, new, summary)
