@@ -172,12 +172,26 @@ def test_empty_git_repository_is_a_clear_error(tmp_path):
     assert "no commits" in proc.stderr and "empty" in proc.stderr
 
 
-def test_empty_directory_builds_with_a_warning(tmp_path):
+def test_an_empty_corpus_publishes_nothing_and_leaves_latest(tmp_path):
+    """No file, or every file refused: exit 2 in one line naming why, nothing published, LATEST where it was,
+    also with a recipe that has no lanes stage (whose own check stops the whole recipe)."""
+    code = "".join(f"int f{k}(int x) {{ return x * {k} + {k * k}; }}\n" for k in range(12))
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "a.cc").write_text("// SPDX-License-Identifier: MIT\n" + code)
+    provenance_build(write_sources(tmp_path / "kept.toml", [{"name": "kept", "url": str(tmp_path / "kept")}]),
+                     tmp_path / "out")
+    latest = (tmp_path / "out" / "builds" / "LATEST").read_text()
     (tmp_path / "nothing").mkdir()
-    sources = write_sources(tmp_path / "s.toml", [{"name": "nothing", "url": str(tmp_path / "nothing")}])
-    proc = provenance_build(sources, tmp_path / "out")
-    assert "no documents" in proc.stderr
-    run_cli("validate", str(build_dir(tmp_path / "out")))
+    (tmp_path / "refused").mkdir()
+    (tmp_path / "refused" / "a.cc").write_text(code)  # no license anywhere
+    sources = write_sources(tmp_path / "s.toml", [{"name": "nothing", "url": str(tmp_path / "nothing")},
+                                                  {"name": "refused", "url": str(tmp_path / "refused")}])
+    proc = provenance_build(sources, tmp_path / "out", check=False)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "no document kept (license_refused:no_license 1)" in err and "LATEST is unchanged" in err
+    assert (tmp_path / "out" / "builds" / "LATEST").read_text() == latest
+    assert [d.name for d in (tmp_path / "out" / "builds").glob("v6-*")] == [latest.strip()]
 
 
 def test_directory_changed_after_lock_fails_loudly(tmp_path):
@@ -413,7 +427,8 @@ def test_a_reader_that_leaves_does_not_stop_the_build(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     for i in range(3):
-        (src / f"f{i}.cpp").write_text(f"// SPDX-License-Identifier: MIT\nint f{i}(int x) {{ return x * {i}; }}\n" * 8)
+        (src / f"f{i}.cpp").write_text("// SPDX-License-Identifier: MIT\n" + "".join(
+            f"int f{i}_{k}(int x) {{ return x * {i} + {k}; }}\n" for k in range(12)))  # kept: a build has documents
     sources = write_sources(tmp_path / "s.toml", [{"name": "a", "url": str(src)}])
     out = tmp_path / "o"
     command = shlex.join([*CLI, "build", "--sources", str(sources), "--out", str(out), "--no-progress", "--recipe",
@@ -467,7 +482,8 @@ def test_a_tree_no_checkout_can_write_out_degrades_the_semantic_layer_not_the_bu
     and the coverage line says what libclang could not see."""
     import subprocess
 
-    code = "// SPDX-License-Identifier: MIT\nint twice(int x) { return 2 * x; }\n" * 6
+    code = "// SPDX-License-Identifier: MIT\n" + "".join(f"int twice{k}(int x) {{ return 2 * x + {k}; }}\n"
+                                                          for k in range(12))  # kept: a build has documents
     long_repo, dots_repo = tmp_path / "long", tmp_path / "dots"
     for repo in (long_repo, dots_repo):
         make_git_repo(repo, {"LICENSE": "MIT License\n", "src/a.cpp": code})

@@ -21,7 +21,7 @@ from typing import Any
 from cpp_data.pipeline.contract.executor import ExecutorConfig
 from cpp_data.pipeline.contract.source import LockedSource
 from cpp_data.pipeline.contract.stage import Stage
-from cpp_data.pipeline.foundation.errors import CheckFailed
+from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text, is_sealed, seal
 from cpp_data.pipeline.foundation.terminal_text import printable
 from cpp_data.pipeline.foundation.version import __version__
@@ -126,8 +126,6 @@ def _warnings(s: dict[str, Any]) -> list[str]:
     for rule, n in sorted((s.get("opt_out_matches") or {}).items()):
         if n == 0:
             out.append(f"opt-out rule {printable(rule)} matched no file of any source; check its spelling")
-    if s["documents"] == 0:
-        out.append("the build has no documents; see provenance/ledger.parquet for why")
     for name, kept in sorted((s.get("documents_after_filters") or {}).items()):
         seen = (s.get("files_seen_by_source") or {}).get(name)
         if kept == 0 and seen:  # say so: a source left empty (GSL's extensionless headers, say) is easy to miss
@@ -388,6 +386,18 @@ def publish(runner: Runner, recipe: Recipe, sources: list[LockedSource], summary
     return final, True
 
 
+def refuse_empty(summary: dict[str, Any]) -> None:
+    """BadInput when the corpus gave no document (no file, or every file skipped, refused or a duplicate): a
+    build of nothing is never published, so builds/LATEST keeps naming the last build that has data."""
+    if summary["documents"]:
+        return
+    why = sorted({**summary.get("skipped", {}), **summary["refused_by_rule"]}.items(), key=lambda x: (-x[1], x[0]))
+    reasons = ", ".join(f"{rule} {n:,}" for rule, n in why[:3]) + (", ..." if len(why) > 3 else "")
+    raise BadInput(f"{summary['files_seen']:,} file(s) seen and no document kept"
+                   + (f" ({reasons})" if reasons else "") + "; nothing is published and builds/LATEST is unchanged "
+                   "(check each source's url, and its license where files are refused as no_license)")
+
+
 def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: ExecutorConfig,
               only: str | None = None, from_stage: str | None = None, force: bool = False,
               wait: bool = False, log=None) -> BuildResult:
@@ -407,6 +417,7 @@ def run_build(out: Path, recipe: Recipe, sources: list[LockedSource], executor: 
         if not runner.all_sealed():
             return BuildResult(None, False, {})
         summary = summarize(runner, time.monotonic() - t0, report)
+        refuse_empty(summary)
         build_dir, new = publish(runner, recipe, sources, summary, log=log)
         lock.check()
         atomic_write_text(out / "builds" / "LATEST", build_dir.name + "\n")
