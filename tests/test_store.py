@@ -218,3 +218,20 @@ def test_an_output_directory_loads_as_users_try_it(out: Path):
     proc = run_bounded([sys.executable, "-c", NO_DATASETS, str(out)])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["pyarrow._dataset", str(totals["train_documents"])]
+
+
+@pytest.mark.slow
+def test_verify_of_a_build_in_the_store_promotes_it_there(store, tiny_reference):
+    """verify s3://.../builds/NAME runs every gate on a checked local copy, then writes the receipt,
+    builds/PROMOTED and the card in the store."""
+    env, options = store
+    _, build = tiny_reference
+    url = f"s3://{BUCKET}/verified"
+    run_cli("publish", str(build), url, "--no-latest", env=env)
+    proc = run_cli("verify", f"{url}/builds/{build.name}", "--no-train-step", env=env)
+    assert f"receipt {url}/verify/{build.name}.json" in proc.stdout, proc.stdout
+    fs = _fs(options)
+    assert fs.cat_file(f"{BUCKET}/verified/builds/PROMOTED").decode().strip() == build.name
+    assert not fs.exists(f"{BUCKET}/verified/builds/LATEST")
+    assert json.loads(fs.cat_file(f"{BUCKET}/verified/verify/{build.name}.json"))["passed"] is True
+    assert f"builds/{build.name}/shards/" in fs.cat_file(f"{BUCKET}/verified/README.md").decode()
