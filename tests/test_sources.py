@@ -80,3 +80,23 @@ def test_a_git_url_that_does_not_answer_gives_gits_own_cause(tmp_path):
                                                    "ref": "main"}])
     proc = run_cli("sources", "lock", str(sources), check=False)
     assert proc.returncode == 2 and "does not appear to be a git repository" in proc.stderr, proc.stderr
+
+
+def test_source_names_that_differ_only_in_case_are_refused(tmp_path):
+    """`DirectXTK` and `directxtk` would share a cache directory and ledger rows on a case-blind file system."""
+    sources = write_sources(tmp_path / "s.toml", [{"name": "DirectXTK", "url": str(tmp_path)},
+                                                  {"name": "directxtk", "url": str(tmp_path)}])
+    proc = run_cli("build", "--sources", str(sources), "--out", str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "'directxtk': differs from source 'DirectXTK' only in case" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_set_typo_names_the_nearest_key(tmp_path):
+    sources = write_sources(tmp_path / "s.toml", [{"name": "a", "url": str(tmp_path)}])
+    for typo, nearest in (("near_dedup.treshold=0.9", "did you mean 'threshold'?"),
+                          ("near_dedupe.threshold=0.9", "did you mean 'near_dedup'?")):
+        proc = run_cli("build", "--sources", str(sources), "--out", str(tmp_path / "out"), "--set", typo,
+                       check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert nearest in proc.stderr, proc.stderr
