@@ -49,7 +49,8 @@ def _local(path: Path, config: str, verify: bool) -> dict[str, list[str]]:
 
 def _stored(url: str, config: str, verify: bool, storage_options: dict | None) -> tuple[Any, dict[str, list[str]]]:
     """(the store's fsspec filesystem, {split: [URL]}) of a sealed build in a store."""
-    from cpp_data.schemas.store import locate_build, read_manifest, require_sealed, sha256_object
+    from cpp_data.schemas.store import locate_build, read_manifest, require_sealed
+    from cpp_data.schemas.store_objects import sha256_object
 
     build = require_sealed(locate_build(url, storage_options))
     files = _config(build.url, read_manifest(build)[0]["files"], config)

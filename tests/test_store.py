@@ -97,7 +97,7 @@ def test_the_check_after_upload_names_each_object_that_differs(store):
     """What publish runs before it seals: every object read back, sizes and SHA-256 against the manifest."""
     import hashlib
 
-    from cpp_data.schemas.store import object_problems
+    from cpp_data.schemas.store_objects import object_problems
 
     _, options = store
     fs = _fs(options)

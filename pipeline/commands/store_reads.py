@@ -1,6 +1,6 @@
 """BUILD arguments that name a build in an object store (`cpp-data validate s3://bucket/out`): validate, verify,
 show and diff read such a build through a local copy, fetched and checked against the manifest
-(schemas/store.fetch_build), in a temporary directory removed when the command ends. What the command prints
+(schemas/store_objects.fetch_build), in a temporary directory removed when the command ends. What the command prints
 names the build by its URL, not by that directory. A URL of a scheme cpp-data does not support is refused in
 one line (exit 2), like any other bad argument."""
 
@@ -16,7 +16,8 @@ from typing import TextIO
 
 from cpp_data.pipeline.commands.common import path_arg
 from cpp_data.pipeline.foundation.errors import BadInput
-from cpp_data.schemas.store import StoreBuild, fetch_build, refuse_scheme, url_scheme
+from cpp_data.schemas.store import StoreBuild, refuse_scheme, url_scheme
+from cpp_data.schemas.store_objects import fetch_build
 
 # the manifest kinds of the files a command reads (the rest stay in the store); a command not named reads all
 KINDS_READ = {"show": frozenset({"shard"}), "diff": frozenset({"shard", "ledger"})}

@@ -19,15 +19,8 @@ from pathlib import Path
 from cpp_data.pipeline.foundation.errors import BadInput, CheckFailed
 from cpp_data.schemas.dataset_card import output_card
 from cpp_data.schemas.manifest import load_manifest, named_build
-from cpp_data.schemas.store import (
-    UNLISTED,
-    StoreBuild,
-    expected_objects,
-    object_problems,
-    open_store,
-    read_manifest,
-    url_scheme,
-)
+from cpp_data.schemas.store import UNLISTED, StoreBuild, open_store, read_manifest, url_scheme
+from cpp_data.schemas.store_objects import expected_objects, object_problems
 
 
 @dataclass
