@@ -53,8 +53,9 @@ def open_store(url: str, storage_options: dict | None = None):
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except ImportError as exc:  # s3fs is a dependency; a trimmed install may lack it
-        raise BadInput(f"{url}: reading {url_scheme(url)}:// needs a package that is not installed ({exc})") from None
+    except ImportError as exc:  # s3fs comes with the s3 and test extras, not the base install
+        raise BadInput(f"{url}: {url_scheme(url)}:// needs s3fs, which is not installed ({exc}); "
+                       f"pip install 'cpp-data[s3]'") from None
     root = root.rstrip("/")
     if not root:
         raise BadInput(f"{url}: names no bucket; give s3://BUCKET/PREFIX")

@@ -33,7 +33,7 @@ def add_parser(sub, leaf, group) -> None:
                          "--no-latest), a build this output directory promoted is promoted there too, and "
                          "URL/README.md follows. The endpoint and keys come from the usual AWS settings "
                          "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). Exits 3 when the same build is already "
-                         "published there; docs/FORMATS.md, Object storage says more.",
+                         "published there; docs/FORMATS.md (Object storage) says more.",
              epilog="example: cpp-data publish out s3://team-data/cpp && cpp-data validate s3://team-data/cpp")
     p.add_argument("build", type=path_arg, help="a local build directory (OUT/builds/NAME), OUT for its latest build, "
                                             "or OUT/builds/PROMOTED")
