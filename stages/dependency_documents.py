@@ -181,7 +181,8 @@ class DependencyDocuments(Stage):
                            size_bytes=len(doc["text"].encode()),
                            build_info=json.dumps({"tu": f.get("tu"), "directory": tu_row.get("directory", ""),
                                                   "command": tu_row.get("arguments", ""),
-                                                  "status": tu_row.get("status", "")}, sort_keys=True))
+                                                  "status": tu_row.get("status", ""),
+                                                  "database": tu_row.get("database", "")}, sort_keys=True))
                 counts["text_bytes"] += doc["size_bytes"]
                 pending[split].append(doc)
                 if len(pending[split]) == p.row_group_size:

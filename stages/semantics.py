@@ -2,8 +2,12 @@
 
 Where the compile database comes from (clang_index/configure.py): the source's own `compile_commands.json`,
 else a sandboxed, configure-only CMake (or Meson) run into this stage's output (never a build, never into the
-source tree), else none: every C/C++ file then falls back to the tree-sitter layer, and the receipt says why.
-A sources file turns configuring off for one source with `configure = false`. A database generated at HEAD is
+source tree). The sources that database leaves out (every source, where there is none) and no other source
+includes get inferred commands (clang_index/infer.py: include directories from where the tree's includes
+live, -std and defines from the build files); a file no command reaches falls back to the tree-sitter layer,
+and the receipt says why. Each TU's row and each document's build_info name the database its command came
+from (`database`: source, cmake, meson or inferred). A sources file turns configuring and inferring off for
+one source with `configure = false` (its own compile_commands.json is still used). A database generated at HEAD is
 never reused for another pin (it lives in this stage's output, keyed by the pin). Git sources are materialized
 at their pin with `git archive` for parsing.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -54,6 +59,7 @@ class SemanticsParams:
     tus_per_task: int = 4  # translation units per datatrove task (each TU still gets its own process)
     timeout_s: float = 120.0  # per TU
     max_rss_mb: int = 4096  # per TU worker (address space)
+    infer_commands: bool = True  # inferred commands (clang_index/infer.py) for sources no database compiles
 
 
 def _materialize(src, into: Path) -> tuple[Path, str | None]:
@@ -188,10 +194,127 @@ def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsP
     return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
 
 
+def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tuple[list, dict, list]:
+    """The compile commands to index (the database's, then inferred ones, `clang_index/infer.py`), the
+    database each one came from (file -> `source`, `cmake`, `meson` or `inferred`), and the inferred commands
+    with their receipts."""
+    from cpp_data.clang_index.compile_db import load_compile_commands, relocate_commands
+    from cpp_data.clang_index.infer import infer_commands
+
+    commands = load_compile_commands(found.path) if found.path else []
+    if found.database == "source":  # written where it was generated; read as the tree at its pin
+        commands, moved_from, left_out = relocate_commands(commands, root)
+        if moved_from:
+            found.reason += f" (its paths under {moved_from} read as this tree's)"
+        if left_out:
+            found.reason += f"; {left_out} command(s) for files outside the tree left out"
+    kinds = {c.file: found.database for c in commands}
+    inferred = infer_commands(root, files, set(kinds), (tmp / "configure",)) if infer else []
+    for x in inferred:
+        kinds[x.command.file] = "inferred"
+    if inferred:
+        what = "the sources it leaves out" if commands else "every source no other source includes"
+        found.reason += f"; {len(inferred)} inferred command(s) for {what}"
+        if not commands:
+            found.database = "inferred"
+    return commands + [x.command for x in inferred], kinds, inferred
+
+
+class _Placeless:
+    """Where the tree and the configure run lived (temporary directories) is no part of the output: the same tree
+    at another path, or configured again, must give the same bytes."""
+
+    def __init__(self, root: Path, tmp: Path):
+        self.places = [(str(tmp / "configure"), "<configure>"), (str(root), "<source>")]
+
+    def __call__(self, text: str) -> str:
+        for where, token in self.places:
+            text = text.replace(where, token)
+        return text
+
+
+def _publish_tus(res, commands: list, kinds: dict, root: Path, placeless: _Placeless) -> float:
+    """Rows as published: each function's level and text, each TU's command (placeless), database and withheld
+    messages, paths relative to the root. Returns the TUs' summed seconds, which leave the rows: timings are
+    counts, never output bytes (an output that differs on every run would rerun every later stage)."""
+    from cpp_data.clang_index.levels import dependency_levels
+
+    levels = dependency_levels(res.edges)
+    texts: dict[str, bytes] = {}
+    for f in res.functions:
+        f["level"] = levels.get(f["usr"], 0)
+        if f["file"] not in texts:
+            texts[f["file"]] = Path(f["file"]).read_bytes()
+        f["text"] = texts[f["file"]][f["start_offset"]:f["end_offset"]].decode("utf-8", "replace")
+    by_file = {c.file: c for c in commands}
+    tu_seconds = 0.0
+    for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
+        c = by_file.get(s["file"])
+        s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
+                                          if c else ("", ""))
+        s["database"] = kinds.get(s["file"], "")
+        s["error_messages"] = [_withheld_outside(placeless(m)) for m in s.get("error_messages") or []]
+        tu_seconds += s.pop("seconds", 0.0)
+        for k in ("parse_s", "walk_s"):
+            s.pop(k, None)
+    rel = len(str(root)) + 1
+    for table in (res.functions, res.preamble, res.tu_status):
+        for row in table:
+            for k in ("file", "tu"):
+                if k in row and row[k].startswith(str(root)):
+                    row[k] = row[k][rel:]
+    for row in res.includes:
+        for k in ("includer", "included"):
+            row[k] = row[k][rel:] if row[k].startswith(str(root)) else row[k]
+    return tu_seconds
+
+
+_NOT_FOUND = re.compile(r"'([^']+)' file not found")
+
+
+def _inferred_receipts(inferred: list, tu_status: list[dict], root: Path) -> list[dict]:
+    """Per inferred command: its file, include directories and the headers its parse did not find."""
+    messages = {s["file"]: s.get("error_messages") or [] for s in tu_status}
+    out = []
+    for x in inferred:
+        r = x.receipt(root)
+        found = [m.group(1) for msg in messages.get(r["file"], []) for m in [_NOT_FOUND.search(msg)] if m]
+        out.append({**r, "unresolved": sorted(set(found))})
+    return out
+
+
+def _coverage(found, res, files: list[str], root: Path, inferred: list) -> dict:
+    """The coverage receipt (coverage.json, the build summary's line per source)."""
+    sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
+    compiled = {str((root / s["file"]).resolve()) if not s["file"].startswith("/") else s["file"]
+                for s in res.tu_status}
+    walked = {str(root / f["file"]) for f in res.functions}
+    status = [s["status"] for s in res.tu_status]
+    by_database: dict[str, dict[str, int]] = {}
+    for s in res.tu_status:
+        counts = by_database.setdefault(s["database"] or "none", {"tus": 0, "clean": 0, "errors": 0, "failed": 0})
+        counts["tus"] += 1
+        counts[{"ok": "clean", "errors": "errors"}.get(s["status"], "failed")] += 1
+    return {
+        **found.receipt(),
+        "source_files": len(sources),
+        "files_matched_to_compile_command": sum(1 for f in sources if f in compiled),
+        "tus": len(status),
+        "tus_clean": status.count("ok"),
+        "tus_with_errors": status.count("errors"),
+        "tus_failed": len(status) - status.count("ok") - status.count("errors"),
+        "tus_by_database": dict(sorted(by_database.items())),
+        "files_indexed": len({f for f in files if f in walked or f in compiled}),
+        "files_fallen_back_to_tree_sitter": len([f for f in files if f not in walked and f not in compiled]),
+        "functions": len(res.functions), "edges": len(res.edges),
+        "inferred_commands": _inferred_receipts(inferred, res.tu_status, root),
+    }
+
+
 class Semantics(Stage):
     name = "semantics"
     libraries = ('pyarrow', 'libclang')
-    version = 3
+    version = 4
     scope = "source"
     Params = SemanticsParams
     resumable_tasks = True  # a killed run's finished TU tasks are kept (_INDEX_RECORDS)
@@ -199,93 +322,22 @@ class Semantics(Stage):
     summary_counts = {"semantic_coverage": "per_source:*"}
 
     def run(self, ctx: StageContext) -> dict:
-        from cpp_data.clang_index.compile_db import (
-            check_libclang,
-            find_resource_dir,
-            load_compile_commands,
-            relocate_commands,
-        )
-        from cpp_data.clang_index.configure import discover
         from cpp_data.clang_index.index import merge_tus
-        from cpp_data.clang_index.levels import dependency_levels
 
         p: SemanticsParams = self.params
-        check_libclang()
-        find_resource_dir()  # both fail loudly, before any work
         tmp = ctx.out / WORK  # on the output's filesystem, which executors on other nodes share
-        _clear_work(tmp)
-        root, unwritten = _materialize(ctx.source, Path(tmp))
-        root = root.resolve()
-        found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.pin.configure,
-                         cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
-                         allow_unsandboxed=p.allow_unsandboxed_configure)
-        if unwritten:
-            found.reason += f"; {unwritten}"
+        root, found = self._database(ctx, tmp)
         files = source_files(root)
-        sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
-        commands = load_compile_commands(found.path) if found.path else []
-        if found.database == "source":  # written where it was generated; read as the tree at its pin
-            commands, moved_from, left_out = relocate_commands(commands, root)
-            if moved_from:
-                found.reason += f" (its paths under {moved_from} read as this tree's)"
-            if left_out:
-                found.reason += f"; {left_out} command(s) for files outside the tree left out"
+        commands, kinds, inferred = _commands(found, root, files, tmp,
+                                              p.infer_commands and ctx.pin.configure)
         started = time.monotonic()
         res = merge_tus(_index_as_tasks(ctx, commands, root, p))
         index_seconds = time.monotonic() - started
-        rel = len(str(root)) + 1
-        levels = dependency_levels(res.edges)
-        texts: dict[str, bytes] = {}
-        for f in res.functions:
-            f["level"] = levels.get(f["usr"], 0)
-            if f["file"] not in texts:
-                texts[f["file"]] = Path(f["file"]).read_bytes()
-            f["text"] = texts[f["file"]][f["start_offset"]:f["end_offset"]].decode("utf-8", "replace")
-        by_file = {c.file: c for c in commands}
-        # Where the tree and the configure run lived (temporary directories) is no part of the output: the
-        # same tree at another path, or configured again, must give the same bytes
-        places = [(str(tmp / "configure"), "<configure>"), (str(root), "<source>")]
-
-        def placeless(text: str) -> str:
-            for where, token in places:
-                text = text.replace(where, token)
-            return text
-
-        tu_seconds = 0.0
-        for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
-            c = by_file.get(s["file"])
-            s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
-                                              if c else ("", ""))
-            s["error_messages"] = [_withheld_outside(placeless(m)) for m in s.get("error_messages") or []]
-            tu_seconds += s.pop("seconds", 0.0)  # timings are counts, never output bytes: an output that
-            for k in ("parse_s", "walk_s"):       # differs on every run would rerun every later stage
-                s.pop(k, None)
-        for table in (res.functions, res.preamble, res.tu_status):
-            for row in table:
-                for k in ("file", "tu"):
-                    if k in row and row[k].startswith(str(root)):
-                        row[k] = row[k][rel:]
-        for row in res.includes:
-            for k in ("includer", "included"):
-                row[k] = row[k][rel:] if row[k].startswith(str(root)) else row[k]
+        placeless = _Placeless(root, tmp)
+        tu_seconds = _publish_tus(res, commands, kinds, root, placeless)
         for name in ("functions", "edges", "type_refs", "includes", "preamble", "tu_status"):
             _write(getattr(res, name), ctx.out / f"{name}.parquet")
-        compiled = {str((root / s["file"]).resolve()) if not s["file"].startswith("/") else s["file"]
-                    for s in res.tu_status}
-        walked = {str(root / f["file"]) for f in res.functions}
-        status = [s["status"] for s in res.tu_status]
-        coverage = {
-            **found.receipt(),
-            "source_files": len(sources),
-            "files_matched_to_compile_command": sum(1 for f in sources if f in compiled),
-            "tus": len(status),
-            "tus_clean": status.count("ok"),
-            "tus_with_errors": status.count("errors"),
-            "tus_failed": len(status) - status.count("ok") - status.count("errors"),
-            "files_indexed": len({f for f in files if f in walked or f in compiled}),
-            "files_fallen_back_to_tree_sitter": len([f for f in files if f not in walked and f not in compiled]),
-            "functions": len(res.functions), "edges": len(res.edges),
-        }
+        coverage = _coverage(found, res, files, root, inferred)
         receipt = {**coverage, "configure_attempts": [
             {**{k: v for k, v in a.items() if k != "seconds"}, "tail": [placeless(t) for t in a.get("tail", [])]}
             for a in coverage["configure_attempts"]]}
@@ -300,3 +352,21 @@ class Semantics(Stage):
         shutil.rmtree(tmp, ignore_errors=True)
         return coverage
 
+    def _database(self, ctx: StageContext, tmp: Path):
+        """The tree at its pin (resolved) and where its compile database comes from (configure.discover); libclang
+        or its builtin headers missing fail loudly here, before any work."""
+        from cpp_data.clang_index.compile_db import check_libclang, find_resource_dir
+        from cpp_data.clang_index.configure import discover
+
+        p: SemanticsParams = self.params
+        check_libclang()
+        find_resource_dir()
+        _clear_work(tmp)
+        root, unwritten = _materialize(ctx.source, Path(tmp))
+        root = root.resolve()
+        found = discover(root, Path(tmp) / "configure", configure=p.configure and ctx.pin.configure,
+                         cmake_args=list(p.cmake_args), timeout_s=p.configure_timeout_s,
+                         allow_unsandboxed=p.allow_unsandboxed_configure)
+        if unwritten:
+            found.reason += f"; {unwritten}"
+        return root, found

@@ -143,7 +143,8 @@ def document_columns(text: str, path: str, fs, sem: SemanticIndex | None = None,
     tu = sem.command_for(path) if sem else None
     return {
         "type_edges": [{"from": a, "to": b} for a, b in type_edges],
-        "build_info": json.dumps({"directory": tu["directory"], "command": tu["arguments"], "status": tu["status"]},
+        "build_info": json.dumps({"directory": tu["directory"], "command": tu["arguments"], "status": tu["status"],
+                                 "database": tu.get("database", "")},
                                  sort_keys=True) if tu else "",
         "platform_info": json.dumps(_platform(tu["arguments"]), sort_keys=True) if tu else "",
         "constituents": [{**provenance, "start": 0, "end": len(text)}] if provenance else [],

@@ -11,8 +11,9 @@ A sources file is TOML with one `[[source]]` table per input:
                                     such as third_party/ mark files as vendored)
     history_from = "v1.12.0"        optional (git): the older end of the commit walk of the v2/v3 recipes
                                     (exclusive); locked to a commit like `ref`
-    configure = false               optional: never run this source's CMake/Meson configure for libclang (its
-                                    own compile_commands.json is still used; default true)
+    configure = false               optional: never run this source's CMake/Meson configure for libclang nor
+                                    infer compile commands for it (its own compile_commands.json is still
+                                    used; default true)
     weight = 2.0                    optional: this source's share of the training mix as a multiple of its
                                     natural share (its tokens); default 1.0. Sources of one weight share a
                                     Megatron dataset and the launch spec blends the datasets by tokens x weight
