@@ -303,6 +303,7 @@ def _coverage(found, res, files: list[str], root: Path, inferred: list) -> dict:
         "tus_clean": status.count("ok"),
         "tus_with_errors": status.count("errors"),
         "tus_failed": len(status) - status.count("ok") - status.count("errors"),
+        "tus_timeouts": status.count("timeout"),
         "tus_by_database": dict(sorted(by_database.items())),
         "files_indexed": len({f for f in files if f in walked or f in compiled}),
         "files_fallen_back_to_tree_sitter": len([f for f in files if f not in walked and f not in compiled]),
@@ -325,6 +326,7 @@ class Semantics(Stage):
         from cpp_data.clang_index.index import merge_tus
 
         p: SemanticsParams = self.params
+        stage_started = time.monotonic()
         tmp = ctx.out / WORK  # on the output's filesystem, which executors on other nodes share
         root, found = self._database(ctx, tmp)
         files = source_files(root)
@@ -345,7 +347,9 @@ class Semantics(Stage):
         coverage |= {"configure_attempts": receipt["configure_attempts"],
                      "configure_seconds": round(sum(a.get("seconds", 0)
                                                     for a in found.receipt()["configure_attempts"]), 2),
-                     "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2)}
+                     "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2),
+                     "tus_parsed": len(res.tu_status), "tus_reused": 0,
+                     "semantics_seconds": round(time.monotonic() - stage_started, 2)}
         # the scratch goes once the stage is done (the completion markers first: a kill in between must not leave
         # a marker without its results); a killed or failed run leaves it for the next to resume
         shutil.rmtree(tmp / "_datatrove", ignore_errors=True)

@@ -13,6 +13,7 @@ import pytest
 from cpp_data.clang_index.infer import IncludeGraph, infer_commands, language_standard, project_defines, tu_roots
 from cpp_data.pipeline.contract.executor import ExecutorConfig
 from cpp_data.pipeline.contract.stage import StageContext
+from cpp_data.pipeline.runner.build import SUMMARY_FIELDS, format_summary
 from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
 from cpp_data.pipeline.runner.sources import SourceSpec, lock_sources
 from cpp_data.stages.semantics import Semantics, SemanticsParams, source_files
@@ -89,6 +90,15 @@ def test_a_repository_without_build_files_is_indexed_with_inferred_commands(tmp_
     assert all("<source>/include" in t["arguments"] for t in tus)  # placeless, as the database's are
     functions = {f["name"] for f in pq.read_table(tmp_path / "out" / "functions.parquet").to_pylist()}
     assert {"part", "all", "run", "mix", "proj::twice"} <= functions  # part.cc through all.cc
+    lines = format_summary({**SUMMARY_FIELDS, "sources": 1, "semantic_coverage": {"p": counts},
+                            "wall_seconds": 1.0, "stage_seconds": 4 * counts["semantics_seconds"],
+                            "throughput_mb_s": None}, None, True).splitlines()
+    at = next(k for k, line in enumerate(lines) if line.startswith("  libclang p "))
+    assert lines[at].endswith("inferred database: 3/4 sources matched, 3/3 TUs clean, 0 with errors, 0 timeouts, "
+                              "1 files to tree-sitter")  # part.cc is parsed through all.cc; util.h defines nothing
+    assert lines[at + 1].startswith("    TUs reused 0, parsed 3 in ") and "TUs/s per worker; configure" in lines[at + 1]
+    assert "3 inferred command(s) for every source no other source includes" in lines[at + 2]
+    assert lines[at + 3].startswith("  libclang share     25% of the stages' time")
 
 
 def test_configure_false_infers_nothing(tmp_path):

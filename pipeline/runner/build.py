@@ -166,16 +166,7 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
                  f"valid {summary['valid_documents']:,})")
     lines.append(f"  shards             {summary['shards']} ({summary['shard_bytes'] / 1e6:.1f} MB on disk, "
                  f"{summary['text_bytes'] / 1e6:.1f} MB of text)")
-    for source, c in (summary.get("semantic_coverage") or {}).items():
-        if c["database"] == "none":
-            lines.append(f"  libclang {source:<11} no compile database ({c.get('database_reason', '')}): "
-                         f"{c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
-            continue
-        lines.append(f"  libclang {source:<11} {c['database']} database: {c['files_matched_to_compile_command']}/"
-                     f"{c['source_files']} sources matched, {c['tus_clean']}/{c['tus']} TUs clean, "
-                     f"{c['tus_with_errors']} with errors, "
-                     f"{c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
-        lines.append(f"    from {c.get('database_reason', c['database'])}")
+    lines += _semantics_lines(summary)
     lines += _lane_lines(summary)
     if summary.get("tokenizer_sha256"):
         bpt = summary["text_bytes"] / summary["tokens"] if summary.get("tokens") else 0
@@ -191,6 +182,37 @@ def format_summary(summary: dict[str, Any], build_dir: Path | None, new: bool) -
     if build_dir:
         lines.append(f"  build              {build_dir}{'' if new else '  (unchanged: nothing to do)'}")
     return "\n".join(lines)
+
+
+def _semantics_lines(summary: dict[str, Any]) -> list[str]:
+    """Per source: where its compile commands came from, its TUs (clean, with errors, timeouts; per database
+    when there are several), reused and parsed, the parse seconds and TUs per second per worker (TUs over the
+    seconds their workers spent on them); then libclang's share of the stages' time."""
+    lines = []
+    coverage = summary.get("semantic_coverage") or {}
+    for source, c in coverage.items():
+        if not c.get("tus"):
+            lines.append(f"  libclang {source:<11} no compile commands ({c.get('database_reason', '')}): "
+                         f"{c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
+            continue
+        lines.append(f"  libclang {source:<11} {c['database']} database: {c['files_matched_to_compile_command']}/"
+                     f"{c['source_files']} sources matched, {c['tus_clean']}/{c['tus']} TUs clean, "
+                     f"{c['tus_with_errors']} with errors, {c.get('tus_timeouts', 0)} timeouts, "
+                     f"{c['files_fallen_back_to_tree_sitter']} files to tree-sitter")
+        kinds = c.get("tus_by_database") or {}
+        if len(kinds) > 1:
+            lines.append("    TUs by database: " + ", ".join(f"{k} {v['clean']}/{v['tus']} clean"
+                                                            for k, v in kinds.items()))
+        parsed, seconds = c.get("tus_parsed", c["tus"]), c.get("tu_seconds", 0.0)
+        rate = f", {parsed / seconds:.2f} TUs/s per worker" if parsed and seconds else ""
+        lines.append(f"    TUs reused {c.get('tus_reused', 0)}, parsed {parsed} in {seconds:.1f}s{rate}; "
+                     f"configure {c.get('configure_seconds', 0.0):.1f}s, stage {c.get('semantics_seconds', 0.0):.1f}s")
+        lines.append(f"    from {c.get('database_reason', c['database'])}")
+    spent = sum(c.get("semantics_seconds", 0.0) for c in coverage.values())
+    if coverage and summary.get("stage_seconds"):
+        lines.append(f"  libclang share     {spent / summary['stage_seconds']:.0%} of the stages' time "
+                     f"({spent:.1f}s of {summary['stage_seconds']:.1f}s)")
+    return lines
 
 
 def _lane_lines(summary: dict[str, Any]) -> list[str]:
