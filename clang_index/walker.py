@@ -243,6 +243,7 @@ def index_tu(cmd: CompileCommand, project_root: str | Path, resource_dir: str | 
     res.update(functions=w.functions, edges=w.edge_rows(), type_refs=list(w.type_refs.values()), preamble=w.preamble,
                source_bytes=os.path.getsize(cmd.file),
                header_bytes=sum(os.path.getsize(h) for h in headers if os.path.isfile(h)),
-               walked_files=sorted(w.walked_files), walk_s=time.perf_counter() - t0)
+               walked_files=sorted(w.walked_files), walk_s=time.perf_counter() - t0,
+               reads=sorted({os.path.realpath(cmd.file)} | {h for h in headers if h}))  # what the TU cache keys on
     return res
 

@@ -33,7 +33,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,6 +44,9 @@ from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_
 from cpp_data.stages.lib.dir_files import walk_directory
 from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 from cpp_data.stages.lib.shard_tasks import WORK
+
+if TYPE_CHECKING:
+    from cpp_data.clang_index.tu_cache import Placeless, TUCache
 
 _SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
 
@@ -60,6 +63,7 @@ class SemanticsParams:
     timeout_s: float = 120.0  # per TU
     max_rss_mb: int = 4096  # per TU worker (address space)
     infer_commands: bool = True  # inferred commands (clang_index/infer.py) for sources no database compiles
+    tu_cache: bool = True  # reuse a TU's result from OUT/shared/tus/ when every file its parse read is unchanged
 
 
 def _materialize(src, into: Path) -> tuple[Path, str | None]:
@@ -190,8 +194,30 @@ def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsP
     _forget_unrecorded_tasks(work)
     atomic_write_text(recorded, listed, durable=False)
     tasks = -(-len(commands) // p.tus_per_task)
-    ctx.executor.run([IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
+    if tasks:
+        ctx.executor.run([IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
     return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
+
+
+def _index_cached(ctx: StageContext, commands: list, root: Path, p: SemanticsParams,
+                  cache: TUCache | None) -> tuple[list[dict], int]:
+    """Every TU's result in command order, and how many came from the per-TU cache (`cache`, a TUCache, or
+    None): the TUs it holds for the files as they are now are reused, the others parsed (`_index_as_tasks`)
+    and recorded."""
+    reused = {}
+    if cache is not None:
+        for i, c in enumerate(commands):
+            hit = cache.lookup(c)
+            if hit is not None:
+                reused[i] = {**hit, "file": c.file, "seconds": 0.0}
+    misses = [c for i, c in enumerate(commands) if i not in reused]
+    parsed = iter(_index_as_tasks(ctx, misses, root, p))
+    results = [reused[i] if i in reused else next(parsed) for i in range(len(commands))]
+    if cache is not None:
+        for i, (c, r) in enumerate(zip(commands, results)):
+            if i not in reused:
+                cache.store(c, r)
+    return results, len(reused)
 
 
 def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tuple[list, dict, list]:
@@ -220,20 +246,7 @@ def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tu
     return commands + [x.command for x in inferred], kinds, inferred
 
 
-class _Placeless:
-    """Where the tree and the configure run lived (temporary directories) is no part of the output: the same tree
-    at another path, or configured again, must give the same bytes."""
-
-    def __init__(self, root: Path, tmp: Path):
-        self.places = [(str(tmp / "configure"), "<configure>"), (str(root), "<source>")]
-
-    def __call__(self, text: str) -> str:
-        for where, token in self.places:
-            text = text.replace(where, token)
-        return text
-
-
-def _publish_tus(res, commands: list, kinds: dict, root: Path, placeless: _Placeless) -> float:
+def _publish_tus(res, commands: list, kinds: dict, root: Path, placeless: Placeless) -> float:
     """Rows as published: each function's level and text, each TU's command (placeless), database and withheld
     messages, paths relative to the root. Returns the TUs' summed seconds, which leave the rows: timings are
     counts, never output bytes (an output that differs on every run would rerun every later stage)."""
@@ -250,10 +263,10 @@ def _publish_tus(res, commands: list, kinds: dict, root: Path, placeless: _Place
     tu_seconds = 0.0
     for s in res.tu_status:  # the compile command each TU was indexed with (build_info of v5 documents)
         c = by_file.get(s["file"])
-        s["directory"], s["arguments"] = ((placeless(c.directory), placeless(" ".join(c.arguments)))
+        s["directory"], s["arguments"] = ((placeless.out(c.directory), placeless.out(" ".join(c.arguments)))
                                           if c else ("", ""))
         s["database"] = kinds.get(s["file"], "")
-        s["error_messages"] = [_withheld_outside(placeless(m)) for m in s.get("error_messages") or []]
+        s["error_messages"] = [_withheld_outside(placeless.out(m)) for m in s.get("error_messages") or []]
         tu_seconds += s.pop("seconds", 0.0)
         for k in ("parse_s", "walk_s"):
             s.pop(k, None)
@@ -323,7 +336,9 @@ class Semantics(Stage):
     summary_counts = {"semantic_coverage": "per_source:*"}
 
     def run(self, ctx: StageContext) -> dict:
+        from cpp_data.clang_index.compile_db import find_resource_dir
         from cpp_data.clang_index.index import merge_tus
+        from cpp_data.clang_index.tu_cache import Placeless, TUCache, tree_names
 
         p: SemanticsParams = self.params
         stage_started = time.monotonic()
@@ -332,23 +347,28 @@ class Semantics(Stage):
         files = source_files(root)
         commands, kinds, inferred = _commands(found, root, files, tmp,
                                               p.infer_commands and ctx.pin.configure)
+        # where the tree and the configure run lived (temporary directories) is no part of the output: the same
+        # tree at another path, or configured again, must give the same bytes
+        placeless = Placeless([(str(tmp / "configure"), "<configure>"), (str(root), "<source>")])
+        cache = (TUCache(ctx.shared / "tus", placeless, tree_names(root), str(find_resource_dir()))
+                 if p.tu_cache and ctx.shared is not None else None)
         started = time.monotonic()
-        res = merge_tus(_index_as_tasks(ctx, commands, root, p))
+        results, reused = _index_cached(ctx, commands, root, p, cache)
+        res = merge_tus(results)
         index_seconds = time.monotonic() - started
-        placeless = _Placeless(root, tmp)
         tu_seconds = _publish_tus(res, commands, kinds, root, placeless)
         for name in ("functions", "edges", "type_refs", "includes", "preamble", "tu_status"):
             _write(getattr(res, name), ctx.out / f"{name}.parquet")
         coverage = _coverage(found, res, files, root, inferred)
         receipt = {**coverage, "configure_attempts": [
-            {**{k: v for k, v in a.items() if k != "seconds"}, "tail": [placeless(t) for t in a.get("tail", [])]}
+            {**{k: v for k, v in a.items() if k != "seconds"}, "tail": [placeless.out(t) for t in a.get("tail", [])]}
             for a in coverage["configure_attempts"]]}
         atomic_write_json(ctx.out / "coverage.json", receipt)
         coverage |= {"configure_attempts": receipt["configure_attempts"],
                      "configure_seconds": round(sum(a.get("seconds", 0)
                                                     for a in found.receipt()["configure_attempts"]), 2),
                      "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2),
-                     "tus_parsed": len(res.tu_status), "tus_reused": 0,
+                     "tus_parsed": len(res.tu_status) - reused, "tus_reused": reused,
                      "semantics_seconds": round(time.monotonic() - stage_started, 2)}
         # the scratch goes once the stage is done (the completion markers first: a kill in between must not leave
         # a marker without its results); a killed or failed run leaves it for the next to resume

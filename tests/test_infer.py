@@ -37,11 +37,12 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def run_semantics(root: Path, out: Path, **params) -> dict:
-    """The semantics stage over a plain directory through a StageContext, as the runner runs it."""
+def run_semantics(root: Path, out: Path, shared: Path | None = None, **params) -> dict:
+    """The semantics stage over a plain directory through a StageContext, as the runner runs it (`shared`: the
+    output directory's shared directory, which holds the per-TU cache)."""
     [source] = lock_sources([SourceSpec(name="p", url=str(root))])
     out.mkdir(parents=True)
-    ctx = StageContext(out=out, inputs={}, source=source, label="semantics[p]",
+    ctx = StageContext(out=out, inputs={}, source=source, label="semantics[p]", shared=shared,
                        executor=DatatroveExecutor(ExecutorConfig(kind="local", workers=1, progress=False)))
     return Semantics(SemanticsParams(**params)).run(ctx)
 

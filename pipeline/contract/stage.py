@@ -62,6 +62,9 @@ class StageContext:
     documents: str | None = None  # the stage DOCUMENTS resolved to, when the stage reads it
     per_document: tuple[str, ...] = ()  # the stages PER_DOCUMENT resolved to
     markers: dict[str, str] = field(default_factory=dict)  # SHARDS, FIRST_SHARDS: the stage each resolved to
+    # A directory every build and stage instance of the output directory shares, for caches finer than a stage
+    # instance (semantics' per-TU cache, OUT/shared/tus/); None: nothing is shared
+    shared: Path | None = None
 
     @property
     def pin(self) -> LockedSource:

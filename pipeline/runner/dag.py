@@ -409,6 +409,7 @@ class Runner:
             documents=task.documents,
             per_document=task.per_document,
             markers=task.markers,
+            shared=self.out / "shared",
         )
         log(f"{task.label}: running{' (resuming finished tasks)' if resumed else ''}"
             f"{' beside the next stages' if beside else ''}", event="stage_start", **where)
