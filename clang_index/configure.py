@@ -11,7 +11,9 @@ Repositories rarely commit `compile_commands.json`. In order, per source:
    - if configuring with tests fails (a missing test submodule, FetchContent without network), configure again
      with every such switch off;
 3. a Meson project (`meson.build` at the root), when meson is installed: `meson setup`, sandboxed the same way;
-4. otherwise none: every file falls back to the tree-sitter layer.
+4. a Makefile or autotools project (also a CMake or Meson one whose configure failed), by a dry run:
+   `make -n` after an out-of-tree `configure` (clang_index/make_dry.py), in the same sandbox;
+5. otherwise none: stages/semantics.py infers commands from the tree, else files fall back to tree-sitter.
 Every attempt (its options, whether it worked, its time and the last lines of a failure) goes into the receipt;
 a failing configure is never fatal to the build.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -60,7 +63,7 @@ class Attempt:
 @dataclass
 class Discovery:
     """Where a source's compile database came from (`database`), and why, for the coverage receipt."""
-    database: str = "none"  # source | cmake | meson | none
+    database: str = "none"  # source | cmake | meson | make | none (inferred: stages/semantics.py)
     path: Path | None = None
     reason: str = ""
     sandbox: str | None = None  # bwrap | none (unsandboxed, allowed by the recipe) | None (nothing was run)
@@ -107,7 +110,10 @@ def _sandboxed(cmd: list[str], root: Path, work: Path, sandbox: bool) -> tuple[l
             "--chdir", str(work), *cmd], env
 
 
-def _run(attempt: Attempt, cmd: list[str], root: Path, work: Path, sandbox: bool, timeout_s: float) -> bool:
+def _run(attempt: Attempt, cmd: list[str], root: Path, work: Path, sandbox: bool, timeout_s: float,
+         keep: list[str] | None = None) -> bool:
+    """Run `cmd` sandboxed into `attempt` (ok, seconds, the last lines of a failure); `keep` gets the whole
+    output, for a caller that reads it (the make dry run)."""
     argv, env = _sandboxed(cmd, root, work, sandbox)
     t0 = time.monotonic()
     try:
@@ -124,6 +130,8 @@ def _run(attempt: Attempt, cmd: list[str], root: Path, work: Path, sandbox: bool
         output += f"\nkilled after {timeout_s:.0f}s (configure_timeout_s)"
     attempt.seconds = round(time.monotonic() - t0, 2)
     attempt.ok = proc.returncode == 0
+    if keep is not None:
+        keep.append(output)
     if not attempt.ok:
         attempt.tail = [ln for ln in output.strip().splitlines() if ln.strip()][-TAIL_LINES:]
     return attempt.ok
@@ -189,6 +197,29 @@ def _configure_cmake(root: Path, work: Path, sandbox: bool, cmake_args: list[str
     return attempt("tests-off", ["-DBUILD_TESTING=OFF", *(f"-D{k}=OFF" for k in sorted(switches))])[1]
 
 
+def _dry_run_make(root: Path, work: Path, sandbox: bool, timeout_s: float, d: Discovery) -> Path | None:
+    """A database from `make -n` (clang_index/make_dry.py), after an out-of-tree `configure` where the root has
+    that script; None when the dry run printed no compile command."""
+    from cpp_data.clang_index.make_dry import extra_targets, parse_dry_run, write_database
+
+    make_dir = root
+    if (root / "configure").is_file():
+        build = work / "autotools"
+        build.mkdir(parents=True, exist_ok=True)
+        a = Attempt("configure", ["(out of tree)"])
+        d.attempts.append(a)
+        script = f"cd {shlex.quote(str(build))} && {shlex.quote(str(root / 'configure'))}"
+        if _run(a, ["sh", "-c", script], root, work, sandbox, timeout_s):
+            make_dir = build
+    targets = extra_targets(make_dir)
+    a = Attempt("make", ["-n", "-B", "-k", "-w", *targets])
+    d.attempts.append(a)
+    output: list[str] = []
+    _run(a, ["make", "-C", str(make_dir), *a.options], root, work, sandbox, timeout_s, output)
+    a.ok = bool(entries := parse_dry_run(output[0] if output else "", str(make_dir)))  # -k: errors in some targets
+    return write_database(entries, work / "make-compile_commands.json")
+
+
 def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list[str] | None = None,
              timeout_s: float = 300, allow_unsandboxed: bool = False) -> Discovery:
     """Find or make `root`'s compile database; configure runs write only under `work`."""
@@ -197,14 +228,17 @@ def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list
     if db is not None:
         d.database, d.path, d.reason = "source", db, f"the repository's own {db.relative_to(root)}"
         return d
-    has_cmake, has_meson = (root / "CMakeLists.txt").is_file(), (root / "meson.build").is_file()
-    if not (has_cmake or has_meson):
-        d.reason = "no compile_commands.json, CMakeLists.txt or meson.build at the root"
+    from cpp_data.clang_index.make_dry import has_makefile
+
+    has_cmake, has_meson, has_make = ((root / "CMakeLists.txt").is_file(), (root / "meson.build").is_file(),
+                                      has_makefile(root))
+    if not (has_cmake or has_meson or has_make):
+        d.reason = "no compile_commands.json, CMakeLists.txt, meson.build, Makefile or configure at the root"
         return d
     if not configure:
         d.reason = "configure is turned off for this source (configure = false)"
         return d
-    tool = "cmake" if has_cmake else "meson"
+    tool = "cmake" if has_cmake else "meson" if has_meson else "make"
     if shutil.which(tool) is None:
         d.reason = f"{tool} is not installed, so the {tool} project was not configured"
         return d
@@ -215,19 +249,23 @@ def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list
     sandbox = problem is None
     d.sandbox = "bwrap" if sandbox else "none"
     work.mkdir(parents=True, exist_ok=True)
+    db = None
     if has_cmake:
         db = _configure_cmake(root, work, sandbox, list(cmake_args or ()), timeout_s, d)
-    else:
+    elif has_meson:
         a = Attempt("meson", ["setup"])
         d.attempts.append(a)
         build = work / "meson-build"
         ran = _run(a, ["meson", "setup", str(build), str(root)], root, work, sandbox, timeout_s)
         db = build / "compile_commands.json" if ran and (build / "compile_commands.json").is_file() else None
+    if db is None and has_make and shutil.which("make"):  # also a CMake or Meson project that ships a Makefile
+        db = _dry_run_make(root, work, sandbox, timeout_s, d)
+        tool = "make" if db is not None else tool  # else the first tool's failure is what the reason quotes
     if db is None:
         failed = all(not a.ok for a in d.attempts)
         why = _first_error(d.attempts[0].tail)[:160] if failed and d.attempts else ""
         d.reason = (f"every {tool} configure failed" + (f" ({why})" if why else "") if failed
-                    else f"{tool} configured no translation units") + "; files fall back to tree-sitter"
+                    else f"{tool} configured no translation units")
         return d
     d.database, d.path = tool, db
     used = next(a for a in reversed(d.attempts) if a.ok)

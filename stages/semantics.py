@@ -243,6 +243,8 @@ def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tu
         found.reason += f"; {len(inferred)} inferred command(s) for {what}"
         if not commands:
             found.database = "inferred"
+    elif not commands:
+        found.reason += "; files fall back to tree-sitter"
     return commands + [x.command for x in inferred], kinds, inferred
 
 

@@ -72,7 +72,7 @@ def test_network_and_writes_outside_the_build_dir_are_refused(tmp_path):
                                     "add_library(demo src/lib.cc)\n")
     d = discover(root, tmp_path / "work")
     assert d.database == "none" and not (root / "pwned").exists()
-    assert all(not a.ok for a in d.attempts) and "fall back to tree-sitter" in d.reason
+    assert all(not a.ok for a in d.attempts) and d.reason.startswith("every cmake configure failed")
     assert any("pwned" in ln for ln in d.attempts[0].tail)
 
 
