@@ -10,7 +10,9 @@ Repositories rarely commit `compile_commands.json`. In order, per source:
      on in a second configure;
    - if configuring with tests fails (a missing test submodule, FetchContent without network), configure again
      with every such switch off;
-3. a Meson project (`meson.build` at the root), when meson is installed: `meson setup`, sandboxed the same way;
+3. a Meson project (`meson.build` at the root), when meson is installed: `meson setup` without subproject
+   downloads, sandboxed the same way, again with the project's test/benchmark/example options off, then with
+   the options guarding its error site off (clang_index/meson_setup.py);
 4. a Makefile or autotools project (also a CMake or Meson one whose configure failed), by a dry run:
    `make -n` after an out-of-tree `configure` (clang_index/make_dry.py), in the same sandbox;
 5. otherwise none: stages/semantics.py infers commands from the tree, else files fall back to tree-sitter.
@@ -238,8 +240,10 @@ def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list
     if not configure:
         d.reason = "configure is turned off for this source (configure = false)"
         return d
+    from cpp_data.clang_index.meson_setup import meson_program
+
     tool = "cmake" if has_cmake else "meson" if has_meson else "make"
-    if shutil.which(tool) is None:
+    if (meson_program() if tool == "meson" else shutil.which(tool)) is None:
         d.reason = f"{tool} is not installed, so the {tool} project was not configured"
         return d
     problem = sandbox_problem()
@@ -253,11 +257,9 @@ def discover(root: Path, work: Path, *, configure: bool = True, cmake_args: list
     if has_cmake:
         db = _configure_cmake(root, work, sandbox, list(cmake_args or ()), timeout_s, d)
     elif has_meson:
-        a = Attempt("meson", ["setup"])
-        d.attempts.append(a)
-        build = work / "meson-build"
-        ran = _run(a, ["meson", "setup", str(build), str(root)], root, work, sandbox, timeout_s)
-        db = build / "compile_commands.json" if ran and (build / "compile_commands.json").is_file() else None
+        from cpp_data.clang_index.meson_setup import configure_meson
+
+        db = configure_meson(root, work, sandbox, timeout_s, d.attempts)
     if db is None and has_make and shutil.which("make"):  # also a CMake or Meson project that ships a Makefile
         db = _dry_run_make(root, work, sandbox, timeout_s, d)
         tool = "make" if db is not None else tool  # else the first tool's failure is what the reason quotes

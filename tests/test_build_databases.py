@@ -1,4 +1,5 @@
-"""Compile databases from Makefile projects by a sandboxed dry run (clang_index/make_dry.py), with real make,
+"""Compile databases from Makefile projects by a sandboxed dry run (clang_index/make_dry.py) and from Meson
+projects with retries (clang_index/meson_setup.py), with real make, meson,
 bubblewrap and libclang."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from test_infer import run_semantics, write
 from cpp_data.clang_index.compile_db import load_compile_commands
 from cpp_data.clang_index.configure import discover
 from cpp_data.clang_index.make_dry import parse_dry_run
+from cpp_data.clang_index.meson_setup import meson_program
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
 
@@ -69,3 +71,23 @@ def test_the_dry_run_output_is_read_like_a_shell():
     assert [(e["directory"], e["file"]) for e in entries] == [("/p/lib", "/p/lib/x.cpp"), ("/p/lib", "/p/lib/y.cc"),
                                                               ("/p", "/p/z.c")]
     assert entries[0]["arguments"][:3] == ["g++-12", "-O2", "-DX=a b"]
+
+
+@pytest.mark.skipif(meson_program() is None, reason="meson not installed (pyproject.toml dependency)")
+def test_a_meson_project_whose_optional_dependency_is_missing_is_configured_without_it(tmp_path):
+    """`meson setup` fails on a dependency that is not installed; the retry turns off the option whose `if`
+    guards the failing line (libzim's with_xapian), and subprojects are never downloaded."""
+    root = write(tmp_path / "p", {
+        "meson.build": "project('demo', 'cpp')\nif get_option('with_fancy')\n"
+                       "  dep = dependency('surely-not-installed-fancy')\nendif\n"
+                       "executable('demo', 'src/a.cc', include_directories: include_directories('include'))\n",
+        "meson_options.txt": "option('with_fancy', type: 'boolean', value: true)\n"
+                             "option('tests', type: 'boolean', value: true)\n",
+        "include/demo.h": "int twice(int x);\n", "src/a.cc": '#include "demo.h"\nint main() { return 0; }\n'})
+    d = discover(root, tmp_path / "work")
+    assert d.database == "meson", d.receipt()
+    assert [a.options for a in d.attempts] == [["setup", "--wrap-mode=nofallback"],
+                                               ["setup", "--wrap-mode=nofallback", "-Dtests=false"],
+                                               ["setup", "--wrap-mode=nofallback", "-Dtests=false",
+                                                "-Dwith_fancy=false"]]
+    assert [c.file for c in load_compile_commands(d.path)] == [str(root / "src/a.cc")]
