@@ -9,7 +9,9 @@ Repositories rarely commit `compile_commands.json`. In order, per source:
      switches found there (`gtest_build_tests`, `JSON_BuildTests`, `FOO_BUILD_EXAMPLES`, ...) are then turned
      on in a second configure;
    - if configuring with tests fails (a missing test submodule, FetchContent without network), configure again
-     with every such switch off;
+     with every such switch off; if that fails too, up to GUARD_ROUNDS more times with the project options
+     that guard its error sites off as well (clang_index/cmake_retry.py: a benchmark switch around an empty
+     submodule, an optional dependency);
 3. a Meson project (`meson.build` at the root), when meson is installed: `meson setup` without subproject
    downloads, sandboxed the same way, again with the project's test/benchmark/example options off, then with
    the options guarding its error site off (clang_index/meson_setup.py);
@@ -50,6 +52,7 @@ _OTHER_LANGUAGE = re.compile(r"(?i)(^|_)(cuda|hip|rocm|sycl|opencl)(_|$)")
 _CACHE_BOOL = re.compile(r"^([A-Za-z0-9_.+-]+):BOOL=(.*)$")
 _OPTION_DECL = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.MULTILINE | re.IGNORECASE)
 TAIL_LINES = 8
+GUARD_ROUNDS = 3  # configures after tests-off, each turning off the options that guard the last one's errors
 
 
 @dataclass
@@ -181,11 +184,14 @@ def _cmake(root: Path, build: Path, options: list[str], cmake_args: list[str]) -
 
 def _configure_cmake(root: Path, work: Path, sandbox: bool, cmake_args: list[str], timeout_s: float,
                      d: Discovery) -> Path | None:
+    output: list[str] = []
+
     def attempt(tag: str, options: list[str]) -> tuple[bool, Path | None]:
         build = work / tag
         a = Attempt("cmake", options)
         d.attempts.append(a)
-        ok = _run(a, _cmake(root, build, options, cmake_args), root, work, sandbox, timeout_s)
+        output.clear()
+        ok = _run(a, _cmake(root, build, options, cmake_args), root, work, sandbox, timeout_s, output)
         db = build / "compile_commands.json"
         return ok, db if ok and db.is_file() else None  # a project without TUs writes no database
 
@@ -196,7 +202,28 @@ def _configure_cmake(root: Path, work: Path, sandbox: bool, cmake_args: list[str
         if off:
             db = attempt("tests-all-on", ["-DBUILD_TESTING=ON", *(f"-D{k}=ON" for k in off)])[1] or db
         return db
-    return attempt("tests-off", ["-DBUILD_TESTING=OFF", *(f"-D{k}=OFF" for k in sorted(switches))])[1]
+    options = ["-DBUILD_TESTING=OFF", *(f"-D{k}=OFF" for k in sorted(switches))]
+    ok, db = attempt("tests-off", options)
+    return db if ok else _retry_guards(root, options, set(switches), output, attempt)
+
+
+def _retry_guards(root: Path, options: list[str], off: set[str], output: list[str], attempt) -> Path | None:
+    """Up to GUARD_ROUNDS more configures, each with the project options that guard the last failure's error
+    sites turned off as well (clang_index/cmake_retry.py: leveldb's LEVELDB_BUILD_BENCHMARKS around an empty
+    benchmark submodule); the first database, or None."""
+    from cpp_data.clang_index.cmake_retry import declared_options, next_switches
+
+    declared = declared_options(root)
+    for k in range(GUARD_ROUNDS):
+        new = next_switches(root, output[0] if output else "", declared, off)
+        if not new:
+            return None
+        off.update(new)
+        options = options + [f"-D{n}=OFF" for n in new]
+        ok, db = attempt(f"guards-off-{k}", options)
+        if ok:
+            return db
+    return None
 
 
 def _dry_run_make(root: Path, work: Path, sandbox: bool, timeout_s: float, d: Discovery) -> Path | None:

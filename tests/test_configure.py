@@ -118,3 +118,15 @@ def test_a_failed_configure_says_why(tmp_path):
     d = discover(root, tmp_path / "work")
     assert d.database == "none" and all(not a.ok for a in d.attempts)
     assert d.reason.startswith("every cmake configure failed (") and "99.0 or higher is required" in d.reason, d.reason
+
+
+def test_a_benchmark_switch_around_an_empty_submodule_is_turned_off(tmp_path):
+    """leveldb's shape: LEVELDB_BUILD_BENCHMARKS (not a test switch) guards add_subdirectory of an empty
+    submodule; tests-off still fails, and the retry turns off the option guarding the error site."""
+    root = project(tmp_path / "p", 'option(DEMO_BUILD_BENCHMARKS "benchmarks" ON)\nadd_library(demo src/lib.cc)\n'
+                                    "if(DEMO_BUILD_BENCHMARKS)\n  add_subdirectory(third_party/benchmark)\nendif()\n")
+    (root / "third_party" / "benchmark").mkdir(parents=True)  # a submodule nobody checked out
+    d = discover(root, tmp_path / "work")
+    assert d.database == "cmake", d.receipt()
+    assert d.attempts[-1].options == ["-DBUILD_TESTING=OFF", "-DDEMO_BUILD_BENCHMARKS=OFF"]
+    assert tus(d) == {"lib.cc"}
