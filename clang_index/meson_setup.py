@@ -66,12 +66,13 @@ def _open_conditions(lines: list[str]) -> list[str]:
     return stack
 
 
-def guard_options(root: Path, output: str) -> list[str]:
-    """The options read by `get_option()` in the `if` blocks around each `meson.build:L:C: ERROR` site."""
+def guard_options(root: Path, output: str, cwd: Path | None = None) -> list[str]:
+    """The options read by `get_option()` in the `if` blocks around each `meson.build:L:C: ERROR` site (meson
+    names it relative to the directory it ran in, `cwd`, or to the root)."""
     names: list[str] = []
     for where, line in _ERROR_AT.findall(output):
-        path = Path(where) if Path(where).is_absolute() else root / where
-        if not path.is_file() or root not in path.resolve().parents:
+        path = next((p.resolve() for p in (Path(where), (cwd or root) / where, root / where) if p.is_file()), None)
+        if path is None or root.resolve() not in path.parents:
             continue
         lines = path.read_text(errors="replace").splitlines()[:int(line) - 1]
         for condition in _open_conditions(lines):
@@ -97,7 +98,7 @@ def configure_meson(root: Path, work: Path, sandbox: bool, timeout_s: float,
             return db if db.is_file() else None
         new = ([_off(n, t) for n, t in sorted(options.items()) if NON_LIBRARY.search(n) and t in ("boolean", "feature")]
                if k == 0 else
-               [_off(n, options[n]) for n in guard_options(root, output[0] if output else "")
+               [_off(n, options[n]) for n in guard_options(root, output[0] if output else "", work)
                 if options.get(n) in ("boolean", "feature")])
         new = [o for o in new if o not in off]
         if not new:
