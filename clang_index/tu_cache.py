@@ -167,7 +167,7 @@ def tree_names(root: Path) -> dict[str, list[str]]:
     """Every file of the tree (relative paths, sorted) by basename: what an include could find."""
     out: dict[str, list[str]] = defaultdict(list)
     for directory, dirs, files in os.walk(root):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d != ".git")
         rel = os.path.relpath(directory, root)
         for name in sorted(files):
             out[name].append(name if rel == "." else f"{rel}/{name}")
