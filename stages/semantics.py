@@ -64,6 +64,9 @@ class SemanticsParams:
     max_rss_mb: int = 4096  # per TU worker (address space)
     infer_commands: bool = True  # inferred commands (clang_index/infer.py) for sources no database compiles
     tu_cache: bool = True  # reuse a TU's result from OUT/shared/tus/ when every file its parse read is unchanged
+    # TUs whose main file (relative to the source's root) matches one of these globs are not parsed (fnmatch:
+    # `*` crosses directories): "*/test/*", "*_test.cc", "third_party/*"; their files fall back to tree-sitter
+    skip_globs: tuple[str, ...] = ()
 
 
 def _materialize(src, into: Path) -> tuple[Path, str | None]:
@@ -248,6 +251,16 @@ def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tu
     return commands + [x.command for x in inferred], kinds, inferred
 
 
+def _skip(commands: list, inferred: list, root: Path, globs: tuple[str, ...]) -> tuple[list, list, int]:
+    """The commands and inferred receipts whose main file no glob of `skip_globs` matches, and how many were
+    left out."""
+    import fnmatch
+
+    kept = [c for c in commands if not any(fnmatch.fnmatchcase(os.path.relpath(c.file, root), g) for g in globs)]
+    files = {c.file for c in kept}
+    return kept, [x for x in inferred if x.command.file in files], len(commands) - len(kept)
+
+
 def _publish_tus(res, commands: list, kinds: dict, root: Path, placeless: Placeless) -> float:
     """Rows as published: each function's level and text, each TU's command (placeless), database and withheld
     messages, paths relative to the root. Returns the TUs' summed seconds, which leave the rows: timings are
@@ -349,6 +362,7 @@ class Semantics(Stage):
         files = source_files(root)
         commands, kinds, inferred = _commands(found, root, files, tmp,
                                               p.infer_commands and ctx.pin.configure)
+        commands, inferred, skipped = _skip(commands, inferred, root, p.skip_globs)
         # where the tree and the configure run lived (temporary directories) is no part of the output: the same
         # tree at another path, or configured again, must give the same bytes
         placeless = Placeless([(str(tmp / "configure"), "<configure>"), (str(root), "<source>")])
@@ -370,7 +384,7 @@ class Semantics(Stage):
                      "configure_seconds": round(sum(a.get("seconds", 0)
                                                     for a in found.receipt()["configure_attempts"]), 2),
                      "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2),
-                     "tus_parsed": len(res.tu_status) - reused, "tus_reused": reused,
+                     "tus_parsed": len(res.tu_status) - reused, "tus_reused": reused, "tus_skipped": skipped,
                      "semantics_seconds": round(time.monotonic() - stage_started, 2)}
         # the scratch goes once the stage is done (the completion markers first: a kill in between must not leave
         # a marker without its results); a killed or failed run leaves it for the next to resume

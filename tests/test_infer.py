@@ -127,3 +127,10 @@ def test_a_cmake_project_missing_a_dependency_is_indexed_with_inferred_commands(
     assert counts["tus"] == counts["tus_clean"] == 1, counts
     [tu] = pq.read_table(tmp_path / "out" / "tu_status.parquet").to_pylist()
     assert tu["database"] == "inferred" and "-I<configure>/" in tu["arguments"]
+
+
+def test_skip_globs_leave_matching_main_files_unparsed(tmp_path):
+    root = write(tmp_path / "p", TREE)
+    counts = run_semantics(root, tmp_path / "out", skip_globs=("src/app*", "*/all.cc"))
+    assert (counts["tus"], counts["tus_skipped"]) == (1, 2)
+    assert [r["file"] for r in counts["inferred_commands"]] == ["src/util.cc"]

@@ -205,7 +205,8 @@ def _semantics_lines(summary: dict[str, Any]) -> list[str]:
                                                             for k, v in kinds.items()))
         parsed, seconds = c.get("tus_parsed", c["tus"]), c.get("tu_seconds", 0.0)
         rate = f", {parsed / seconds:.2f} TUs/s per worker" if parsed and seconds else ""
-        lines.append(f"    TUs reused {c.get('tus_reused', 0)}, parsed {parsed} in {seconds:.1f}s{rate}; "
+        skipped = f", {c['tus_skipped']} skipped (skip_globs)" if c.get("tus_skipped") else ""
+        lines.append(f"    TUs reused {c.get('tus_reused', 0)}, parsed {parsed} in {seconds:.1f}s{rate}{skipped}; "
                      f"configure {c.get('configure_seconds', 0.0):.1f}s, stage {c.get('semantics_seconds', 0.0):.1f}s")
         lines.append(f"    from {c.get('database_reason', c['database'])}")
     spent = sum(c.get("semantics_seconds", 0.0) for c in coverage.values())
