@@ -37,7 +37,7 @@ def commands_of(tree: Path, work: Path) -> tuple[dict, list, dict]:
         from cpp_data.clang_index.infer import IncludeGraph, infer_commands
     except ImportError:  # an older checkout: the build database alone
         return found.receipt(), commands, kinds
-    inferred = infer_commands(tree, files, set(kinds), (work / "configure",))
+    inferred = infer_commands(tree, files, set(kinds), (work / "configure",), list(commands))
     kinds.update({x.command.file: "inferred" for x in inferred})
     commands += [x.command for x in inferred]
     graph = IncludeGraph(tree, [str(Path(f).relative_to(tree)) for f in files])

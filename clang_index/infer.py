@@ -288,11 +288,59 @@ def _generated_dir(generated: tuple[Path, ...], spelled: str) -> str | None:
     return None
 
 
-def infer_commands(root: Path, files: list[str], given: set[str],
-                   generated: tuple[Path, ...] = ()) -> list[Inferred]:
+_FLAG_WITH_VALUE = ("-I", "-isystem", "-D", "-iquote")
+
+
+def borrowed_flags(cmd: CompileCommand, c_file: bool) -> tuple[str | None, list[str], list[str]]:
+    """(-std, include flags with absolute paths, -D flags) of a database command, for an inferred command of a
+    file beside it; -std only where the language is the same."""
+    std, includes, defines = None, [], []
+    args, k = cmd.arguments[1:], 0
+    while k < len(args):
+        a = args[k]
+        flag, value = next(((f, a[len(f):]) for f in _FLAG_WITH_VALUE if a.startswith(f)), (None, ""))
+        if flag and not value and k + 1 < len(args):
+            k, value = k + 1, args[k + 1]
+        k += 1
+        if a.startswith("-std=") and ("++" in a) != c_file:
+            std = a[5:]
+        elif flag == "-D":
+            defines.append("-D" + value)
+        elif flag:
+            includes += [flag, os.path.normpath(os.path.join(cmd.directory, value))]
+    return std, includes, defines
+
+
+def nearest(database: list[CompileCommand], path: str) -> CompileCommand | None:
+    """The database command whose file shares the longest directory with `path` (the first in file order)."""
+    def shared(c: CompileCommand) -> int:
+        return len(os.path.commonpath([os.path.dirname(c.file), os.path.dirname(path)]).split(os.sep))
+
+    return max(sorted(database, key=lambda c: c.file), key=shared, default=None)
+
+
+def system_source_roots() -> list[Path]:
+    """`include` directories of the source packages under /usr/src (Debian's googletest ships gtest's and gmock's
+    headers only there): they answer an include the tree and the system cannot, such as <gtest/gtest.h>."""
+    return [Path(p) for p in sorted(glob.glob("/usr/src/*/include") + glob.glob("/usr/src/*/*/include"))]
+
+
+def _answer(spelled: str, generated: tuple[Path, ...], extra_roots: list[Path]) -> str | None:
+    """The directory to add for a header neither the tree nor the system has: a configure run's, else a source
+    package's under /usr/src (only for a spelling with a directory: a bare `config.h` from elsewhere is a guess)."""
+    found = _generated_dir(generated, spelled)
+    if found is None and "/" in spelled and ".." not in Path(spelled).parts:
+        found = next((str(r) for r in extra_roots if (r / spelled).is_file()), None)
+    return found
+
+
+def infer_commands(root: Path, files: list[str], given: set[str], generated: tuple[Path, ...] = (),
+                   database: list[CompileCommand] | None = None) -> list[Inferred]:
     """Inferred commands for `root`'s sources that `given` (absolute paths the database compiles) leaves out and
     no other source reaches (`tu_roots`), sorted by file. `files` are every C/C++ file of the tree (absolute);
-    `generated` are configure directories whose headers answer includes the tree cannot."""
+    `generated` are configure directories whose headers answer includes the tree cannot; a file the `database`
+    leaves out borrows -std, -D and include flags from the database command nearest it (leveldb's
+    LEVELDB_PLATFORM_POSIX), after its own include directories."""
     root = Path(root)
     rel = sorted(os.path.relpath(f, root) for f in files)
     graph = IncludeGraph(root, rel)
@@ -300,24 +348,28 @@ def infer_commands(root: Path, files: list[str], given: set[str],
     mains = tu_roots(graph, sources, {os.path.relpath(f, root) for f in given})
     if not mains:
         return []
-    std = language_standard(root, sources)
-    defines = project_defines(root)
+    std, defines = language_standard(root, sources), project_defines(root)
     public = [d for d in PUBLIC_ROOTS if (root / d).is_dir()]
     answered: dict[str, str | None] = {}
+    extra_roots = system_source_roots()
     out = []
     for main in mains:
         reached, dirs, unresolved = graph.closure(main)
         for s in unresolved:
             if s not in answered:
-                answered[s] = _generated_dir(generated, s)
+                answered[s] = _answer(s, generated, extra_roots)
         extra = [answered[s] for s in unresolved if answered[s]]
-        left = [s for s in unresolved if not answered[s]]
         include = dirs + [d for d in [*public, "."] if d not in dirs]
         is_c = main.lower().endswith(".c")
-        args = ["clang" if is_c else "clang++", *([f"-std={std}"] if std and not is_c else []),
+        near = nearest(database or [], str(root / main))
+        own_std, borrowed_includes, borrowed_defines = borrowed_flags(near, is_c) if near else (None, [], [])
+        use_std = own_std or (std if not is_c else None)
+        flags = [*defines, *(d for d in borrowed_defines if d not in defines)]
+        args = ["clang" if is_c else "clang++", *([f"-std={use_std}"] if use_std else []),
                 *(f"-I{root / d}" if d != "." else f"-I{root}" for d in include),
-                *(f"-I{d}" for d in dict.fromkeys(extra)),
-                *defines, *(d for d in demanded_defines(root, reached) if d not in defines),
+                *(f"-I{d}" for d in dict.fromkeys(extra)), *borrowed_includes,
+                *flags, *(d for d in demanded_defines(root, reached) if d not in flags),
                 "-c", str(root / main)]
-        out.append(Inferred(CompileCommand(str(root), str(root / main), args), include, left))
+        out.append(Inferred(CompileCommand(str(root), str(root / main), args), include,
+                            [s for s in unresolved if not answered[s]]))
     return out

@@ -238,7 +238,7 @@ def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tu
         if left_out:
             found.reason += f"; {left_out} command(s) for files outside the tree left out"
     kinds = {c.file: found.database for c in commands}
-    inferred = infer_commands(root, files, set(kinds), (tmp / "configure",)) if infer else []
+    inferred = infer_commands(root, files, set(kinds), (tmp / "configure",), commands) if infer else []
     for x in inferred:
         kinds[x.command.file] = "inferred"
     if inferred:

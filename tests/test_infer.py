@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from cpp_data.clang_index.compile_db import CompileCommand
 from cpp_data.clang_index.infer import IncludeGraph, infer_commands, language_standard, project_defines, tu_roots
 from cpp_data.pipeline.contract.executor import ExecutorConfig
 from cpp_data.pipeline.contract.stage import StageContext
@@ -134,3 +135,17 @@ def test_skip_globs_leave_matching_main_files_unparsed(tmp_path):
     counts = run_semantics(root, tmp_path / "out", skip_globs=("src/app*", "*/all.cc"))
     assert (counts["tus"], counts["tus_skipped"]) == (1, 2)
     assert [r["file"] for r in counts["inferred_commands"]] == ["src/util.cc"]
+
+
+def test_a_file_the_database_leaves_out_borrows_the_nearest_command_s_flags(tmp_path):
+    """leveldb's shape: the database compiles src/a.cc with -DPORT=3; src/b.cc, left out, needs it too."""
+    root = write(tmp_path / "p", {"inc/port.h": "#if PORT != 3\n#error port\n#endif\n",
+                                  "src/a.cc": '#include "port.h"\n', "src/b.cc": '#include "port.h"\nint b;\n',
+                                  "tools/c.c": "int c;\n"})
+    database = [CompileCommand(str(root / "src"), str(root / "src/a.cc"),
+                               ["c++", "-std=gnu++14", "-I../inc", "-D", "PORT=3", "-c", "a.cc"])]
+    made = {Path(x.command.file).name: x.command.arguments
+            for x in infer_commands(root, source_files(root), {str(root / "src/a.cc")}, (), database)}
+    assert made["b.cc"][:2] == ["clang++", "-std=gnu++14"] and "-DPORT=3" in made["b.cc"]
+    assert made["b.cc"][made["b.cc"].index("-I") + 1] == str(root / "inc")
+    assert not any(a.startswith("-std=") for a in made["c.c"])  # a C file takes no C++ standard
