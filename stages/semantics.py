@@ -6,10 +6,12 @@ source tree). The sources that database leaves out (every source, where there is
 includes get inferred commands (clang_index/infer.py: include directories from where the tree's includes
 live, -std and defines from the build files); a file no command reaches falls back to the tree-sitter layer,
 and the receipt says why. Each TU's row and each document's build_info name the database its command came
-from (`database`: source, cmake, meson or inferred). A sources file turns configuring and inferring off for
-one source with `configure = false` (its own compile_commands.json is still used). A database generated at HEAD is
-never reused for another pin (it lives in this stage's output, keyed by the pin). Git sources are materialized
-at their pin with `git archive` for parsing.
+from (`database`: source, cmake, meson, make or inferred). A sources file turns configuring and inferring off
+for one source with `configure = false` (its own compile_commands.json is still used). A database generated at
+HEAD is never reused for another pin (it lives in this stage's output, keyed by the pin). Git sources are
+materialized at their pin with `git archive` for parsing. A TU whose command and every file its parse read are
+unchanged is reused from the per-TU cache every build of the output directory shares (clang_index/tu_cache.py,
+OUT/shared/tus/); the counts say how many TUs were reused and parsed.
 
 Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble, tu_status (with
 the compile
