@@ -21,10 +21,11 @@ Repositories rarely commit `compile_commands.json`. In order, per source:
 Every attempt (its options, whether it worked, its time and the last lines of a failure) goes into the receipt;
 a failing configure is never fatal to the build.
 
-Configuring runs the repository's own CMake or Meson code, so it runs under bubblewrap: the whole filesystem
-read-only except the build directory, a private /tmp, a temporary HOME, no network, and killed with its
-process group at the time limit. Where bwrap is missing or does not work (some containers forbid namespaces),
-the receipt says so and configure runs unsandboxed only if the recipe allows it (`allow_unsandboxed_configure`).
+Configuring runs the repository's own CMake or Meson code, so it runs under bubblewrap (clang_index/sandbox.py):
+the whole filesystem read-only except the build directory, a private /tmp, a temporary HOME, no network, and
+killed with its process group at the time limit. Where bwrap is missing or does not work (some containers forbid
+namespaces), the receipt says so and configure runs unsandboxed only if the recipe allows it
+(`allow_unsandboxed_configure`).
 
 Hand-written because no library does this: CMake's File API would need a configured tree already, and the
 option discovery reads `CMakeCache.txt`, the same entries `cmake -LH` prints, without another CMake process.
@@ -32,15 +33,13 @@ option discovery reads `CMakeCache.txt`, the same entries `cmake -LH` prints, wi
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cpp_data.clang_index.sandbox import Attempt, run_sandboxed, sandbox_problem
 
 # An option that switches on a project's tests, examples or samples: FOO_BUILD_TESTS, gtest_build_samples,
 # JSON_BuildTests, BUILD_TESTING, FOO_ENABLE_TESTING, FMT_TEST, ... but never a switch that disables them.
@@ -51,18 +50,7 @@ _NEGATIVE = re.compile(r"(?i)disable|skip|(^|_)no_")
 _OTHER_LANGUAGE = re.compile(r"(?i)(^|_)(cuda|hip|rocm|sycl|opencl)(_|$)")
 _CACHE_BOOL = re.compile(r"^([A-Za-z0-9_.+-]+):BOOL=(.*)$")
 _OPTION_DECL = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.MULTILINE | re.IGNORECASE)
-TAIL_LINES = 8
 GUARD_ROUNDS = 3  # configures after tests-off, each turning off the options that guard the last one's errors
-
-
-@dataclass
-class Attempt:
-    """One configure run, as the receipt records it."""
-    tool: str
-    options: list[str]
-    ok: bool = False
-    seconds: float = 0.0
-    tail: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -84,62 +72,6 @@ def find_database(root: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
-
-
-def sandbox_problem() -> str | None:
-    """None when bubblewrap can run a command here; else one line saying why not."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return "bwrap not found (apt-get install bubblewrap)"
-    try:
-        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-                               "--die-with-parent", "true"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap does not run here: {exc}"
-    if proc.returncode != 0:
-        return f"bwrap does not run here: {(proc.stderr.strip().splitlines() or ['exit %d' % proc.returncode])[-1]}"
-    return None
-
-
-def _sandboxed(cmd: list[str], root: Path, work: Path, sandbox: bool) -> tuple[list[str], dict]:
-    home = work / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
-           "CMAKE_BUILD_PARALLEL_LEVEL": "1"}
-    if not sandbox:
-        return cmd, env
-    # later mounts lie on top of earlier ones: the source and the build directory stay visible even where they
-    # live under the private /tmp
-    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--ro-bind", str(root), str(root), "--bind", str(work), str(work), "--unshare-net", "--die-with-parent",
-            "--chdir", str(work), *cmd], env
-
-
-def _run(attempt: Attempt, cmd: list[str], root: Path, work: Path, sandbox: bool, timeout_s: float,
-         keep: list[str] | None = None) -> bool:
-    """Run `cmd` sandboxed into `attempt` (ok, seconds, the last lines of a failure); `keep` gets the whole
-    output, for a caller that reads it (the make dry run)."""
-    argv, env = _sandboxed(cmd, root, work, sandbox)
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, text=True, errors="replace")
-    except OSError as exc:
-        attempt.tail = [f"cannot start {argv[0]}: {exc}"]
-        return False
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        output += f"\nkilled after {timeout_s:.0f}s (configure_timeout_s)"
-    attempt.seconds = round(time.monotonic() - t0, 2)
-    attempt.ok = proc.returncode == 0
-    if keep is not None:
-        keep.append(output)
-    if not attempt.ok:
-        attempt.tail = [ln for ln in output.strip().splitlines() if ln.strip()][-TAIL_LINES:]
-    return attempt.ok
 
 
 def switch_options(root: Path, cache: Path) -> dict[str, bool]:
@@ -191,7 +123,7 @@ def _configure_cmake(root: Path, work: Path, sandbox: bool, cmake_args: list[str
         a = Attempt("cmake", options)
         d.attempts.append(a)
         output.clear()
-        ok = _run(a, _cmake(root, build, options, cmake_args), root, work, sandbox, timeout_s, output)
+        ok = run_sandboxed(a, _cmake(root, build, options, cmake_args), root, work, sandbox, timeout_s, output)
         db = build / "compile_commands.json"
         return ok, db if ok and db.is_file() else None  # a project without TUs writes no database
 
@@ -238,14 +170,14 @@ def _dry_run_make(root: Path, work: Path, sandbox: bool, timeout_s: float, d: Di
         a = Attempt("configure", ["(out of tree)"])
         d.attempts.append(a)
         script = f"cd {shlex.quote(str(build))} && {shlex.quote(str(root / 'configure'))}"
-        if _run(a, ["sh", "-c", script], root, work, sandbox, timeout_s):
+        if run_sandboxed(a, ["sh", "-c", script], root, work, sandbox, timeout_s):
             make_dir = build
     targets = extra_targets(make_dir)
     a = Attempt("make", ["-n", "-B", "-k", "-w", *targets])
     d.attempts.append(a)
     output: list[str] = []
-    _run(a, ["make", "-C", str(make_dir), *a.options], root, work, sandbox, timeout_s, output)
-    a.ok = bool(entries := parse_dry_run(output[0] if output else "", str(make_dir)))  # -k: errors in some targets
+    run_sandboxed(a, ["make", "-C", str(make_dir), *a.options], root, work, sandbox, timeout_s, output)
+    a.ok = bool(entries := parse_dry_run(output[0] if output else "", str(make_dir)))  # -k: some targets fail
     return write_database(entries, work / "make-compile_commands.json")
 
 

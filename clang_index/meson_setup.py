@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from cpp_data.clang_index.configure import Attempt, _run
+from cpp_data.clang_index.sandbox import Attempt, run_sandboxed
 
 # A switch for what a library's own code does not need: tests, benchmarks, examples, docs, fuzzers, tools
 NON_LIBRARY = re.compile(r"(?i)(^|_)(build_?|enable_?|with_?)?(tests?|testing|bench(mark)?s?|examples?|samples?|"
@@ -93,7 +93,7 @@ def configure_meson(root: Path, work: Path, sandbox: bool, timeout_s: float,
         a = Attempt("meson", ["setup", "--wrap-mode=nofallback", *off])
         attempts.append(a)
         output: list[str] = []
-        if _run(a, [meson, *a.options, str(build), str(root)], root, work, sandbox, timeout_s, output):
+        if run_sandboxed(a, [meson, *a.options, str(build), str(root)], root, work, sandbox, timeout_s, output):
             db = build / "compile_commands.json"
             return db if db.is_file() else None
         new = ([_off(n, t) for n, t in sorted(options.items()) if NON_LIBRARY.search(n) and t in ("boolean", "feature")]
