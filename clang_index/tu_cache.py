@@ -22,6 +22,7 @@ ccache caches objects keyed by preprocessor output, which would need a preproces
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -53,7 +54,10 @@ def libclang_version() -> str:
     return str(fn())
 
 
+@functools.cache
 def code_digest() -> str:
+    """SHA-256 of the indexing code (_CODE), read once per process: the code the process runs, so that its
+    stage runs agree on the key even where the files are edited on disk meanwhile."""
     here = Path(__file__).parent
     h = hashlib.sha256()
     for name in _CODE:
