@@ -4,7 +4,7 @@
 #                                 default corpus (sources/debian.toml -> out/), and cpp-data verify promotes it
 #   scripts/setup.sh --no-build   install everything only
 # Installs: Debian packages (git, and the C++ trees of the default corpus and the tests), a venv in .venv with
-# cpp-data in editable mode and its test extras.
+# cpp-data in editable mode and its test and lint extras (ruff, mypy: the gate .ci/run runs after the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,7 +45,7 @@ fi
 echo "setup: installing cpp-data and its dependencies into .venv"
 # torch first, pinned: megatron-core's unpinned torch requirement would otherwise pull a multi-GB CUDA build
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,lint]"
 
 if [ "${1:-}" != "--no-build" ]; then
   echo "setup: running the main job"
