@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,9 +52,11 @@ def sandboxed(cmd: list[str], root: Path, work: Path, sandbox: bool) -> tuple[li
            "CMAKE_BUILD_PARALLEL_LEVEL": "1"}
     if not sandbox:
         return cmd, env
-    # later mounts lie on top of earlier ones: the source and the build directory stay visible even where they
-    # live under the private /tmp
+    # later mounts lie on top of earlier ones: the source, the build directory and this Python's environment
+    # (meson is installed there, with the interpreter its script names) stay visible even where they live under
+    # the private /tmp
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--ro-bind", sys.prefix, sys.prefix, "--ro-bind", sys.base_prefix, sys.base_prefix,
             "--ro-bind", str(root), str(root), "--bind", str(work), str(work), "--unshare-net", "--die-with-parent",
             "--chdir", str(work), *cmd], env
 

@@ -9,9 +9,16 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Hugging Face datasets caches what it loads under a key of the files' paths and times; a build copied to a path
+# an earlier run used (pytest numbers its directories again, copytree keeps the times) would load that run's
+# rows. The suite's loads go to a cache of its own, set before any test imports datasets.
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))  # one id for every worker of a run
+os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(tempfile.gettempdir(), f"cpp-data-hf-{_RUN}"))
 
 GOOGLETEST = Path("/usr/src/googletest")
 NLOHMANN = Path("/usr/include/nlohmann")

@@ -325,7 +325,8 @@ def test_diagnostics_from_files_outside_the_tree_are_withheld(tmp_path):
 
     proj = tmp_path / "proj"
     (proj / "src").mkdir(parents=True)
-    (proj / "src" / "a.cc").write_text("int main() { return 0; }\n")
+    body = "".join(f"int twice_{k}(int x) {{\n  return x * {k} + 2;\n}}\n\n" for k in range(12))
+    (proj / "src" / "a.cc").write_text(body + "int main() { return twice_3(1); }\n")  # long enough to be kept
     (tmp_path / "secret.txt").write_text("root:x:0:0:root:/root:/bin/bash\nsecret_token_abc123 = 1\n")
     (proj / "compile_commands.json").write_text(json.dumps([
         {"directory": str(proj / "src"), "file": "a.cc", "command": "c++ -include ../../secret.txt -c a.cc"},
