@@ -16,6 +16,7 @@ import importlib, json, multiprocessing, os, pkgutil, signal, sys
 from loguru import logger
 import datatrove.utils.logging  # datatrove swaps loguru's default handler for its own when imported: its
 import torch, torch.distributed  # doing, not ours, so it happens before the "before" state
+import megatron.core.packed_seq_params  # so does megatron-core: its import sets TORCHINDUCTOR_CACHE_DIR
 
 
 def state():
