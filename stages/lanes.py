@@ -107,13 +107,13 @@ class Lanes(Stage):
             plan = self._chunk_jobs if p.kind(lane) == "chunks" else self._group_jobs
             cuts += plan(src, tokenizer, work, lane, settings[lane])
         _write_once(work / "cuts.json", cuts)
-        listing = json.loads((src / "shards.json").read_text())["files"]
+        files = [e["path"] for e in json.loads((src / "shards.json").read_text())["files"]]
         routes = route_plan(cuts)
         _write_once(work / "routes.json", routes)
         if routes:
-            ctx.executor.run([RouteRows(src, [e["path"] for e in listing], work)], len(routes),
-                             work / "_datatrove" / "route", f"{ctx.label}: route")
-        ctx.executor.run([CutLanes(src, [e["path"] for e in listing], work, tokenizer, p.generation, settings)],
+            ctx.executor.run([RouteRows(src, files, work)], len(routes), work / "_datatrove" / "route",
+                             f"{ctx.label}: route")
+        ctx.executor.run([CutLanes(src, files, work, tokenizer, p.generation, settings)],
                          len(cuts), work / "_datatrove" / "cut", f"{ctx.label}: cut")
         t1 = time.monotonic()
         report = self._write(ctx, work, lanes, cuts)

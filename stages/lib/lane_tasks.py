@@ -36,13 +36,21 @@ from cpp_data.tokenizer.files import load_tokenizer
 def route_plan(cuts: list[dict]) -> list[dict]:
     """The route tasks of a cut plan: per row group (file, row group) that a file lane's group reads, in order,
     each cut task that needs rows of it with those rows, sorted."""
-    needs: dict[tuple[int, int], dict[int, set[int]]] = {}
+    needs: dict[tuple[int, int], list[list]] = {}
     for k, job in enumerate(cuts):
-        for g in job.get("groups", ()):
-            for f, rg, r in g["members"]:
-                needs.setdefault((f, rg), {}).setdefault(k, set()).add(r)
-    return [{"file": f, "row_group": rg, "takers": [[k, sorted(rows)] for k, rows in sorted(takers.items())]}
-            for (f, rg), takers in sorted(needs.items())]
+        for place, rows in rows_by_row_group(job.get("groups", ())).items():
+            needs.setdefault(place, []).append([k, rows])
+    return [{"file": f, "row_group": rg, "takers": takers} for (f, rg), takers in sorted(needs.items())]
+
+
+def rows_by_row_group(groups) -> dict[tuple[int, int], list[int]]:
+    """The rows the groups' members are, per (file, row group), sorted: what a cut task is routed, in the order
+    its routed file holds them."""
+    wanted: dict[tuple[int, int], set[int]] = {}
+    for g in groups:
+        for f, rg, r in g["members"]:
+            wanted.setdefault((f, rg), set()).add(r)
+    return {place: sorted(rows) for place, rows in sorted(wanted.items())}
 
 
 def routed_path(work: Path, job: int, f: int, rg: int) -> Path:
@@ -119,14 +127,10 @@ class CutLanes(PipelineStep):
 
     def _routed(self, rank: int, groups: list[dict]) -> dict[tuple[int, int, int], pa.Table]:
         """Every member of the groups as a one-row table, from the rows routed to this task (route_plan)."""
-        wanted: dict[tuple[int, int], set[int]] = {}
-        for g in groups:
-            for f, rg, r in g["members"]:
-                wanted.setdefault((f, rg), set()).add(r)
         out: dict[tuple[int, int, int], pa.Table] = {}
-        for (f, rg), rows in sorted(wanted.items()):
+        for (f, rg), rows in rows_by_row_group(groups).items():
             table = read_piece(routed_path(self.work, rank, f, rg))
-            for i, r in enumerate(sorted(rows)):
+            for i, r in enumerate(rows):
                 out[(f, rg, r)] = table.slice(i, 1)
         return out
 
