@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--max-rss-mb", type=int, default=4096)
     ap.add_argument("--no-bare", action="store_true", help="skip the bare-parse baseline")
-    ap.add_argument("--skip-seen-files", action="store_true", help="walk each project header once per run")
+    ap.add_argument("--walk-once", action="store_true",
+                    help="each main file once, each file walked by one TU (as the semantics stage indexes)")
     a = ap.parse_args(argv)
     try:
         cmds = load_compile_commands(a.compile_commands)
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    res = index_project(cmds, a.root, a.workers, a.timeout, a.max_rss_mb, a.skip_seen_files)
+    res = index_project(cmds, a.root, a.workers, a.timeout, a.max_rss_mb, a.walk_once)
     wall = time.monotonic() - t0
     st = res.tu_status
     by: dict[str, int] = {}

@@ -27,14 +27,14 @@ class IndexResult(NamedTuple):
 
 
 def index_tus(commands: list[CompileCommand], project_root: str | Path, workers: int = 1, timeout_s: float = 60,
-              max_rss_mb: int | None = 4096, skip_seen_files: bool = False) -> list[dict]:
+              max_rss_mb: int | None = 4096, skips: list[frozenset[str]] | None = None) -> list[dict]:
     """One result per TU, in input order: each TU in its own process, killed after timeout_s, its address space
-    capped at max_rss_mb. skip_seen_files: do not re-walk headers already walked by a finished TU (faster; a
-    header's rows then come from whichever TU finished first, so header variants under different -D flags are
-    not all seen)."""
+    capped at max_rss_mb. `skips`: per TU, the files it does not walk (clang_index/selection.py: each header
+    walked by one TU)."""
     check_libclang()
+    per_command = [(s,) for s in skips] if skips is not None else None
     return run_pool(index_tu, commands, (os.path.realpath(project_root), str(find_resource_dir())), workers,
-                    timeout_s, max_rss_mb, set() if skip_seen_files else None)
+                    timeout_s, max_rss_mb, per_command)
 
 
 def merge_tus(per_tu: list[dict]) -> IndexResult:
@@ -57,6 +57,13 @@ def merge_tus(per_tu: list[dict]) -> IndexResult:
 
 
 def index_project(commands: list[CompileCommand], project_root: str | Path, workers: int = 2, timeout_s: float = 60,
-                  max_rss_mb: int | None = 4096, skip_seen_files: bool = False) -> IndexResult:
-    """Index every TU (index_tus) and merge the rows (merge_tus)."""
-    return merge_tus(index_tus(commands, project_root, workers, timeout_s, max_rss_mb, skip_seen_files))
+                  max_rss_mb: int | None = 4096, walk_once: bool = False) -> IndexResult:
+    """Index every TU (index_tus) and merge the rows (merge_tus). walk_once: each main file once and each file
+    walked by one TU (clang_index/selection.py, with no kept list), as the semantics stage indexes."""
+    if not walk_once:
+        return merge_tus(index_tus(commands, project_root, workers, timeout_s, max_rss_mb))
+    from cpp_data.clang_index.selection import select_tus, tree_files
+
+    root = Path(os.path.realpath(project_root))
+    sel = select_tus(commands, root, tree_files(root), None)
+    return merge_tus(index_tus(sel.commands, root, workers, timeout_s, max_rss_mb, sel.skips))

@@ -55,10 +55,10 @@ def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple,
 
 
 def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tuple, workers: int, timeout_s: float,
-             max_rss_mb: int | None, seen_files: set[str] | None = None) -> list[dict]:
-    """Run fn(cmd, *extra) for each command, each in a fresh forkserver process; results in input order, each with
-    'file', 'status' (ok|errors|timeout|crashed|missing_file), 'seconds' (wall, including process start).
-    With `seen_files`, fn also gets frozenset(seen_files) and each result's 'walked_files' are added to it."""
+             max_rss_mb: int | None, per_command: list[tuple] | None = None) -> list[dict]:
+    """Run fn(cmd, *extra) for each command (fn(cmd, *extra, *per_command[i]) with `per_command`), each in a
+    fresh forkserver process; results in input order, each with 'file', 'status'
+    (ok|errors|timeout|crashed|missing_file), 'seconds' (wall, including process start)."""
     hook_kind, _, hook_sub = os.environ.get(HOOK_ENV, "").partition(":")
     ctx = mp.get_context("forkserver")
     with tempfile.TemporaryDirectory(prefix="cpp-data-tus-") as scratch:
@@ -73,7 +73,7 @@ def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tup
                     continue
                 r, w = ctx.Pipe(duplex=False)
                 hook = hook_kind if hook_sub and hook_sub in commands[i].file else None
-                args = (commands[i], *extra) + ((frozenset(seen_files),) if seen_files is not None else ())
+                args = (commands[i], *extra, *(per_command[i] if per_command is not None else ()))
                 p = ctx.Process(target=_child, args=(w, fn, args, max_rss_mb, hook, scratch), daemon=True)
                 p.start()
                 w.close()
@@ -101,7 +101,5 @@ def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tup
                     r.close()
                     del running[i]
                     results[i] = {**res, "file": commands[i].file, "seconds": time.monotonic() - t0}
-                    if seen_files is not None:
-                        seen_files.update(res.get("walked_files", ()))
     return results  # type: ignore[return-value]
 

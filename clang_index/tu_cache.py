@@ -4,11 +4,12 @@ A TU's result depends on its command, libclang, the indexing code and the conten
 read; which headers those are is only known after a parse, so the cache has two levels, as ccache's direct mode
 does:
 - `manifests/<k1>.json`, k1 = H(format, libclang's version, its resource directory, the digest of the indexing
-  code, the command's directory and cleaned arguments and the main file's name, all placeless, and the main
-  file's contents): up to MAX_VARIANTS recorded input sets, newest first, each with every file the parse read
-  (main file and headers, the project's and the system's, from the TU's own include list) and its XXH3, the
-  tree's files of each basename the TU read or failed to find (a header added to the tree that would now answer
-  an include, earlier on the search path, changes that list), and the result's name and digest;
+  code, the command's directory and cleaned arguments, the main file's name and the files the TU does not walk
+  (clang_index/selection.py), all placeless, and the main file's contents): up to MAX_VARIANTS recorded input
+  sets, newest first, each with every file the parse read (main file and headers, the project's and the
+  system's, from the TU's own include list) and its XXH3, the tree's files of each basename the TU read or
+  failed to find (a header added to the tree that would now answer an include, earlier on the search path,
+  changes that list), and the result's name and digest;
 - `results/<k2>.json`: the result, placeless (`<source>/...`, `<configure>/...`), k2 = H(k1, the inputs).
 A lookup hashes the main file, reads the manifest, and takes the first variant whose inputs all hash the same
 now (each file hashed once per build, whatever the number of TUs that read it) and whose basename lists are
@@ -36,7 +37,7 @@ import xxhash
 from cpp_data.clang_index.compile_db import CompileCommand, clean_args
 from cpp_data.pipeline.foundation.fsutil import atomic_write_bytes
 
-FORMAT = 1
+FORMAT = 2  # 2: the files a TU skips (clang_index/selection.py) are part of its key
 MAX_VARIANTS = 4
 _NOT_FOUND = re.compile(r"'([^']+)' file not found")
 # The code whose output a cached result is: a change to any of these files makes every entry miss
@@ -91,6 +92,7 @@ class TUCache:
     resource_dir: str
     _hashes: dict[str, str | None] = field(default_factory=dict)
     _base: str = ""
+    used: set[str] = field(default_factory=set)  # the results this build reused or wrote (what gc keeps)
 
     def __post_init__(self) -> None:
         self._base = json.dumps([FORMAT, libclang_version(), self.resource_dir, code_digest()])
@@ -105,12 +107,14 @@ class TUCache:
                 self._hashes[path] = None
         return self._hashes[path]
 
-    def key(self, cmd: CompileCommand) -> str | None:
+    def key(self, cmd: CompileCommand, skip: frozenset[str] = frozenset()) -> str | None:
         main = self.file_hash(cmd.file)
         if main is None:
             return None
         args = [self.placeless.out(a) for a in clean_args(cmd, self.resource_dir)]
-        blob = json.dumps([self._base, self.placeless.out(cmd.directory), args, self.placeless.out(cmd.file), main])
+        skipped = sorted(self.placeless.out(f) for f in skip)
+        blob = json.dumps([self._base, self.placeless.out(cmd.directory), args, self.placeless.out(cmd.file), main,
+                           skipped])
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _listing(self, basenames: list[str]) -> str:
@@ -122,9 +126,10 @@ class TUCache:
     def _result(self, k2: str) -> Path:
         return self.directory / "results" / k2[:2] / f"{k2}.json"
 
-    def lookup(self, cmd: CompileCommand) -> dict | None:
-        """The recorded result of this TU when every file it read is as it was (verified), else None."""
-        k1 = self.key(cmd)
+    def lookup(self, cmd: CompileCommand, skip: frozenset[str] = frozenset()) -> dict | None:
+        """The recorded result of this TU, walked without the files of `skip`, when every file it read is as it
+        was (verified), else None."""
+        k1 = self.key(cmd, skip)
         try:
             variants = json.loads(self._manifest(k1).read_text()) if k1 else []
         except (OSError, ValueError):
@@ -138,13 +143,14 @@ class TUCache:
             except OSError:
                 continue
             if xxhash.xxh3_128(data).hexdigest() == v["digest"]:
+                self.used.add(v["result"])
                 return json.loads(self.placeless.back(data.decode()))
         return None
 
-    def store(self, cmd: CompileCommand, result: dict) -> None:
-        """Record a parsed TU's result under the files it read (`result["reads"]`); a TU that crashed or timed
-        out, or whose files cannot be read now, is not recorded."""
-        k1 = self.key(cmd)
+    def store(self, cmd: CompileCommand, result: dict, skip: frozenset[str] = frozenset()) -> None:
+        """Record a parsed TU's result (walked without the files of `skip`) under the files it read
+        (`result["reads"]`); a TU that crashed or timed out, or whose files cannot be read now, is not recorded."""
+        k1 = self.key(cmd, skip)
         reads = sorted(set(result.get("reads") or ()))
         if k1 is None or result.get("status") not in ("ok", "errors") or not reads:
             return
@@ -157,6 +163,7 @@ class TUCache:
         data = self.placeless.out(json.dumps(kept)).encode()  # key order is column order
         k2 = hashlib.sha256(json.dumps([k1, inputs]).encode()).hexdigest()
         atomic_write_bytes(self._result(k2), data, durable=False)  # verified before reuse
+        self.used.add(k2)
         entry = {"inputs": inputs, "basenames": basenames, "listing": self._listing(basenames), "result": k2,
                  "digest": xxhash.xxh3_128(data).hexdigest()}
         try:
@@ -176,3 +183,50 @@ def tree_names(root: Path) -> dict[str, list[str]]:
         for name in sorted(files):
             out[name].append(name if rel == "." else f"{rel}/{name}")
     return dict(out)
+
+
+# The file of a semantics artifact naming the per-TU cache results its build used (gc keeps those)
+USED_FILE = "tu_cache_used.json"
+
+
+@dataclass
+class Pruned:
+    results: int = 0
+    manifests: int = 0
+    bytes: int = 0
+
+
+def prune(directory: Path, needed: set[str], dry_run: bool = False) -> Pruned:
+    """Remove from the cache at `directory` every result not in `needed` (result names) and every manifest
+    variant naming one; a manifest left without variants goes. Manifests are rewritten atomically."""
+    out = Pruned()
+    for path in sorted(directory.glob("results/*/*.json")):
+        if path.stem not in needed:
+            out.results += 1
+            out.bytes += path.stat().st_size
+            if not dry_run:
+                path.unlink(missing_ok=True)
+    for path in sorted(directory.glob("manifests/*/*.json")):
+        try:
+            variants = json.loads(path.read_text())
+        except (OSError, ValueError):
+            variants = []
+        left = [v for v in variants if isinstance(v, dict) and v.get("result") in needed]
+        if len(left) == len(variants) and variants:
+            continue
+        if not left:
+            out.manifests += 1
+            out.bytes += path.stat().st_size
+            if not dry_run:
+                path.unlink(missing_ok=True)
+        elif not dry_run:
+            atomic_write_bytes(path, json.dumps(left).encode(), durable=False)
+    return out
+
+
+def size(directory: Path) -> dict[str, int]:
+    """How many results and manifests the cache at `directory` holds, and their bytes (for `status`)."""
+    results = list(directory.glob("results/*/*.json"))
+    manifests = list(directory.glob("manifests/*/*.json"))
+    return {"results": len(results), "manifests": len(manifests),
+            "bytes": sum(p.stat().st_size for p in results + manifests)}

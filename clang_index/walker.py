@@ -50,6 +50,7 @@ class Walker:
     def __init__(self, root: str, tu_file: str, skip_files: frozenset[str] = frozenset()) -> None:
         self.root, self.tu_file, self.skip_files = root.rstrip("/") + "/", tu_file, skip_files
         self.walked_files: set[str] = set()
+        self.skipped_files: set[str] = set()  # files of skip_files met: another TU walks them
         self.files: dict[str, tuple[str, bool]] = {}
         self.names: dict[str, str] = {}
         self.lines: dict[str, list[str]] = {}
@@ -136,7 +137,10 @@ class Walker:
             k = c.kind
             if encl is None:  # declaration context: prune everything outside the project
                 path, inside = self.file_of(c.location.file)
-                if not inside or path in self.skip_files:
+                if not inside:
+                    continue
+                if path in self.skip_files:
+                    self.skipped_files.add(path)
                     continue
                 self.walked_files.add(path)
                 if k in DEF_KINDS:
@@ -220,7 +224,8 @@ def bare_parse(cmd: CompileCommand, project_root: str | Path, resource_dir: str 
 def index_tu(cmd: CompileCommand, project_root: str | Path, resource_dir: str | None = None,
              skip_files: frozenset[str] = frozenset()) -> dict:
     """Parse and index one TU (meant to run in a worker process: it chdirs to cmd.directory). Plain dicts/lists.
-    Declarations located in `skip_files` (files already walked by another TU) are not walked again."""
+    Declarations located in `skip_files` (files another TU walks, clang_index/selection.py) are not walked;
+    the result lists those it met (`skipped_files`)."""
     root = os.path.realpath(project_root)  # before parse_tu's chdir: a relative root is relative to the caller
     tu, res = parse_tu(cmd, resource_dir)
     res.update(functions=[], edges=[], type_refs=[], includes=[], preamble=[], source_bytes=0, header_bytes=0)
@@ -243,7 +248,8 @@ def index_tu(cmd: CompileCommand, project_root: str | Path, resource_dir: str | 
     res.update(functions=w.functions, edges=w.edge_rows(), type_refs=list(w.type_refs.values()), preamble=w.preamble,
                source_bytes=os.path.getsize(cmd.file),
                header_bytes=sum(os.path.getsize(h) for h in headers if os.path.isfile(h)),
-               walked_files=sorted(w.walked_files), walk_s=time.perf_counter() - t0,
+               walked_files=sorted(w.walked_files), skipped_files=sorted(w.skipped_files),
+               walk_s=time.perf_counter() - t0,
                reads=sorted({os.path.realpath(cmd.file)} | {h for h in headers if h}))  # what the TU cache keys on
     return res
 

@@ -9,17 +9,23 @@ and the receipt says why. Each TU's row and each document's build_info name the 
 from (`database`: source, cmake, meson, make or inferred). A sources file turns configuring and inferring off
 for one source with `configure = false` (its own compile_commands.json is still used). A database generated at
 HEAD is never reused for another pin (it lives in this stage's output, keyed by the pin). Git sources are
-materialized at their pin with `git archive` for parsing. A TU whose command and every file its parse read are
-unchanged is reused from the per-TU cache every build of the output directory shares (clang_index/tu_cache.py,
-OUT/shared/tus/); the counts say how many TUs were reused and parsed.
+materialized at their pin with `git archive` for parsing.
 
-Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble, tu_status (with
-the compile
-command, its paths written as <source>/... and <configure>/... so the bytes do not depend on where the tree
-or its configure run lived), each function's dependency level, and coverage.json, the receipt the build summary and
-manifest carry: files matched to
-a compile command, TUs indexed cleanly, TUs with errors, files fallen back to tree-sitter. libclang or its
-builtin headers missing fails the stage loudly; it never reports an empty success.
+What is parsed (clang_index/selection.py): the TUs whose main file is a kept document (the input DOCUMENTS:
+the license, quality and decontamination verdicts), each main file once, plus the fewest refused TUs that reach
+kept headers no kept TU includes; each file is walked by one TU, the same one for any number of workers. A
+copyleft repository's TUs are not parsed at all when its files are refused.
+
+A TU whose command, the files it does not walk and every file its parse read are unchanged is reused from
+the per-TU cache every build of the output directory shares (clang_index/tu_cache.py, OUT/shared/tus/); the
+counts say how many TUs were reused and parsed.
+
+Outputs (Parquet): functions (with their source text), edges (call/ref), type_refs, includes, preamble,
+tu_status (with the compile command, its paths written as <source>/... and <configure>/... so the bytes do not
+depend on where the tree or its configure run lived), each function's dependency level, and coverage.json, the
+receipt the build summary and manifest carry: kept files matched to a compile command, TUs indexed cleanly, TUs
+with errors, kept files fallen back to tree-sitter. libclang or its builtin headers missing fails the stage
+loudly; it never reports an empty success.
 
 TUs are indexed as datatrove tasks; a killed or interrupted build keeps the tasks that finished, and the next
 run indexes only the rest when its compile commands are the same (`_index_as_tasks`).
@@ -41,13 +47,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.pipeline.base import PipelineStep
 
-from cpp_data.pipeline.contract.stage import Stage, StageContext
+from cpp_data.pipeline.contract.stage import DOCUMENTS, Stage, StageContext
 from cpp_data.pipeline.foundation.fsutil import atomic_write_json, atomic_write_text
 from cpp_data.stages.lib.dir_files import walk_directory
 from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 from cpp_data.stages.lib.shard_tasks import WORK
 
 if TYPE_CHECKING:
+    from cpp_data.clang_index.selection import Selection
     from cpp_data.clang_index.tu_cache import Placeless, TUCache
 
 _SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
@@ -69,6 +76,8 @@ class SemanticsParams:
     # TUs whose main file (relative to the source's root) matches one of these globs are not parsed (fnmatch:
     # `*` crosses directories): "*/test/*", "*_test.cc", "third_party/*"; their files fall back to tree-sitter
     skip_globs: tuple[str, ...] = ()
+    only_kept: bool = True  # parse only the TUs reaching kept documents (clang_index/selection.py)
+    walk_once: bool = True  # each file walked by one TU; false: every TU walks every project file it reads
 
 
 def _materialize(src, into: Path) -> tuple[Path, str | None]:
@@ -115,8 +124,9 @@ def source_files(root: Path) -> list[str]:
 
 
 class IndexTUs(PipelineStep):
-    """Task r: TUs [r * tus_per_task, (r + 1) * tus_per_task) of the compile database, each in its own process
-    (clang_index/pool.py: timeout, memory cap), their results into tus/r.json."""
+    """Task r: TUs [r * tus_per_task, (r + 1) * tus_per_task) of commands.json (the selected commands, each with
+    the files it does not walk), each in its own process (clang_index/pool.py: timeout, memory cap), their
+    results into tus/r.json."""
 
     type = "🔎 - INDEX"
     name = "index"
@@ -130,9 +140,10 @@ class IndexTUs(PipelineStep):
         from cpp_data.clang_index.index import index_tus
 
         k = self.p.tus_per_task
-        listed = json.loads((self.work / "commands.json").read_text())[rank * k:(rank + 1) * k]
-        commands = [CompileCommand(**c) for c in listed]
-        results = index_tus(commands, self.root, 1, self.p.timeout_s, self.p.max_rss_mb)
+        listed = json.loads((self.work / "commands.json").read_text())
+        commands = [CompileCommand(**c) for c in listed["commands"][rank * k:(rank + 1) * k]]
+        skips = [frozenset(s) for s in listed["skips"][rank * k:(rank + 1) * k]]
+        results = index_tus(commands, self.root, 1, self.p.timeout_s, self.p.max_rss_mb, skips)
         (self.work / "tus").mkdir(exist_ok=True)
         tmp = self.work / "tus" / f".{rank:05d}.json"
         tmp.write_text(json.dumps(results))
@@ -185,13 +196,14 @@ def _forget_unrecorded_tasks(work: Path) -> None:
             marker.unlink(missing_ok=True)
 
 
-def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsParams) -> list[dict]:
-    """Every TU's result, in compile-database order, from datatrove tasks of `tus_per_task` TUs each on the
-    build's executor (TUs per second scale with its workers). The tasks a killed run finished are kept when this
-    run indexes the same commands (the same tree at the same place, configured again); with other commands,
-    none of them is."""
+def _index_as_tasks(ctx: StageContext, commands: list, skips: list[frozenset[str]], root: Path,
+                    p: SemanticsParams) -> list[dict]:
+    """Every TU's result, in command order, from datatrove tasks of `tus_per_task` TUs each on the build's
+    executor (TUs per second scale with its workers); `skips`: per TU, the files it does not walk. The tasks a
+    killed run finished are kept when this run indexes the same commands (the same tree at the same place,
+    configured again); with other commands, none of them is."""
     work = ctx.out / WORK
-    listed = json.dumps([vars(c) for c in commands])
+    listed = json.dumps({"commands": [vars(c) for c in commands], "skips": [sorted(s) for s in skips]})
     recorded = work / "commands.json"
     if not (recorded.is_file() and recorded.read_text() == listed):
         shutil.rmtree(work / "tus", ignore_errors=True)
@@ -204,25 +216,56 @@ def _index_as_tasks(ctx: StageContext, commands: list, root: Path, p: SemanticsP
     return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
 
 
-def _index_cached(ctx: StageContext, commands: list, root: Path, p: SemanticsParams,
+def _index_cached(ctx: StageContext, commands: list, skips: list[frozenset[str]], root: Path, p: SemanticsParams,
                   cache: TUCache | None) -> tuple[list[dict], int]:
     """Every TU's result in command order, and how many came from the per-TU cache (`cache`, a TUCache, or
     None): the TUs it holds for the files as they are now are reused, the others parsed (`_index_as_tasks`)
     and recorded."""
     reused = {}
     if cache is not None:
-        for i, c in enumerate(commands):
-            hit = cache.lookup(c)
+        for i, (c, skip) in enumerate(zip(commands, skips)):
+            hit = cache.lookup(c, skip)
             if hit is not None:
                 reused[i] = {**hit, "file": c.file, "seconds": 0.0}
-    misses = [c for i, c in enumerate(commands) if i not in reused]
-    parsed = iter(_index_as_tasks(ctx, misses, root, p))
+    misses = [i for i in range(len(commands)) if i not in reused]
+    parsed = iter(_index_as_tasks(ctx, [commands[i] for i in misses], [skips[i] for i in misses], root, p))
     results = [reused[i] if i in reused else next(parsed) for i in range(len(commands))]
     if cache is not None:
-        for i, (c, r) in enumerate(zip(commands, results)):
-            if i not in reused:
-                cache.store(c, r)
+        for i in misses:
+            cache.store(commands[i], results[i], skips[i])
     return results, len(reused)
+
+
+def _walk_lost_headers(results: list[dict], sel: Selection, root: Path, kept: set[str] | None, p: SemanticsParams,
+                       cache: TUCache | None) -> int:
+    """Walk again, in the first TU that skipped it, each kept file its owner never walked (an include the
+    textual graph saw and the parse did not take: clang_index/selection.lost_headers); the TU's result is
+    replaced. Rare, so these run here, one TU at a time, through the cache. Returns how many TUs ran again."""
+    from cpp_data.clang_index.index import index_tus
+    from cpp_data.clang_index.selection import lost_headers
+
+    lost = lost_headers(results, root, kept)
+    for i, files in lost.items():
+        c, skip = sel.commands[i], sel.skips[i] - files
+        hit = cache.lookup(c, skip) if cache is not None else None
+        if hit is not None:
+            results[i] = {**hit, "file": c.file, "seconds": 0.0}
+            continue
+        [results[i]] = index_tus([c], root, 1, p.timeout_s, p.max_rss_mb, [skip])
+        if cache is not None:
+            cache.store(c, results[i], skip)
+    return len(lost)
+
+
+def _kept_paths(ctx: StageContext) -> set[str] | None:
+    """The paths of this source's kept documents (the input DOCUMENTS), or None where the stage runs without
+    one (on its own: every TU is parsed)."""
+    from cpp_data.stages.lib.inputs import document_parts
+
+    if ctx.documents is None:
+        return None
+    return {path for part in document_parts(ctx, ctx.pin.name)
+            for path in pq.read_table(part, columns=["source_path"]).column("source_path").to_pylist()}
 
 
 def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tuple[list, dict, list]:
@@ -313,6 +356,11 @@ def _inferred_receipts(inferred: list, tu_status: list[dict], root: Path) -> lis
     return out
 
 
+def _kept_files(files: list[str], root: Path, kept: set[str] | None) -> list[str]:
+    """The files of the tree the coverage receipt counts: the kept ones (every one, without a kept list)."""
+    return files if kept is None else [f for f in files if os.path.relpath(f, root) in kept]
+
+
 def _coverage(found, res, files: list[str], root: Path, inferred: list) -> dict:
     """The coverage receipt (coverage.json, the build summary's line per source)."""
     sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
@@ -345,8 +393,9 @@ def _coverage(found, res, files: list[str], root: Path, inferred: list) -> dict:
 class Semantics(Stage):
     name = "semantics"
     libraries = ('pyarrow', 'libclang')
-    version = 4
+    version = 5
     scope = "source"
+    inputs = (DOCUMENTS,)  # parse only the TUs that reach kept documents (clang_index/selection.py)
     Params = SemanticsParams
     resumable_tasks = True  # a killed run's finished TU tasks are kept (_INDEX_RECORDS)
 
@@ -355,7 +404,8 @@ class Semantics(Stage):
     def run(self, ctx: StageContext) -> dict:
         from cpp_data.clang_index.compile_db import find_resource_dir
         from cpp_data.clang_index.index import merge_tus
-        from cpp_data.clang_index.tu_cache import Placeless, TUCache, tree_names
+        from cpp_data.clang_index.selection import select_tus
+        from cpp_data.clang_index.tu_cache import USED_FILE, Placeless, TUCache, tree_names
 
         p: SemanticsParams = self.params
         stage_started = time.monotonic()
@@ -365,28 +415,39 @@ class Semantics(Stage):
         commands, kinds, inferred = _commands(found, root, files, tmp,
                                               p.infer_commands and ctx.pin.configure)
         commands, inferred, skipped = _skip(commands, inferred, root, p.skip_globs)
+        kept = _kept_paths(ctx) if p.only_kept else None
+        sel = select_tus(commands, root, files, kept)
+        if not p.walk_once:
+            sel.skips = [frozenset() for _ in sel.commands]
+        selected = {c.file for c in sel.commands}
+        inferred = [x for x in inferred if x.command.file in selected]
         # where the tree and the configure run lived (temporary directories) is no part of the output: the same
         # tree at another path, or configured again, must give the same bytes
         placeless = Placeless([(str(tmp / "configure"), "<configure>"), (str(root), "<source>")])
         cache = (TUCache(ctx.shared / "tus", placeless, tree_names(root), str(find_resource_dir()))
                  if p.tu_cache and ctx.shared is not None else None)
         started = time.monotonic()
-        results, reused = _index_cached(ctx, commands, root, p, cache)
+        results, reused = _index_cached(ctx, sel.commands, sel.skips, root, p, cache)
+        walked_again = _walk_lost_headers(results, sel, root, kept, p, cache)
         res = merge_tus(results)
         index_seconds = time.monotonic() - started
-        tu_seconds = _publish_tus(res, commands, kinds, root, placeless)
+        tu_seconds = _publish_tus(res, sel.commands, kinds, root, placeless)
         for name in ("functions", "edges", "type_refs", "includes", "preamble", "tu_status"):
             _write(getattr(res, name), ctx.out / f"{name}.parquet")
-        coverage = _coverage(found, res, files, root, inferred)
+        coverage = _coverage(found, res, _kept_files(files, root, kept), root, inferred)
         receipt = {**coverage, "configure_attempts": [
             {**{k: v for k, v in a.items() if k != "seconds"}, "tail": [placeless.out(t) for t in a.get("tail", [])]}
             for a in coverage["configure_attempts"]]}
         atomic_write_json(ctx.out / "coverage.json", receipt)
+        if cache is not None:  # what gc keeps of OUT/shared/tus/ while a build needs this artifact
+            atomic_write_json(ctx.out / USED_FILE, sorted(cache.used))
         coverage |= {"configure_attempts": receipt["configure_attempts"],
                      "configure_seconds": round(sum(a.get("seconds", 0)
                                                     for a in found.receipt()["configure_attempts"]), 2),
                      "tu_seconds": round(tu_seconds, 2), "index_seconds": round(index_seconds, 2),
                      "tus_parsed": len(res.tu_status) - reused, "tus_reused": reused, "tus_skipped": skipped,
+                     "tus_not_kept": sel.not_kept, "tus_for_kept_headers": sel.for_headers,
+                     "duplicate_commands": sel.duplicates, "tus_walked_again": walked_again,
                      "semantics_seconds": round(time.monotonic() - stage_started, 2)}
         # the scratch goes once the stage is done (the completion markers first: a kill in between must not leave
         # a marker without its results); a killed or failed run leaves it for the next to resume

@@ -327,11 +327,12 @@ def test_diagnostics_from_files_outside_the_tree_are_withheld(tmp_path):
     (proj / "src").mkdir(parents=True)
     body = "".join(f"int twice_{k}(int x) {{\n  return x * {k} + 2;\n}}\n\n" for k in range(12))
     (proj / "src" / "a.cc").write_text(body + "int main() { return twice_3(1); }\n")  # long enough to be kept
+    (proj / "src" / "b.cc").write_text(body.replace("twice_", "thrice_"))
     (tmp_path / "secret.txt").write_text("root:x:0:0:root:/root:/bin/bash\nsecret_token_abc123 = 1\n")
-    (proj / "compile_commands.json").write_text(json.dumps([
+    (proj / "compile_commands.json").write_text(json.dumps([  # a main file is parsed once: two files
         {"directory": str(proj / "src"), "file": "a.cc", "command": "c++ -include ../../secret.txt -c a.cc"},
-        {"directory": str(proj / "src"), "file": "a.cc",
-         "command": f"c++ -include {tmp_path}/secret.txt -include missing_in_tree.h -c a.cc"}]))
+        {"directory": str(proj / "src"), "file": "b.cc",
+         "command": f"c++ -include {tmp_path}/secret.txt -include missing_in_tree.h -c b.cc"}]))
     sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
     out = tmp_path / "out"
     run_cli("build", "--recipe", str(provenance_recipe(tmp_path / "recipe", "structure")), "--sources",

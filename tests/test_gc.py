@@ -85,3 +85,37 @@ def test_reading_commands_hold_their_builds_against_gc(reference_build: Path, tm
     fd = outlock.lock_for_removal(build)
     assert fd is not None
     os.close(fd)
+
+
+@pytest.mark.slow
+def test_gc_prunes_the_per_tu_cache_to_what_kept_builds_used(tmp_path: Path):
+    """Two builds of one tree, a source file edited between them: gc keeping one build removes the per-TU
+    results only the other's semantics entry used, keeps every one the kept build used, and `status` counts
+    what is left."""
+    import json
+
+    from conftest import provenance_build, write_sources
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    body = "".join(f"int step_{k}(int x) {{\n  return x * {k} + 2;\n}}\n\n" for k in range(12))
+    (proj / "a.cc").write_text(body + "int a_main() { return step_3(1); }\n")
+    (proj / "b.cc").write_text(body.replace("step_", "hop_"))
+    sources = write_sources(tmp_path / "s.toml", [{"name": "fx", "url": str(proj), "license": "MIT"}])
+    out = tmp_path / "out"
+    provenance_build(sources, out, "--workers", "1", stages=("semantics",))
+    (proj / "b.cc").write_text(body.replace("step_", "leap_"))
+    provenance_build(sources, out, "--workers", "1", stages=("semantics",))
+    used = [set(json.loads(p.read_text())) for p in sorted((out / "cache" / "semantics").glob("*/tu_cache_used.json"))]
+    assert len(used) == 2 and used[0] != used[1]
+    results = {p.stem for p in (out / "shared" / "tus").glob("results/*/*.json")}
+    assert results == used[0] | used[1] and len(results) == 3  # a.cc once, b.cc twice
+
+    proc = run_cli("gc", "--out", str(out), "--keep", "1")
+    assert "removed 1 per-TU index result(s)" in proc.stdout, proc.stdout
+    [left] = [set(json.loads(p.read_text())) for p in (out / "cache" / "semantics").glob("*/tu_cache_used.json")]
+    assert {p.stem for p in (out / "shared" / "tus").glob("results/*/*.json")} == left
+    manifests = [json.loads(p.read_text()) for p in (out / "shared" / "tus").glob("manifests/*/*.json")]
+    assert sorted(v["result"] for m in manifests for v in m) == sorted(left)
+    run_cli("status", "--out", str(out))
+    assert json.loads((out / "status" / "current.json").read_text())["tu_cache"]["results"] == 2

@@ -5,12 +5,14 @@ the newest `keep` builds of each schema generation (by creation time). Every oth
 exports, verify receipt and report. A cache entry (cache/<stage>/<fingerprint>/) stays when a kept build's
 manifest lists it among its stages, so rebuilding a kept build is still "nothing to do"; the rest go. Entries
 still being written (`.partial`, left by an interrupted build) stay: the next build resumes from them. The
+per-TU index cache (OUT/shared/tus/) keeps the results a remaining semantics entry used. The
 output lock is held throughout, so no build runs meanwhile; a build another command is reading (verify,
 export, train, ...: outlock.hold_for_reading) is kept by this gc, and said so. Nothing is removed with `dry_run`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -29,6 +31,8 @@ class GcResult:
     removed_entries: list[str] = field(default_factory=list)  # cache/<stage>/<fingerprint>
     removed_bytes: int = 0
     in_use: list[str] = field(default_factory=list)  # builds a reader held: kept by this gc
+    tu_results_removed: int = 0  # OUT/shared/tus/ results no kept semantics entry used
+    tu_cache_note: str = ""  # why the per-TU cache was left as it is, when it was
 
 
 def _size(path: Path) -> int:
@@ -69,6 +73,7 @@ def collect_garbage(out: Path, keep: int = 2, dry_run: bool = False, wait: bool 
                     result.removed_bytes += _size(path)
                     if not dry_run:
                         _remove(path)
+            _prune_tu_cache(out, result, dry_run)
         finally:
             for fd in held:
                 os.close(fd)
@@ -133,11 +138,37 @@ def _doomed(out: Path, builds: list[tuple[Path, dict]], keep_names: set[str], re
     return doomed
 
 
+def _prune_tu_cache(out: Path, result: GcResult, dry_run: bool) -> None:
+    """Remove the per-TU cache's results (OUT/shared/tus/) that no semantics cache entry still here used (each
+    lists them in tu_cache_used.json); left as it is when an entry has no such list (written by an older
+    version, or a killed run's .partial entry), since what that one needs is then unknown."""
+    from cpp_data.clang_index.tu_cache import USED_FILE, prune
+
+    tus = out / "shared" / "tus"
+    if not tus.is_dir():
+        return
+    needed: set[str] = set()
+    for entry in sorted((out / "cache" / "semantics").iterdir()) if (out / "cache" / "semantics").is_dir() else []:
+        if entry.is_dir() and not (dry_run and f"cache/semantics/{entry.name}" in result.removed_entries):
+            try:
+                needed.update(json.loads((entry / USED_FILE).read_text()))
+            except (OSError, ValueError):
+                result.tu_cache_note = (f"per-TU cache kept whole: {entry} does not list the TUs it used (a "
+                                        f"killed build's entry, or one an older version wrote)")
+                return
+    pruned = prune(tus, needed, dry_run)
+    result.tu_results_removed = pruned.results
+    result.removed_bytes += pruned.bytes
+
+
 def format_result(r: GcResult, dry_run: bool) -> str:
     verb = "would remove" if dry_run else "removed"
     lines = [f"{verb} build {name}" for name in r.removed_builds]
     lines.append(f"{verb} {len(r.removed_builds)} build(s) and {len(r.removed_entries)} cache entr"
                  f"{'y' if len(r.removed_entries) == 1 else 'ies'}: {r.removed_bytes / 1e6:.1f} MB")
+    lines.append(f"{verb} {r.tu_results_removed} per-TU index result(s) no kept build used (shared/tus)")
+    if r.tu_cache_note:
+        lines.append(r.tu_cache_note)
     lines.append(f"kept {len(r.kept_builds)} build(s): {', '.join(r.kept_builds) or 'none'}")
     if r.in_use:
         lines.append(f"kept because another command is reading them (run gc again later): {', '.join(r.in_use)}")

@@ -14,7 +14,8 @@ def add_parser(sub, leaf, group) -> None:
               description="Keep the builds LATEST and PROMOTED name and the newest --keep builds of each schema "
                           "generation; remove every other build (with its exports, verify receipt and report) "
                           "and every cache entry that no kept build lists among its stages, so rebuilding a kept "
-                          "build stays 'nothing to do'. Entries of an interrupted build (.partial) stay for its "
+                          "build stays 'nothing to do', and the per-TU index results (OUT/shared/tus/) no "
+                          "remaining semantics entry used. Entries of an interrupted build (.partial) stay for its "
                           "resume. Holds the output lock; prints what it removed and how much.",
               epilog="example: cpp-data gc --out out --keep 2 --dry-run")
     gc.add_argument("--out", type=path_arg, required=True, help="output directory")

@@ -70,7 +70,16 @@ def collect_status(out: Path) -> dict[str, Any]:
                                                                       "train_documents", "valid_documents",
                                                                       "tokens", "last_verify")}
     return {"out": str(out.resolve()), "sources": sources, "builds": builds, "latest": latest,
-            "promoted": promoted, "generations": dict(sorted(generations.items())), "stages": stages}
+            "promoted": promoted, "generations": dict(sorted(generations.items())), "stages": stages,
+            "tu_cache": _tu_cache(out)}
+
+
+def _tu_cache(out: Path) -> dict[str, int]:
+    """The per-TU index cache every build of OUT shares (OUT/shared/tus/): results, manifests, bytes."""
+    from cpp_data.clang_index.tu_cache import size
+
+    tus = out / "shared" / "tus"
+    return size(tus) if tus.is_dir() else {"results": 0, "manifests": 0, "bytes": 0}
 
 
 def render_md(status: dict[str, Any]) -> str:
@@ -94,6 +103,9 @@ def render_md(status: dict[str, Any]) -> str:
                      f"{b.get('valid_documents', '-')} | {b.get('last_verify') or '-'} |")
     lines += ["", "## Stage cache", "", "| stage | sealed | partial |", "|---|---|---|"]
     lines += [f"| {k} | {v['sealed']} | {v['in_progress_or_killed']} |" for k, v in status["stages"].items()]
+    tus = status.get("tu_cache") or {}
+    lines += ["", f"Per-TU index cache (shared/tus): {tus.get('results', 0)} results, "
+              f"{tus.get('bytes', 0) / 1e6:.1f} MB (`cpp-data gc` removes those no kept build used)"]
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,8 @@ from cpp_data.pipeline.foundation.errors import EXIT_OK, BadInput
 
 def add_parser(sub, leaf, group) -> None:
     s = leaf(sub, "status", cmd_status, help="summarize an output directory into OUT/status/",
-             description="Write OUT/status/current.json and current.md (sources, pins, builds by date, stage cache) "
+             description="Write OUT/status/current.json and current.md (sources, pins, builds by date, stage cache, "
+                         "the per-TU index cache) "
                          "atomically, append to changelog.jsonl when something changed, and print the Markdown. "
                          "A build whose manifest cannot be read is listed as broken.")
     s.add_argument("--out", type=path_arg, required=True, help="the output directory of builds")

@@ -206,6 +206,9 @@ def _semantics_lines(summary: dict[str, Any]) -> list[str]:
         parsed, seconds = c.get("tus_parsed", c["tus"]), c.get("tu_seconds", 0.0)
         rate = f", {parsed / seconds:.2f} TUs/s per worker" if parsed and seconds else ""
         skipped = f", {c['tus_skipped']} skipped (skip_globs)" if c.get("tus_skipped") else ""
+        if c.get("tus_not_kept") or c.get("tus_for_kept_headers"):
+            skipped += (f", {c.get('tus_not_kept', 0)} not parsed (main file refused), "
+                        f"{c.get('tus_for_kept_headers', 0)} refused parsed for kept headers")
         lines.append(f"    TUs reused {c.get('tus_reused', 0)}, parsed {parsed} in {seconds:.1f}s{rate}{skipped}; "
                      f"configure {c.get('configure_seconds', 0.0):.1f}s, stage {c.get('semantics_seconds', 0.0):.1f}s")
         lines.append(f"    from {c.get('database_reason', c['database'])}")
