@@ -110,7 +110,8 @@ def write(result: dict, out: Path, a: argparse.Namespace) -> None:
     """The JSON (every count; definitions and functions as counts) and the Markdown table, before -> after."""
     rows = []
     md = ["# Parsing what is kept, each file walked once (semantics stage, real repositories)", "",
-          f"`bench/semantics_selection.py {' '.join(a.repos)} --workers {a.workers}`", "",
+          f"`bench/semantics_selection.py {' '.join(a.repos)} --workers {a.workers}"
+          + (f" --skip-globs {' '.join(repr(g) for g in a.skip_globs)}`" if a.skip_globs else "`"), "",
           "Per-TU cache off on both sides. Before: every TU of the database, every TU walking every project file "
           "it reads. After: the stage's defaults. Definitions: functions in kept files by file and extent.", "",
           "| source | kept files | TUs before | TUs after | not kept | for kept headers | walked again | "
