@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.walk_once:  # the bare parse then covers the same TUs: each main file once
+        from cpp_data.clang_index.selection import first_command_per_file
+
+        cmds = first_command_per_file(cmds)[0]
     t0 = time.monotonic()
     res = index_project(cmds, a.root, a.workers, a.timeout, a.max_rss_mb, a.walk_once)
     wall = time.monotonic() - t0
