@@ -27,8 +27,8 @@ from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
 from cpp_data.pipeline.runner.sources import SourceSpec, lock_sources
 from cpp_data.stages.semantics import Semantics, SemanticsParams
 
-KEYS = ("tus", "tus_clean", "tus_with_errors", "tus_reused", "tus_parsed", "tu_seconds", "index_seconds",
-        "semantics_seconds", "database")
+KEYS = ("tus", "tus_clean", "tus_with_errors", "tus_reused", "tus_parsed", "tus_walked_again", "tu_seconds",
+        "index_seconds", "semantics_seconds", "database")
 
 
 def run(repo: str, commit: str, out: Path, shared: Path | None, workers: int) -> dict:

@@ -197,12 +197,11 @@ def _forget_unrecorded_tasks(work: Path) -> None:
 
 
 def _index_as_tasks(ctx: StageContext, commands: list, skips: list[frozenset[str]], root: Path,
-                    p: SemanticsParams) -> list[dict]:
+                    p: SemanticsParams, work: Path) -> list[dict]:
     """Every TU's result, in command order, from datatrove tasks of `tus_per_task` TUs each on the build's
     executor (TUs per second scale with its workers); `skips`: per TU, the files it does not walk. The tasks a
     killed run finished are kept when this run indexes the same commands (the same tree at the same place,
-    configured again); with other commands, none of them is."""
-    work = ctx.out / WORK
+    configured again); with other commands, none of them is. `work`: where the tasks keep their records."""
     listed = json.dumps({"commands": [vars(c) for c in commands], "skips": [sorted(s) for s in skips]})
     recorded = work / "commands.json"
     if not (recorded.is_file() and recorded.read_text() == listed):
@@ -217,7 +216,7 @@ def _index_as_tasks(ctx: StageContext, commands: list, skips: list[frozenset[str
 
 
 def _index_cached(ctx: StageContext, commands: list, skips: list[frozenset[str]], root: Path, p: SemanticsParams,
-                  cache: TUCache | None) -> tuple[list[dict], int]:
+                  cache: TUCache | None, work: Path) -> tuple[list[dict], int]:
     """Every TU's result in command order, and how many came from the per-TU cache (`cache`, a TUCache, or
     None): the TUs it holds for the files as they are now are reused, the others parsed (`_index_as_tasks`)
     and recorded."""
@@ -228,7 +227,7 @@ def _index_cached(ctx: StageContext, commands: list, skips: list[frozenset[str]]
             if hit is not None:
                 reused[i] = {**hit, "file": c.file, "seconds": 0.0}
     misses = [i for i in range(len(commands)) if i not in reused]
-    parsed = iter(_index_as_tasks(ctx, [commands[i] for i in misses], [skips[i] for i in misses], root, p))
+    parsed = iter(_index_as_tasks(ctx, [commands[i] for i in misses], [skips[i] for i in misses], root, p, work))
     results = [reused[i] if i in reused else next(parsed) for i in range(len(commands))]
     if cache is not None:
         for i in misses:
@@ -236,24 +235,19 @@ def _index_cached(ctx: StageContext, commands: list, skips: list[frozenset[str]]
     return results, len(reused)
 
 
-def _walk_lost_headers(results: list[dict], sel: Selection, root: Path, kept: set[str] | None, p: SemanticsParams,
-                       cache: TUCache | None) -> int:
+def _walk_lost_headers(ctx: StageContext, results: list[dict], sel: Selection, root: Path, kept: set[str] | None,
+                       p: SemanticsParams, cache: TUCache | None) -> int:
     """Walk again, in the first TU that skipped it, each kept file its owner never walked (an include the
     textual graph saw and the parse did not take: clang_index/selection.lost_headers); the TU's result is
-    replaced. Rare, so these run here, one TU at a time, through the cache. Returns how many TUs ran again."""
-    from cpp_data.clang_index.index import index_tus
+    replaced. They run as tasks of their own on the build's executor, through the cache. Returns how many TUs
+    ran again."""
     from cpp_data.clang_index.selection import lost_headers
 
     lost = lost_headers(results, root, kept)
-    for i, files in lost.items():
-        c, skip = sel.commands[i], sel.skips[i] - files
-        hit = cache.lookup(c, skip) if cache is not None else None
-        if hit is not None:
-            results[i] = {**hit, "file": c.file, "seconds": 0.0}
-            continue
-        [results[i]] = index_tus([c], root, 1, p.timeout_s, p.max_rss_mb, [skip])
-        if cache is not None:
-            cache.store(c, results[i], skip)
+    again, _ = _index_cached(ctx, [sel.commands[i] for i in lost], [sel.skips[i] - files for i, files in lost.items()],
+                             root, p, cache, ctx.out / WORK / "again")
+    for i, result in zip(lost, again):
+        results[i] = result
     return len(lost)
 
 
@@ -427,8 +421,8 @@ class Semantics(Stage):
         cache = (TUCache(ctx.shared / "tus", placeless, tree_names(root), str(find_resource_dir()))
                  if p.tu_cache and ctx.shared is not None else None)
         started = time.monotonic()
-        results, reused = _index_cached(ctx, sel.commands, sel.skips, root, p, cache)
-        walked_again = _walk_lost_headers(results, sel, root, kept, p, cache)
+        results, reused = _index_cached(ctx, sel.commands, sel.skips, root, p, cache, ctx.out / WORK)
+        walked_again = _walk_lost_headers(ctx, results, sel, root, kept, p, cache)
         res = merge_tus(results)
         index_seconds = time.monotonic() - started
         tu_seconds = _publish_tus(res, sel.commands, kinds, root, placeless)
