@@ -68,7 +68,7 @@ class SemanticsParams:
     cmake_args: tuple[str, ...] = ()
     configure_timeout_s: float = 300.0  # per configure attempt
     allow_unsandboxed_configure: bool = False  # without bubblewrap, run the project's CMake code anyway
-    tus_per_task: int = 4  # translation units per datatrove task (each TU still gets its own process)
+    tus_per_task: int = 4  # TUs per datatrove task, fewer where that gives under MIN_TASKS (each TU its own process)
     timeout_s: float = 120.0  # per TU
     max_rss_mb: int = 4096  # per TU worker (address space)
     infer_commands: bool = True  # inferred commands (clang_index/infer.py) for sources no database compiles
@@ -124,8 +124,8 @@ def source_files(root: Path) -> list[str]:
 
 
 class IndexTUs(PipelineStep):
-    """Task r: TUs [r * tus_per_task, (r + 1) * tus_per_task) of commands.json (the selected commands, each with
-    the files it does not walk), each in its own process (clang_index/pool.py: timeout, memory cap), their
+    """Task r: TUs [r * k, (r + 1) * k) of commands.json (the selected commands, each with the files it does not
+    walk; k its `per_task`, task_size), each in its own process (clang_index/pool.py: timeout, memory cap), their
     results into tus/r.json."""
 
     type = "🔎 - INDEX"
@@ -139,8 +139,8 @@ class IndexTUs(PipelineStep):
         from cpp_data.clang_index.compile_db import CompileCommand
         from cpp_data.clang_index.index import index_tus
 
-        k = self.p.tus_per_task
         listed = json.loads((self.work / "commands.json").read_text())
+        k = listed["per_task"]
         commands = [CompileCommand(**c) for c in listed["commands"][rank * k:(rank + 1) * k]]
         skips = [frozenset(s) for s in listed["skips"][rank * k:(rank + 1) * k]]
         results = index_tus(commands, self.root, 1, self.p.timeout_s, self.p.max_rss_mb, skips)
@@ -196,20 +196,32 @@ def _forget_unrecorded_tasks(work: Path) -> None:
             marker.unlink(missing_ok=True)
 
 
+# At least this many tasks where there are TUs enough: a rebuild that parses a few dozen changed TUs (often the
+# heaviest, those reading a changed core header) would otherwise leave workers idle behind the last big task
+MIN_TASKS = 64
+
+
+def task_size(tus: int, tus_per_task: int) -> int:
+    """TUs per task: `tus_per_task`, fewer where that would give under MIN_TASKS tasks (at least 1)."""
+    return max(1, min(tus_per_task, -(-tus // MIN_TASKS)))
+
+
 def _index_as_tasks(ctx: StageContext, commands: list, skips: list[frozenset[str]], root: Path,
                     p: SemanticsParams, work: Path) -> list[dict]:
-    """Every TU's result, in command order, from datatrove tasks of `tus_per_task` TUs each on the build's
+    """Every TU's result, in command order, from datatrove tasks of task_size TUs each on the build's
     executor (TUs per second scale with its workers); `skips`: per TU, the files it does not walk. The tasks a
     killed run finished are kept when this run indexes the same commands (the same tree at the same place,
     configured again); with other commands, none of them is. `work`: where the tasks keep their records."""
-    listed = json.dumps({"commands": [vars(c) for c in commands], "skips": [sorted(s) for s in skips]})
+    per_task = task_size(len(commands), p.tus_per_task)
+    listed = json.dumps({"commands": [vars(c) for c in commands], "skips": [sorted(s) for s in skips],
+                         "per_task": per_task})
     recorded = work / "commands.json"
     if not (recorded.is_file() and recorded.read_text() == listed):
         shutil.rmtree(work / "tus", ignore_errors=True)
         shutil.rmtree(work / "_datatrove", ignore_errors=True)
     _forget_unrecorded_tasks(work)
     atomic_write_text(recorded, listed, durable=False)
-    tasks = -(-len(commands) // p.tus_per_task)
+    tasks = -(-len(commands) // per_task)
     if tasks:
         ctx.executor.run([IndexTUs(work, root, p)], tasks, work / "_datatrove", f"{ctx.label}: index")
     return [r for k in range(tasks) for r in json.loads((work / "tus" / f"{k:05d}.json").read_text())]
