@@ -147,6 +147,16 @@ class TUCache:
                 return json.loads(self.placeless.back(data.decode()))
         return None
 
+    def reads_before(self, cmd: CompileCommand, skip: frozenset[str] = frozenset()) -> int:
+        """How many files this TU's newest recorded parse read (0 when none is recorded): what a parse of it is
+        likely to cost, so that the heaviest changed TUs can start first."""
+        k1 = self.key(cmd, skip)
+        try:
+            variants = json.loads(self._manifest(k1).read_text()) if k1 else []
+        except (OSError, ValueError):
+            return 0
+        return len(variants[0].get("inputs", ())) if variants and isinstance(variants[0], dict) else 0
+
     def store(self, cmd: CompileCommand, result: dict, skip: frozenset[str] = frozenset()) -> None:
         """Record a parsed TU's result (walked without the files of `skip`) under the files it read
         (`result["reads"]`); a TU that crashed or timed out, or whose files cannot be read now, is not recorded."""

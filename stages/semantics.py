@@ -239,8 +239,11 @@ def _index_cached(ctx: StageContext, commands: list, skips: list[frozenset[str]]
             if hit is not None:
                 reused[i] = {**hit, "file": c.file, "seconds": 0.0}
     misses = [i for i in range(len(commands)) if i not in reused]
-    parsed = iter(_index_as_tasks(ctx, [commands[i] for i in misses], [skips[i] for i in misses], root, p, work))
-    results = [reused[i] if i in reused else next(parsed) for i in range(len(commands))]
+    if cache is not None:  # the heaviest first (longest processing time first): the last tasks are then short
+        misses.sort(key=lambda i: (-cache.reads_before(commands[i], skips[i]), i))
+    parsed = dict(zip(misses, _index_as_tasks(ctx, [commands[i] for i in misses], [skips[i] for i in misses],
+                                              root, p, work)))
+    results = [reused[i] if i in reused else parsed[i] for i in range(len(commands))]
     if cache is not None:
         for i in misses:
             cache.store(commands[i], results[i], skips[i])
