@@ -335,15 +335,16 @@ def _answer(spelled: str, generated: tuple[Path, ...], extra_roots: list[Path]) 
 
 
 def infer_commands(root: Path, files: list[str], given: set[str], generated: tuple[Path, ...] = (),
-                   database: list[CompileCommand] | None = None) -> list[Inferred]:
+                   database: list[CompileCommand] | None = None, graph: IncludeGraph | None = None) -> list[Inferred]:
     """Inferred commands for `root`'s sources that `given` (absolute paths the database compiles) leaves out and
     no other source reaches (`tu_roots`), sorted by file. `files` are every C/C++ file of the tree (absolute);
     `generated` are configure directories whose headers answer includes the tree cannot; a file the `database`
     leaves out borrows -std, -D and include flags from the database command nearest it (leveldb's
-    LEVELDB_PLATFORM_POSIX), after its own include directories."""
+    LEVELDB_PLATFORM_POSIX), after its own include directories. `graph`: the tree's include graph over `files`,
+    when the caller has it already (its closures are computed once)."""
     root = Path(root)
     rel = sorted(os.path.relpath(f, root) for f in files)
-    graph = IncludeGraph(root, rel)
+    graph = graph or IncludeGraph(root, rel)
     sources = [f for f in rel if f.lower().endswith(SOURCE_SUFFIXES)]
     mains = tu_roots(graph, sources, {os.path.relpath(f, root) for f in given})
     if not mains:

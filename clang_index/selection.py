@@ -82,11 +82,12 @@ def tree_files(root: Path) -> list[str]:
 
 
 def select_tus(commands: list[CompileCommand], root: Path, files: list[str],
-               kept: set[str] | None) -> Selection:
+               kept: set[str] | None, graph: IncludeGraph | None = None) -> Selection:
     """The selection for `commands` (the database's, then inferred ones) over the tree at `root` (`files`: its
-    files, absolute), with `kept` the kept documents' paths (relative to `root`), or None to parse every TU."""
+    files, absolute), with `kept` the kept documents' paths (relative to `root`), or None to parse every TU.
+    `graph`: the include graph over `files`, when the caller has it already (infer_commands' closures)."""
     unique, duplicates = first_command_per_file(commands)
-    graph = IncludeGraph(root, sorted(_relative(root, f) for f in files))
+    graph = graph or IncludeGraph(root, sorted(_relative(root, f) for f in files))
     reach = [set(graph.closure(_relative(root, c.file))[0]) for c in unique]
     if kept is None:
         chosen = list(range(len(unique)))

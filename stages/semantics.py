@@ -54,6 +54,7 @@ from cpp_data.stages.lib.repo_files import DEFAULT_EXTENSIONS, fetch_commit
 from cpp_data.stages.lib.shard_tasks import WORK
 
 if TYPE_CHECKING:
+    from cpp_data.clang_index.infer import IncludeGraph
     from cpp_data.clang_index.selection import Selection
     from cpp_data.clang_index.tu_cache import Placeless, TUCache
 
@@ -277,10 +278,11 @@ def _kept_paths(ctx: StageContext) -> set[str] | None:
             for path in pq.read_table(part, columns=["source_path"]).column("source_path").to_pylist()}
 
 
-def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tuple[list, dict, list]:
+def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool,
+              graph: IncludeGraph) -> tuple[list, dict, list]:
     """The compile commands to index (the database's, then inferred ones, `clang_index/infer.py`), the
     database each one came from (file -> `source`, `cmake`, `meson` or `inferred`), and the inferred commands
-    with their receipts."""
+    with their receipts. `graph`: the tree's include graph (the selection reads the same one)."""
     from cpp_data.clang_index.compile_db import load_compile_commands, relocate_commands
     from cpp_data.clang_index.infer import infer_commands
 
@@ -292,7 +294,7 @@ def _commands(found, root: Path, files: list[str], tmp: Path, infer: bool) -> tu
         if left_out:
             found.reason += f"; {left_out} command(s) for files outside the tree left out"
     kinds = {c.file: found.database for c in commands}
-    inferred = infer_commands(root, files, set(kinds), (tmp / "configure",), commands) if infer else []
+    inferred = infer_commands(root, files, set(kinds), (tmp / "configure",), commands, graph) if infer else []
     for x in inferred:
         kinds[x.command.file] = "inferred"
     if inferred:
@@ -413,6 +415,7 @@ class Semantics(Stage):
     def run(self, ctx: StageContext) -> dict:
         from cpp_data.clang_index.compile_db import find_resource_dir
         from cpp_data.clang_index.index import merge_tus
+        from cpp_data.clang_index.infer import IncludeGraph
         from cpp_data.clang_index.selection import select_tus
         from cpp_data.clang_index.tu_cache import USED_FILE, Placeless, TUCache, tree_names
 
@@ -421,11 +424,12 @@ class Semantics(Stage):
         tmp = ctx.out / WORK  # on the output's filesystem, which executors on other nodes share
         root, found = self._database(ctx, tmp)
         files = source_files(root)
+        graph = IncludeGraph(root, sorted(os.path.relpath(f, root) for f in files))  # read once, used twice
         commands, kinds, inferred = _commands(found, root, files, tmp,
-                                              p.infer_commands and ctx.pin.configure)
+                                              p.infer_commands and ctx.pin.configure, graph)
         commands, inferred, skipped = _skip(commands, inferred, root, p.skip_globs)
         kept = _kept_paths(ctx) if p.only_kept else None
-        sel = select_tus(commands, root, files, kept)
+        sel = select_tus(commands, root, files, kept, graph)
         if not p.walk_once:
             sel.skips = [frozenset() for _ in sel.commands]
         selected = {c.file for c in sel.commands}
