@@ -15,15 +15,20 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import resource
+import sys
 import tempfile
 import time
+import types
 from collections import deque
-from typing import Any, Callable
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator
 
 from cpp_data.clang_index.compile_db import CompileCommand
 from cpp_data.pipeline.foundation.lifetime import die_with_parent
 
 HOOK_ENV = "CLANG_INDEX_TEST_HOOK"
+# Imported once by the forkserver, so that a TU's process starts with them (it unpickles its function from them)
+PRELOAD = ["cpp_data.clang_index.pool", "cpp_data.clang_index.walker", "cpp_data.clang_index.definitions"]
 
 
 
@@ -54,6 +59,27 @@ def _child(conn: mp.connection.Connection, fn: Callable[..., dict], args: tuple,
 
 
 
+@contextmanager
+def _main_left_out() -> Iterator[None]:
+    """While a TU's process is started: `__main__` is an empty module, so the process does not run the build's
+    main script again.
+
+    Why: a forkserver child is prepared from the parent's data, which names the parent's main script, and the
+    child imports it as `__mp_main__` before its task (Python 3.11's forkserver never preloads it: it looks for a
+    key the preparation data does not have). For the `cpp-data` command that is its CLI and what that imports,
+    for a bench script more: 0.5 s before each TU's parse in bench/tu_cache_incremental.py, which was a sixth of
+    a parsed TU's time. A TU's process runs functions of this package only (pickled by reference), so it needs
+    nothing of the main script (a function of the main script itself still gets it: run_pool leaves `__main__`
+    as it is then). The forkserver writes the preparation data when the process starts, so the swap lasts only
+    that long."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tuple, workers: int, timeout_s: float,
              max_rss_mb: int | None, per_command: list[tuple] | None = None) -> list[dict]:
     """Run fn(cmd, *extra) for each command (fn(cmd, *extra, *per_command[i]) with `per_command`), each in a
@@ -61,6 +87,7 @@ def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tup
     (ok|errors|timeout|crashed|missing_file), 'seconds' (wall, including process start)."""
     hook_kind, _, hook_sub = os.environ.get(HOOK_ENV, "").partition(":")
     ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # no effect once this process's forkserver runs
     with tempfile.TemporaryDirectory(prefix="cpp-data-tus-") as scratch:
         results: list[dict | None] = [None] * len(commands)
         pending = deque(range(len(commands)))
@@ -75,7 +102,8 @@ def run_pool(fn: Callable[..., dict], commands: list[CompileCommand], extra: tup
                 hook = hook_kind if hook_sub and hook_sub in commands[i].file else None
                 args = (commands[i], *extra, *(per_command[i] if per_command is not None else ()))
                 p = ctx.Process(target=_child, args=(w, fn, args, max_rss_mb, hook, scratch), daemon=True)
-                p.start()
+                with _main_left_out() if fn.__module__ != "__main__" else nullcontext():
+                    p.start()
                 w.close()
                 running[i] = (p, r, time.monotonic())
             if not running:

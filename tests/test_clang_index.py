@@ -171,6 +171,35 @@ def test_hung_tu_is_killed_and_recorded(database, monkeypatch):
     assert {f for pattern in hung for f in glob.glob(pattern)} <= before  # it went with the pool's scratch
 
 
+MAIN_SCRIPT = """
+import json, os, sys
+with open(os.environ["IMPORTS_LOG"], "a") as f:
+    f.write(__name__ + "\\n")
+if __name__ == "__main__":
+    from cpp_data.clang_index.compile_db import load_compile_commands
+    from cpp_data.clang_index.index import index_project
+    res = index_project(load_compile_commands(sys.argv[1]), sys.argv[2], workers=2, timeout_s=60)
+    print(json.dumps([s["status"] for s in res.tu_status]))
+"""
+
+
+def test_a_tus_process_does_not_run_the_main_script_again(database, tmp_path):
+    """Each TU's process starts from the forkserver without running the build's main script (clang_index/pool.py
+    _main_left_out): the script logs each time it runs, as `__main__` in its own process and as `__mp_main__` in
+    any child that imports it again."""
+    import os
+    import subprocess
+    import sys
+
+    script, log = tmp_path / "main_script.py", tmp_path / "imports.log"
+    script.write_text(MAIN_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(database), str(FIX)], capture_output=True, text=True,
+                          env={**os.environ, "IMPORTS_LOG": str(log)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == ["ok", "ok", "ok"]
+    assert log.read_text().split() == ["__main__"]
+
+
 def test_googletest_configured_by_default_and_indexed(tmp_path):
     """Debian's googletest source ships no compile database: discovery configures it (sandboxed), turns on its
     own test and sample switches (99 TUs, where its defaults give 4), and libclang indexes its samples from that
