@@ -240,8 +240,8 @@ def _index_cached(ctx: StageContext, commands: list, skips: list[frozenset[str]]
             if hit is not None:
                 reused[i] = {**hit, "file": c.file, "seconds": 0.0}
     misses = [i for i in range(len(commands)) if i not in reused]
-    if cache is not None:  # the heaviest first (longest processing time first): the last tasks are then short
-        misses.sort(key=lambda i: (-cache.reads_before(commands[i], skips[i]), i))
+    if cache is not None:  # the longest first (longest processing time first): the last tasks are then short
+        misses.sort(key=lambda i: (-cache.seconds_before(commands[i], skips[i]), i))
     parsed = dict(zip(misses, _index_as_tasks(ctx, [commands[i] for i in misses], [skips[i] for i in misses],
                                               root, p, work)))
     results = [reused[i] if i in reused else parsed[i] for i in range(len(commands))]

@@ -68,3 +68,24 @@ def test_the_cache_is_off_without_a_shared_directory_or_by_the_recipe(tmp_path):
     assert run_semantics(root, tmp_path / "a")["tus_reused"] == 0
     run_semantics(root, tmp_path / "b", tmp_path / "shared", tu_cache=False)
     assert not (tmp_path / "shared").exists()
+
+
+def test_how_long_each_parse_took_is_recorded_to_order_the_next_build(tmp_path):
+    """The manifest keeps how long each TU's parse took (never in the result), and seconds_before gives it back
+    for the same command, 0 for a TU the cache has not seen: the longest changed TUs start first."""
+    from cpp_data.clang_index.compile_db import CompileCommand, find_resource_dir
+    from cpp_data.clang_index.tu_cache import Placeless, TUCache, tree_names
+
+    shared = tmp_path / "shared"
+    root = write(tmp_path / "p", TREE)
+    run_semantics(root, tmp_path / "cold", shared)
+    newest = [json.loads(m.read_text())[0] for m in sorted((shared / "tus" / "manifests").rglob("*.json"))]
+    assert len(newest) == 3 and all(v["seconds"] > 0 for v in newest)
+    assert not any("seconds" in json.loads(r.read_text()) for r in (shared / "tus" / "results").rglob("*.json"))
+
+    root = root.resolve()
+    cache = TUCache(tmp_path / "own", Placeless([(str(root), "<source>")]), tree_names(root), str(find_resource_dir()))
+    cmd = CompileCommand(str(root), str(root / "src/util.cc"), ["c++", "-Iinclude", "-c", "src/util.cc"])
+    other = CompileCommand(str(root), str(root / "src/app.cc"), ["c++", "-Iinclude", "-c", "src/app.cc"])
+    cache.store(cmd, {"status": "ok", "reads": [cmd.file], "seconds": 3.25})
+    assert (cache.seconds_before(cmd), cache.seconds_before(other)) == (3.25, 0.0)
