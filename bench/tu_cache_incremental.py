@@ -7,8 +7,8 @@ Runs the semantics stage (configure, inferred commands, index: what a build runs
 COMMIT0 with an empty cache, then at each later commit in turn with the cache the earlier runs filled, as a
 scheduled build whose pin moved by one commit would. Per commit: TUs, TUs reused and parsed, the parse seconds
 (the TUs' worker seconds), the stage's index seconds and its whole seconds, each against the cold full index of
-COMMIT0 (without the cache every commit costs a full index). `--verify` also indexes each later commit without the cache and
-checks the tables are byte for byte the same. Writes DIR/tu_cache_incremental.{json,md}.
+COMMIT0 (without the cache every commit costs a full index). `--verify` also indexes each later commit without the
+cache and checks the tables are byte for byte the same. Writes DIR/tu_cache_incremental.{json,md}.
 """
 
 from __future__ import annotations
