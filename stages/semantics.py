@@ -58,9 +58,6 @@ if TYPE_CHECKING:
     from cpp_data.clang_index.selection import Selection
     from cpp_data.clang_index.tu_cache import Placeless, TUCache
 
-_SOURCES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cp", ".ixx", ".cppm")
-
-
 @dataclass(frozen=True)
 class SemanticsParams:
     bounds: ClassVar[dict] = {"configure_timeout_s": (1, None), "tus_per_task": (1, None), "timeout_s": (1, None),
@@ -374,7 +371,9 @@ def _kept_files(files: list[str], root: Path, kept: set[str] | None) -> list[str
 
 def _coverage(found, res, files: list[str], root: Path, inferred: list) -> dict:
     """The coverage receipt (coverage.json, the build summary's line per source)."""
-    sources = [f for f in files if Path(f).suffix.lower() in _SOURCES]
+    from cpp_data.clang_index.infer import SOURCE_SUFFIXES
+
+    sources = [f for f in files if Path(f).suffix.lower() in SOURCE_SUFFIXES]
     compiled = {str((root / s["file"]).resolve()) if not s["file"].startswith("/") else s["file"]
                 for s in res.tu_status}
     walked = {str(root / f["file"]) for f in res.functions}
