@@ -344,9 +344,9 @@ def _publish_tus(res, commands: list, kinds: dict, root: Path, placeless: Placel
             for k in ("file", "tu"):
                 if k in row and row[k].startswith(str(root)):
                     row[k] = row[k][rel:]
-    for row in res.includes:
+    for row in res.includes:  # a header the configure run generated reads <configure>/..., as in tu_status
         for k in ("includer", "included"):
-            row[k] = row[k][rel:] if row[k].startswith(str(root)) else row[k]
+            row[k] = row[k][rel:] if row[k].startswith(str(root)) else placeless.out(row[k])
     return tu_seconds
 
 
