@@ -124,18 +124,21 @@ class TUCache:
     def _manifest(self, k1: str) -> Path:
         return self.directory / "manifests" / k1[:2] / f"{k1}.json"
 
+    def _variants(self, k1: str | None) -> list:
+        """The manifest's recorded variants for `k1`, newest first; none where there is no key, no manifest or
+        one that cannot be read."""
+        try:
+            return json.loads(self._manifest(k1).read_text()) if k1 else []
+        except (OSError, ValueError):
+            return []
+
     def _result(self, k2: str) -> Path:
         return self.directory / "results" / k2[:2] / f"{k2}.json"
 
     def lookup(self, cmd: CompileCommand, skip: frozenset[str] = frozenset()) -> dict | None:
         """The recorded result of this TU, walked without the files of `skip`, when every file it read is as it
         was (verified), else None."""
-        k1 = self.key(cmd, skip)
-        try:
-            variants = json.loads(self._manifest(k1).read_text()) if k1 else []
-        except (OSError, ValueError):
-            return None
-        for v in variants:
+        for v in self._variants(self.key(cmd, skip)):
             if any(self.file_hash(self.placeless.back(name)) != h for name, h in v["inputs"]) \
                     or self._listing(v["basenames"]) != v["listing"]:
                 continue
@@ -153,11 +156,7 @@ class TUCache:
         again is likely to cost, so that the longest changed TUs start first. The time, not a proxy for it: on
         abseil one benchmark TU parses for 34 s against 2 s for TUs reading more files, and ordered by files read
         it started last while the other worker sat idle."""
-        k1 = self.key(cmd, skip)
-        try:
-            variants = json.loads(self._manifest(k1).read_text()) if k1 else []
-        except (OSError, ValueError):
-            return 0.0
+        variants = self._variants(self.key(cmd, skip))
         newest = variants[0] if variants and isinstance(variants[0], dict) else {}
         seconds = newest.get("seconds", 0.0)
         return float(seconds) if isinstance(seconds, (int, float)) else 0.0
@@ -181,11 +180,7 @@ class TUCache:
         self.used.add(k2)
         entry = {"inputs": inputs, "basenames": basenames, "listing": self._listing(basenames), "result": k2,
                  "digest": xxhash.xxh3_128(data).hexdigest(), "seconds": round(float(result.get("seconds", 0.0)), 2)}
-        try:
-            variants = json.loads(self._manifest(k1).read_text())
-        except (OSError, ValueError):
-            variants = []
-        variants = [entry] + [v for v in variants if v.get("result") != k2][:MAX_VARIANTS - 1]
+        variants = [entry] + [v for v in self._variants(k1) if v.get("result") != k2][:MAX_VARIANTS - 1]
         atomic_write_bytes(self._manifest(k1), json.dumps(variants).encode(), durable=False)
 
 
