@@ -29,6 +29,7 @@ from cpp_data.pipeline.contract.stage import StageContext
 from cpp_data.pipeline.runner.cache import checksum_outputs
 from cpp_data.pipeline.runner.executors.executor import DatatroveExecutor
 from cpp_data.pipeline.runner.sources import SourceSpec, lock_sources
+from cpp_data.stages.lib.repo_files import BlobReader
 from cpp_data.stages.semantics import Semantics, SemanticsParams
 
 KEYS = ("tus", "tus_clean", "tus_with_errors", "tus_reused", "tus_parsed", "tus_walked_again", "tu_seconds",
@@ -36,32 +37,26 @@ KEYS = ("tus", "tus_clean", "tus_with_errors", "tus_reused", "tus_parsed", "tus_
 
 
 def write_out(repo: str, commit: str, into: Path) -> int:
-    """The files of `commit` under `into`, those whose blob the snapshot lacks left out; returns how many."""
+    """The files of `commit` under `into`, those whose blob the snapshot lacks left out; returns how many. The
+    tree is listed here without sizes: repo_files.tree_entries asks `git ls-tree -l`, which cannot size a missing
+    blob."""
     listing = subprocess.run(["git", "-C", repo, "ls-tree", "-r", "-z", commit], check=True,
                              capture_output=True).stdout.decode()
-    files = []
-    for entry in filter(None, listing.split("\0")):
-        meta, path = entry.split("\t", 1)
-        mode, kind, blob = meta.split()
-        if kind == "blob" and mode != "120000":
-            files.append((blob, path))
-    batch = subprocess.Popen(["git", "-C", repo, "cat-file", "--batch"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE)
-    assert batch.stdin is not None and batch.stdout is not None
-    missing = 0
-    for blob, path in files:
-        batch.stdin.write(f"{blob}\n".encode())
-        batch.stdin.flush()
-        header = batch.stdout.readline().split()
-        if header[1] == b"missing":
-            missing += 1
-            continue
-        data = batch.stdout.read(int(header[2]))
-        batch.stdout.read(1)  # the newline after each object
-        (into / path).parent.mkdir(parents=True, exist_ok=True)
-        (into / path).write_bytes(data)
-    batch.stdin.close()
-    batch.wait()
+    blobs, missing = BlobReader(Path(repo)), 0
+    try:
+        for entry in filter(None, listing.split("\0")):
+            meta, path = entry.split("\t", 1)
+            mode, kind, oid = meta.split()
+            if kind != "blob" or mode == "120000":  # submodules and symlinks
+                continue
+            data = blobs.read_present(oid)
+            if data is None:
+                missing += 1
+                continue
+            (into / path).parent.mkdir(parents=True, exist_ok=True)
+            (into / path).write_bytes(data)
+    finally:
+        blobs.close()
     return missing
 
 

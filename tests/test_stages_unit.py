@@ -531,3 +531,30 @@ def test_a_source_left_without_documents_is_warned_of():
                "documents_after_filters": {"gsl": 0, "fmt": 28, "empty": 0}}
     assert _warnings(summary) == ["source gsl: none of its 15 file(s) passed collect, the license policy and the "
                                   "filters; provenance/ledger.parquet gives each one's reason"]
+
+
+def test_a_blob_the_repository_lacks_reads_as_missing_not_as_garbage(tmp_path):
+    """BlobReader: a present blob's bytes; for one the object store lacks (a partial snapshot), read_present
+    gives None and read says which object is missing."""
+    import subprocess
+
+    from cpp_data.stages.lib.repo_files import BlobReader
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    run = {"cwd": repo, "check": True, "capture_output": True}
+    subprocess.run(["git", "init", "-q"], **run)
+    (repo / "a.cc").write_text("int a;\n")
+    (repo / "b.cc").write_text("int b;\n")
+    subprocess.run(["git", "add", "."], **run)
+    oid = {n: subprocess.run(["git", "hash-object", n], **run).stdout.decode().strip() for n in ("a.cc", "b.cc")}
+    (repo / ".git" / "objects" / oid["b.cc"][:2] / oid["b.cc"][2:]).unlink()
+    blobs = BlobReader(repo)
+    try:
+        assert blobs.read(oid["a.cc"]) == b"int a;\n"
+        assert blobs.read_present(oid["b.cc"]) is None
+        with pytest.raises(RuntimeError, match=f"git object {oid['b.cc']} is missing"):
+            blobs.read(oid["b.cc"])
+        assert blobs.read_present(oid["a.cc"]) == b"int a;\n"  # the stream stays in step after a miss
+    finally:
+        blobs.close()

@@ -95,9 +95,18 @@ class BlobReader:
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
 
     def read(self, oid: str) -> bytes:
+        data = self.read_present(oid)
+        if data is None:
+            raise RuntimeError(f"git object {oid} is missing from the repository (a partial clone or snapshot?)")
+        return data
+
+    def read_present(self, oid: str) -> bytes | None:
+        """The blob's contents, or None where the repository lacks the object (cat-file answers `<oid> missing`)."""
         self.stdin.write(oid.encode() + b"\n")
         self.stdin.flush()
         header = self.stdout.readline().split()
+        if header[1:2] == [b"missing"]:
+            return None
         size = int(header[2])
         data = self.stdout.read(size)
         self.stdout.read(1)
